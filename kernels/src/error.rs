@@ -1,0 +1,67 @@
+use std::path::PathBuf;
+
+/// What can go wrong inside a kernel or while preparing its inputs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The kernel was built with parameters it cannot run with.
+    #[error("invalid {what}: {why}")]
+    Invalid {
+        /// The parameter or input at fault.
+        what: &'static str,
+        /// Why it was refused.
+        why: String,
+    },
+    /// An input file could not be read or parsed.
+    #[error("{}:{line}: {why}", path.display())]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number (0 when the fault is not tied to a line).
+        line: usize,
+        /// What is wrong there.
+        why: String,
+    },
+    /// An I/O error reading an input.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// CUDA is not compiled in, or no driver or device was found at run time.
+    #[error("CUDA unavailable: {0}")]
+    CudaUnavailable(String),
+    /// A CUDA call failed.
+    #[error("CUDA error: {0}")]
+    Cuda(String),
+    /// The device ran out of memory for this chunk; a smaller chunk may fit.
+    #[error("device out of memory for a chunk of {items} items")]
+    OutOfMemory {
+        /// The chunk size that did not fit.
+        items: usize,
+    },
+    /// The kernel has no implementation for the device it was given.
+    #[error("kernel `{kernel}` has no {device} implementation")]
+    Unsupported {
+        /// Kernel name.
+        kernel: String,
+        /// Device kind.
+        device: &'static str,
+    },
+    /// A failure injected on purpose (tests of the retry path).
+    #[error("injected failure: {0}")]
+    Injected(String),
+}
+
+impl KernelError {
+    /// Shorthand for [`KernelError::Invalid`].
+    pub fn invalid(what: &'static str, why: impl Into<String>) -> Self {
+        Self::Invalid {
+            what,
+            why: why.into(),
+        }
+    }
+}
