@@ -95,6 +95,13 @@ pub trait Kernel: Send + Sync + 'static {
     /// Number of items.
     fn items(&self) -> usize;
 
+    /// The key speed models are stored under: the name plus whatever changes
+    /// the cost of one item (`"nbody/n8192"`), so that a profile learned on one
+    /// variant is not trusted for another.
+    fn profile_key(&self) -> String {
+        self.name().to_string()
+    }
+
     /// Chunk boundaries fall on multiples of this (the last chunk may be
     /// shorter). Reducing kernels set it to their block size.
     fn grain(&self) -> usize {

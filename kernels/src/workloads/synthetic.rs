@@ -79,6 +79,10 @@ impl Kernel for Synthetic {
         self.out.items()
     }
 
+    fn profile_key(&self) -> String {
+        format!("synthetic/w{}", self.work)
+    }
+
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         let mut acc = 0u64;
         for i in chunk.range() {
