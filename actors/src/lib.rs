@@ -1,1 +1,29 @@
-//! placeholder
+//! coexec's actors: who runs what, when.
+//!
+//! ```text
+//!   runtime ──Submit──▶ Broker actor ──admits──▶ Registry (jobs, item spaces)
+//!                          ▲    │                    ▲   claim / complete (locks, no messages)
+//!                 JobDone, │    └──Observe──▶ Profiler actor ──▶ profile JSON
+//!              WorkerLost  │                   (speed models)
+//!                 (flume)  └──────────────── Worker threads: cpu:0.., sim.., cuda:0/s0..
+//! ```
+//!
+//! The broker and the profiler are actix actors on the actor system's own
+//! thread; every worker is an OS thread that pulls chunks from the registry
+//! the broker owns. The scheduling logic lives in plain structs
+//! (`broker::space`, `broker::job`, [`policy`], [`perfmodel`]) that the
+//! actors only feed.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+mod broker;
+mod device;
+mod error;
+pub mod perfmodel;
+pub mod policy;
+mod report;
+
+pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
+pub use error::ActorError;
+pub use perfmodel::{Sample, SpeedModel};
+pub use report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};

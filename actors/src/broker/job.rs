@@ -1,0 +1,625 @@
+//! One job's scheduling state and the engine that carries out its policy.
+//!
+//! Everything here runs under the job's lock, on the worker thread that
+//! claims or completes a chunk: no message is sent on the hot path.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use coexec_kernels::{Kernel, KernelError};
+
+use super::space::Space;
+use crate::device::{ClassInfo, End};
+use crate::perfmodel::{Sample, SpeedModel};
+use crate::policy::{plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds};
+use crate::report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
+use crate::ActorError;
+
+/// Attempts a chunk gets before its job fails.
+pub(crate) const MAX_ATTEMPTS: u32 = 4;
+
+/// In-run samples kept per class for the profiler.
+const RUN_SAMPLES: usize = 256;
+
+/// A chunk handed to a worker.
+#[derive(Clone)]
+pub(crate) struct Claimed {
+    pub(crate) range: Range<usize>,
+    pub(crate) phase: Phase,
+    pub(crate) attempt: u32,
+    pub(crate) kernel: Arc<dyn Kernel>,
+}
+
+#[derive(Debug, Clone)]
+struct Retry {
+    range: Range<usize>,
+    attempts: u32,
+    not_by: usize,
+    last: String,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClassState {
+    eligible: bool,
+    workers: usize,
+    model: SpeedModel,
+    run_samples: Vec<Sample>,
+    // Region accounting since the last (re)plan.
+    claimed: usize,
+    probe_target: usize,
+    static_target: usize,
+    probe_ramp: usize,
+    probe_done: usize,
+    probe_chunks: usize,
+    probe_finish: f64,
+    // Static-phase throughput, for learning the split (the seed's step 4).
+    static_items: usize,
+    static_secs: f64,
+    // Report.
+    items: usize,
+    chunks: usize,
+    busy: f64,
+    finish: f64,
+}
+
+impl ClassState {
+    fn b(&self) -> Option<f64> {
+        self.model.is_known().then(|| self.model.b())
+    }
+}
+
+/// What the worker should do after completing or failing a chunk.
+#[derive(Debug, Default)]
+pub(crate) struct After {
+    /// The job is over (done or failed): hand it to the broker.
+    pub(crate) finished: bool,
+    /// Something changed that may let idle workers claim: wake them.
+    pub(crate) wake: bool,
+}
+
+/// A job's scheduling state.
+pub(crate) struct JobCore {
+    kernel: Option<Arc<dyn Kernel>>,
+    name: String,
+    policy: String,
+    items: usize,
+    grain: usize,
+    adm: Admission,
+    th: Thresholds,
+    classes: Arc<[ClassInfo]>,
+    st: Vec<ClassState>,
+    home: Vec<usize>,
+    order: Vec<usize>,
+    space: Space,
+    probing: bool,
+    probe_report: Option<ProbeReport>,
+    planned: Vec<f64>,
+    retries: VecDeque<Retry>,
+    retried: usize,
+    in_flight: usize,
+    done: usize,
+    worker_class: Arc<[usize]>,
+    busy_until: Vec<f64>,
+    failed: Option<ActorError>,
+    finished: bool,
+    trace: Option<Vec<ChunkRecord>>,
+}
+
+impl JobCore {
+    /// A job over `kernel`, planned by `adm`. `models[c]` is the stored model
+    /// of class `c` for this kernel; `eligible[c]` whether it can run it;
+    /// `in_service[c]` its workers; `worker_class[w]` the class of worker `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        kernel: Arc<dyn Kernel>,
+        policy: &str,
+        adm: Admission,
+        th: Thresholds,
+        classes: Arc<[ClassInfo]>,
+        models: Vec<SpeedModel>,
+        eligible: Vec<bool>,
+        in_service: Vec<usize>,
+        worker_class: Arc<[usize]>,
+        trace: bool,
+    ) -> Self {
+        let items = kernel.items();
+        let grain = kernel.grain().max(1);
+        let k = classes.len();
+        // Head-eaters first, so a CPU region touches the accelerator regions.
+        let mut order: Vec<usize> = (0..k).collect();
+        order.sort_by_key(|&c| (classes[c].end == End::Tail, c));
+        let (home, space) = if adm.pool {
+            let mut shares = vec![0.0; k];
+            shares[order[0]] = 1.0;
+            (vec![order[0]; k], Space::new(items, grain, &shares, &order))
+        } else {
+            ((0..k).collect(), Space::new(items, grain, &adm.shares, &order))
+        };
+        let mut st: Vec<ClassState> = (0..k)
+            .map(|c| ClassState {
+                eligible: eligible[c] && adm.shares[c] > 0.0,
+                workers: in_service[c],
+                model: models[c].clone(),
+                ..Default::default()
+            })
+            .collect();
+        let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
+        for (c, s) in st.iter_mut().enumerate() {
+            let region = if adm.pool { items } else { space.left(c) };
+            let w = s.workers.max(1);
+            match adm.probe {
+                Probe::Warm => s.probe_target = (region as f64 * th.warm_probe) as usize,
+                Probe::Cold => {
+                    s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
+                    // Start small and double: bounded in time even on a very
+                    // slow device.
+                    s.probe_ramp = (items / (256 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
+                }
+                Probe::None => {}
+            }
+            s.static_target = (region as f64 * adm.static_fraction) as usize;
+        }
+        let probing = adm.probe != Probe::None;
+        let planned = adm.shares.clone();
+        let failed = (items > 0 && total_workers == 0).then(|| ActorError::NoDevice {
+            kernel: kernel.name().to_string(),
+            why: format!("policy `{policy}` leaves no device class that can run it"),
+        });
+        Self {
+            kernel: Some(kernel.clone()),
+            name: kernel.name().to_string(),
+            policy: policy.to_string(),
+            items,
+            grain,
+            adm,
+            th,
+            classes,
+            st,
+            home,
+            order,
+            space,
+            probing,
+            probe_report: None,
+            planned,
+            retries: VecDeque::new(),
+            retried: 0,
+            in_flight: 0,
+            done: 0,
+            busy_until: vec![0.0; worker_class.len()],
+            worker_class,
+            finished: items == 0 || failed.is_some(),
+            failed,
+            trace: trace.then(Vec::new),
+        }
+    }
+
+    /// Whether no worker needs to look at this job again.
+    pub(crate) fn is_over(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether class `c` takes part at all.
+    pub(crate) fn eligible(&self, c: usize) -> bool {
+        self.st[c].eligible
+    }
+
+    /// The next chunk for worker `w` of class `c` at `now` (seconds since the
+    /// job started), or `None` if it should take nothing from this job now.
+    pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
+        if self.finished || self.failed.is_some() || !self.st[c].eligible || self.st[c].workers == 0 {
+            return None;
+        }
+        let kernel = self.kernel.clone()?;
+        if let Some(r) = self.take_retry(w, c) {
+            self.in_flight += 1;
+            self.busy_until[w] = now + self.predict(c, r.range.len());
+            return Some(Claimed { range: r.range, phase: Phase::Retry, attempt: r.attempts, kernel });
+        }
+        let (range, phase) = self.take_fresh(w, c, now)?;
+        self.in_flight += 1;
+        self.busy_until[w] = now + self.predict(c, range.len());
+        Some(Claimed { range, phase, attempt: 0, kernel })
+    }
+
+    fn take_retry(&mut self, w: usize, c: usize) -> Option<Retry> {
+        let others = self.st.iter().filter(|s| s.eligible).map(|s| s.workers).sum::<usize>() > 1;
+        let _ = c;
+        let i = self.retries.iter().position(|r| r.not_by != w || !others)?;
+        self.retries.remove(i)
+    }
+
+    fn take_fresh(&mut self, w: usize, c: usize, now: f64) -> Option<(Range<usize>, Phase)> {
+        let end = self.classes[c].end;
+        let r = self.home[c];
+        if self.space.left(r) > 0 {
+            let (n, phase) = self.own_size(c);
+            let n = if phase == Phase::Dynamic { self.limit(w, c, n, now)? } else { n };
+            let got = self.space.take(r, end, n)?;
+            let s = &mut self.st[c];
+            s.claimed += got.len();
+            return Some((got, phase));
+        }
+        if self.adm.steal == Steal::Never {
+            return None;
+        }
+        // Steal from the far end of the region with the most predicted time left.
+        let victim = (0..self.classes.len())
+            .filter(|&v| v != r && self.space.left(v) > 0)
+            .max_by(|&x, &y| self.time_left(x).total_cmp(&self.time_left(y)))?;
+        let n = self.dynamic_size(c);
+        let n = self.limit(w, c, n, now)?;
+        let far = match self.classes[victim].end {
+            End::Head => End::Tail,
+            End::Tail => End::Head,
+        };
+        let got = self.space.take(victim, far, n)?;
+        Some((got, Phase::Dynamic))
+    }
+
+    /// Chunk size and phase for a claim from the class's own region.
+    fn own_size(&mut self, c: usize) -> (usize, Phase) {
+        let s = &self.st[c];
+        let w = s.workers.max(1);
+        if self.probing && s.claimed < s.probe_target {
+            return match self.adm.probe {
+                Probe::Cold => {
+                    let n = s.probe_ramp.max(1);
+                    let cap = (s.probe_target / w).max(self.grain);
+                    self.st[c].probe_ramp = (n * 2).min(cap);
+                    (n, Phase::Probe)
+                }
+                _ => ((s.probe_target.div_ceil(w)).max(1), Phase::Probe),
+            };
+        }
+        if self.probing && self.adm.probe == Probe::Cold {
+            // Probe quota spent before every class reported: keep going in
+            // probe-sized chunks rather than commit to an unplanned split.
+            return (s.probe_ramp.max(1), Phase::Probe);
+        }
+        if s.claimed < s.probe_target + s.static_target {
+            let per = self.adm.static_chunks_per_worker.max(1);
+            return ((s.static_target / (w * per)).max(1), Phase::Static);
+        }
+        (self.dynamic_size(c), Phase::Dynamic)
+    }
+
+    fn dynamic_size(&self, c: usize) -> usize {
+        let g = self.grain;
+        let left = self.space.total_left() as f64;
+        let n = match self.adm.chunking {
+            Chunking::Fixed(n) | Chunking::Eft(n) => n as f64,
+            Chunking::Guided => {
+                let share = match (self.st[c].b(), self.total_speed()) {
+                    (Some(b), Some(v)) => b / v,
+                    _ => 1.0 / self.total_workers().max(1) as f64,
+                };
+                left * share / 2.0
+            }
+            Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
+                (Some(b), Some(v)) => {
+                    let floor = 19.0 * self.st[c].model.a() * b;
+                    (b * left / v / 2.0).max(floor)
+                }
+                _ => left / (2.0 * self.total_workers().max(1) as f64),
+            },
+        };
+        (n.ceil() as usize).max(g).max(1)
+    }
+
+    /// The earliest-finish guard and the EFT rule: how many items worker `w`
+    /// may take, or `None` if others would finish the rest sooner without it.
+    /// With nothing of the job in flight the worker always takes something,
+    /// so a job cannot stall on refusals.
+    fn limit(&self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
+        let Some(b) = self.st[c].b() else { return Some(n) };
+        let a = self.st[c].model.a();
+        let need = self.grain.min(self.space.total_left()).max(1);
+        let progress = self.in_flight == 0;
+        if let Chunking::Eft(_) = self.adm.chunking {
+            let mine = now + a + n as f64 / b;
+            let beaten = self.worker_class.iter().enumerate().any(|(v, &cv)| {
+                v != w
+                    && self.st[cv].eligible
+                    && self.st[cv].workers > 0
+                    && self.st[cv].b().is_some_and(|bv| {
+                        self.busy_until[v].max(now) + self.st[cv].model.a() + n as f64 / bv < mine
+                    })
+            });
+            return (!beaten || progress).then_some(n);
+        }
+        if !self.adm.guard {
+            return Some(n);
+        }
+        // Others' speed, backlog (in items) and smallest fixed cost.
+        let (mut v_others, mut backlog, mut a_others) = (0.0, 0.0, f64::INFINITY);
+        for (v, &cv) in self.worker_class.iter().enumerate() {
+            if v == w || !self.st[cv].eligible || self.st[cv].workers == 0 {
+                continue;
+            }
+            let Some(bv) = self.st[cv].b() else { return Some(n) };
+            v_others += bv;
+            backlog += (self.busy_until[v] - now).max(0.0) * bv;
+            a_others = a_others.min(self.st[cv].model.a());
+        }
+        if v_others <= 0.0 {
+            return Some(n);
+        }
+        let t_others = a_others + (self.space.total_left() as f64 + backlog) / v_others;
+        let max = ((t_others - a) * b).floor();
+        if max >= n as f64 {
+            Some(n)
+        } else if max >= need as f64 {
+            Some(max as usize)
+        } else if progress {
+            Some(need)
+        } else {
+            None
+        }
+    }
+
+    fn predict(&self, c: usize, n: usize) -> f64 {
+        let p = self.st[c].model.predict(n as f64);
+        if p.is_finite() {
+            p
+        } else {
+            0.0
+        }
+    }
+
+    fn total_workers(&self) -> usize {
+        self.st.iter().filter(|s| s.eligible).map(|s| s.workers).sum()
+    }
+
+    /// Items per second of every eligible worker, if every class is known.
+    fn total_speed(&self) -> Option<f64> {
+        self.st.iter().filter(|s| s.eligible && s.workers > 0).map(|s| s.b().map(|b| b * s.workers as f64)).sum()
+    }
+
+    fn time_left(&self, r: usize) -> f64 {
+        let owner = &self.st[r];
+        let v = owner.b().map(|b| b * owner.workers as f64).unwrap_or(0.0);
+        if v > 0.0 && owner.eligible {
+            self.space.left(r) as f64 / v
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Worker `w` of class `c` finished `chunk` in `start..end` (seconds since
+    /// the job started).
+    pub(crate) fn complete(&mut self, w: usize, c: usize, chunk: &Claimed, start: f64, end: f64) -> After {
+        let n = chunk.range.len();
+        let secs = (end - start).max(1e-9);
+        self.in_flight -= 1;
+        self.done += n;
+        self.busy_until[w] = end;
+        let s = &mut self.st[c];
+        s.items += n;
+        s.chunks += 1;
+        s.busy += secs;
+        s.finish = s.finish.max(end);
+        s.model.observe(n as f64, secs);
+        if s.run_samples.len() == RUN_SAMPLES {
+            s.run_samples.remove(0);
+        }
+        s.run_samples.push(Sample { items: n as f64, secs });
+        match chunk.phase {
+            Phase::Probe => {
+                s.probe_done += n;
+                s.probe_chunks += 1;
+                s.probe_finish = s.probe_finish.max(end);
+            }
+            Phase::Static => {
+                s.static_items += n;
+                s.static_secs += secs;
+            }
+            _ => {}
+        }
+        if let Some(t) = &mut self.trace {
+            t.push(ChunkRecord { worker: w, lo: chunk.range.start, hi: chunk.range.end, start, end, phase: chunk.phase });
+        }
+        let mut after = After::default();
+        if self.probing && self.probe_complete() {
+            self.end_probe();
+            after.wake = true;
+        }
+        if self.done == self.items && self.in_flight == 0 {
+            self.finished = true;
+            self.kernel = None;
+            after.finished = true;
+        }
+        after
+    }
+
+    /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
+    pub(crate) fn fail(&mut self, w: usize, _c: usize, chunk: &Claimed, err: &KernelError) -> After {
+        self.in_flight -= 1;
+        self.busy_until[w] = 0.0;
+        self.retried += 1;
+        let attempts = chunk.attempt + 1;
+        let mut after = After { wake: true, ..After::default() };
+        if attempts >= MAX_ATTEMPTS {
+            self.failed = Some(ActorError::ChunkFailed {
+                kernel: self.name.clone(),
+                lo: chunk.range.start,
+                hi: chunk.range.end,
+                attempts,
+                last: err.to_string(),
+            });
+        } else {
+            let r = chunk.range.clone();
+            // Out of device memory: try again in halves (on the grain).
+            let half = (r.len() / 2).div_ceil(self.grain) * self.grain;
+            let parts = if matches!(err, KernelError::OutOfMemory { .. }) && half > 0 && half < r.len() {
+                vec![r.start..r.start + half, r.start + half..r.end]
+            } else {
+                vec![r]
+            };
+            for range in parts {
+                self.retries.push_back(Retry { range, attempts, not_by: w, last: err.to_string() });
+            }
+        }
+        if self.failed.is_some() {
+            self.finished = true;
+            self.kernel = None;
+            after.finished = true;
+        }
+        after
+    }
+
+    /// Class `c` lost a worker; fails the job if nobody is left to run it.
+    pub(crate) fn worker_lost(&mut self, c: usize, why: &str) -> After {
+        self.st[c].workers = self.st[c].workers.saturating_sub(1);
+        let mut after = After { wake: true, ..After::default() };
+        if self.finished {
+            return after;
+        }
+        if self.adm.steal == Steal::Never && self.st[c].workers == 0 && self.space.left(self.home[c]) > 0 {
+            // Nobody else would take its region: let everyone in.
+            self.adm.steal = Steal::Always;
+        }
+        if self.total_workers() == 0 {
+            self.failed = Some(ActorError::NoDevice {
+                kernel: self.name.clone(),
+                why: format!("every device that could run it is out of service (last: {why})"),
+            });
+            self.finished = true;
+            self.kernel = None;
+            after.finished = true;
+        }
+        after
+    }
+
+    /// Fails the job at once (shutdown).
+    pub(crate) fn cancel(&mut self, why: ActorError) {
+        if !self.finished {
+            self.failed = Some(why);
+            self.finished = true;
+            self.kernel = None;
+        }
+    }
+
+    fn probe_complete(&self) -> bool {
+        self.st.iter().filter(|s| s.eligible && s.workers > 0).all(|s| match self.adm.probe {
+            Probe::Cold => s.probe_chunks > 0,
+            _ => s.probe_done >= s.probe_target,
+        })
+    }
+
+    /// The probe is in: measure its imbalance and re-plan if the seed says so.
+    fn end_probe(&mut self) {
+        self.probing = false;
+        let probed: Vec<&ClassState> = self.st.iter().filter(|s| s.eligible && s.probe_chunks > 0).collect();
+        let tmax = probed.iter().map(|s| s.probe_finish).fold(0.0, f64::max);
+        let tmin = probed.iter().map(|s| s.probe_finish).fold(f64::INFINITY, f64::min);
+        let imbalance = if tmax > 0.0 && probed.len() > 1 { (tmax - tmin) / tmax } else { 0.0 };
+        let rate: Vec<f64> = self
+            .st
+            .iter()
+            .map(|s| if s.probe_chunks > 0 && s.probe_finish > 0.0 { s.probe_done as f64 / s.probe_finish } else { 0.0 })
+            .collect();
+        let total: f64 = rate.iter().sum();
+        let measured: Vec<f64> = rate.iter().map(|r| if total > 0.0 { r / total } else { 0.0 }).collect();
+        let replan = self.adm.probe == Probe::Cold || imbalance > self.th.mu;
+        if replan && self.adm.probe == Probe::Warm {
+            // The stored models no longer match the machine: trust the probe.
+            for s in &mut self.st {
+                let samples = s.run_samples.clone();
+                if !samples.is_empty() {
+                    s.model.reset_to(&samples);
+                }
+            }
+        }
+        let before = self.planned.clone();
+        if replan {
+            let left = self.space.total_left();
+            let speeds: Vec<ClassSpeed> = self
+                .st
+                .iter()
+                .map(|s| ClassSpeed {
+                    workers: s.workers,
+                    a: s.model.a(),
+                    b: s.b(),
+                    eligible: s.eligible,
+                    min_items: self.grain,
+                })
+                .collect();
+            let (shares, _) = plan_shares(left, &speeds, 1.0 + self.adm.static_chunks_per_worker as f64);
+            self.space.repartition(&shares, &self.order);
+            let rest = 1.0 - self.th.warm_probe;
+            let frac = if rest > 0.0 { (self.adm.static_fraction / rest).min(1.0) } else { 0.0 };
+            for (c, s) in self.st.iter_mut().enumerate() {
+                s.claimed = 0;
+                s.probe_target = 0;
+                s.static_target = (self.space.left(c) as f64 * frac) as usize;
+            }
+            self.planned = shares;
+        }
+        self.probe_report = Some(ProbeReport {
+            kind: self.adm.probe,
+            imbalance,
+            replanned: replan,
+            shares_before: before,
+            measured_shares: measured,
+            shares_after: self.planned.clone(),
+        });
+    }
+
+    /// The run's report, once it is over; `Err` if it failed.
+    pub(crate) fn report(&mut self, makespan: f64) -> Result<RunReport, ActorError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let classes: Vec<ClassReport> = self
+            .st
+            .iter()
+            .zip(self.classes.iter())
+            .map(|(s, info)| ClassReport {
+                name: info.name.clone(),
+                workers: s.workers,
+                items: s.items,
+                chunks: s.chunks,
+                busy_s: s.busy,
+                finish_s: s.finish,
+                share: s.items as f64 / self.items.max(1) as f64,
+                model_a_s: s.model.a(),
+                model_b_items_per_s: s.b().unwrap_or(0.0),
+            })
+            .collect();
+        let fin: Vec<f64> = classes.iter().filter(|c| c.items > 0).map(|c| c.finish_s).collect();
+        let tmax = fin.iter().cloned().fold(0.0, f64::max);
+        let tmin = fin.iter().cloned().fold(f64::INFINITY, f64::min);
+        let imbalance = if fin.len() > 1 && tmax > 0.0 { (tmax - tmin) / tmax } else { 0.0 };
+        // The seed's step 4: the split the static phase would have balanced.
+        let rate: Vec<f64> = self
+            .st
+            .iter()
+            .map(|s| if s.static_secs > 0.0 { s.workers as f64 * s.static_items as f64 / s.static_secs } else { 0.0 })
+            .collect();
+        let total: f64 = rate.iter().sum();
+        let learned_split =
+            if total > 0.0 { rate.iter().map(|r| r / total).collect() } else { self.planned.clone() };
+        Ok(RunReport {
+            kernel: self.name.clone(),
+            policy: self.policy.clone(),
+            items: self.items,
+            makespan_s: makespan,
+            imbalance,
+            split: self.planned.clone(),
+            learned_split,
+            probe: self.probe_report.clone(),
+            retries: self.retried,
+            classes,
+            chunks: self.trace.take().unwrap_or_default(),
+        })
+    }
+
+    /// Samples of this run per class, for the profiler.
+    pub(crate) fn samples(&self) -> Vec<Vec<Sample>> {
+        self.st.iter().map(|s| s.run_samples.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! The engine driven by a discrete-event simulation in virtual time: worker
+//! `w` of class `c` takes `a_c + n / b_c` seconds for `n` items.
+
+use std::sync::Arc;
+
+use coexec_kernels::{Chunk, Empty, KernelError};
+use proptest::prelude::*;
+
+use super::*;
+use crate::device::{DeviceKind, End};
+use crate::policy::{by_name, ClassSpeed, PlanContext};
+
+fn classes(spec: &[(usize, bool)]) -> Arc<[ClassInfo]> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, &(workers, accel))| ClassInfo {
+            index: i,
+            name: if accel { format!("acc{i}") } else { "cpu".into() },
+            profile_key: format!("k{i}"),
+            kind: if accel { DeviceKind::Cuda { id: i } } else { DeviceKind::Cpu },
+            workers,
+            end: if accel { End::Tail } else { End::Head },
+            model: String::new(),
+        })
+        .collect()
+}
+
+struct Sim {
+    /// (workers, a, b, accelerator?) per class.
+    spec: Vec<(usize, f64, f64, bool)>,
+    /// Whether the stored profile knows each class.
+    known: bool,
+    /// Fail every chunk whose attempt is 0 and whose first item is divisible by this.
+    fail_every: Option<usize>,
+}
+
+struct Outcome {
+    makespan: f64,
+    report: RunReport,
+    counts: Vec<u32>,
+}
+
+impl Sim {
+    fn run(&self, policy: &str, items: usize, grain: usize) -> Result<Outcome, ActorError> {
+        let cls = classes(&self.spec.iter().map(|s| (s.0, s.3)).collect::<Vec<_>>());
+        let worker_class: Arc<[usize]> =
+            self.spec.iter().enumerate().flat_map(|(c, s)| std::iter::repeat_n(c, s.0)).collect();
+        let models: Vec<SpeedModel> = self
+            .spec
+            .iter()
+            .map(|s| if self.known { SpeedModel::with_params(s.1, s.2) } else { SpeedModel::default() })
+            .collect();
+        let speeds: Vec<ClassSpeed> = self
+            .spec
+            .iter()
+            .zip(&models)
+            .map(|(s, m)| ClassSpeed {
+                workers: s.0,
+                a: m.a(),
+                b: m.is_known().then(|| m.b()),
+                eligible: true,
+                min_items: grain,
+            })
+            .collect();
+        let th = Thresholds::default();
+        let ctx = PlanContext { items, grain, classes: &cls, speeds: &speeds, thresholds: th };
+        let p = by_name(policy)?;
+        let adm = p.admit(&ctx);
+        let kernel: Arc<dyn coexec_kernels::Kernel> = Arc::new(Grained(Empty::new(items), grain));
+        let mut job = JobCore::new(
+            kernel,
+            policy,
+            adm,
+            th,
+            cls.clone(),
+            models,
+            vec![true; cls.len()],
+            self.spec.iter().map(|s| s.0).collect(),
+            worker_class.clone(),
+            true,
+        );
+        let nw = worker_class.len();
+        let mut counts = vec![0u32; items];
+        let mut running: Vec<Option<(f64, f64, Claimed)>> = vec![None; nw];
+        let mut now = 0.0;
+        let mut guard = 0;
+        while !job.is_over() {
+            guard += 1;
+            assert!(guard < 10_000_000, "simulation does not end");
+            for w in 0..nw {
+                if running[w].is_none() {
+                    let c = worker_class[w];
+                    if let Some(ch) = job.claim(w, c, now) {
+                        let (_, a, b, _) = self.spec[c];
+                        let t = now + a + ch.range.len() as f64 / b;
+                        running[w] = Some((now, t, ch));
+                    }
+                }
+            }
+            // Next completion.
+            let Some(w) = (0..nw).filter(|&w| running[w].is_some()).min_by(|&x, &y| {
+                running[x].as_ref().unwrap().1.total_cmp(&running[y].as_ref().unwrap().1)
+            }) else {
+                panic!("no worker running and the job is not over: deadlock at t={now}");
+            };
+            let (start, end, ch) = running[w].take().unwrap();
+            now = end;
+            let c = worker_class[w];
+            let fail = self.fail_every.is_some_and(|k| ch.attempt == 0 && ch.range.start % k == 0);
+            if fail {
+                job.fail(w, c, &ch, &KernelError::Injected("test".into()));
+            } else {
+                ch.kernel.run_cpu(&Chunk::new(ch.range.clone())).unwrap();
+                for i in ch.range.clone() {
+                    counts[i] += 1;
+                }
+                job.complete(w, c, &ch, start, end);
+            }
+        }
+        let report = job.report(now)?;
+        Ok(Outcome { makespan: now, report, counts })
+    }
+
+    fn alone(&self, c: usize, items: usize) -> f64 {
+        let (w, a, b, _) = self.spec[c];
+        a + items as f64 / (w as f64 * b)
+    }
+
+    fn ideal(&self, items: usize) -> f64 {
+        1.0 / (0..self.spec.len()).map(|c| 1.0 / self.alone(c, items)).sum::<f64>()
+    }
+}
+
+struct Grained(Empty, usize);
+
+impl coexec_kernels::Kernel for Grained {
+    fn name(&self) -> &str {
+        "grained"
+    }
+    fn items(&self) -> usize {
+        self.0.items()
+    }
+    fn grain(&self) -> usize {
+        self.1
+    }
+    fn run_cpu(&self, c: &Chunk) -> Result<(), KernelError> {
+        self.0.run_cpu(c)
+    }
+}
+
+#[test]
+fn hybrid_balances_a_cold_start() {
+    for speed in [0.5, 2.0, 10.0] {
+        let sim = Sim { spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)], known: false, fail_every: None };
+        let items = 1_000_000;
+        let out = sim.run("hybrid", items, 1).unwrap();
+        let e = sim.ideal(items) / out.makespan;
+        assert!(e >= 0.95, "X={speed}: efficiency {e:.3}, {}", out.report.summary());
+        assert!(out.counts.iter().all(|&c| c == 1));
+        let probe = out.report.probe.unwrap();
+        assert!(probe.replanned);
+    }
+}
+
+#[test]
+fn warm_start_probe_is_balanced() {
+    let sim = Sim { spec: vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)], known: true, fail_every: None };
+    let out = sim.run("hybrid", 2_000_000, 1).unwrap();
+    let probe = out.report.probe.clone().unwrap();
+    assert!(probe.imbalance <= Thresholds::default().mu, "{probe:?}");
+    assert!(!probe.replanned);
+    let e = sim.ideal(2_000_000) / out.makespan;
+    assert!(e >= 0.97, "efficiency {e:.3}: {}", out.report.summary());
+}
+
+#[test]
+fn a_far_faster_accelerator_does_it_alone() {
+    // The paper's N-body: the accelerator is 2500x faster than a CPU worker.
+    let sim = Sim { spec: vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)], known: true, fail_every: None };
+    let out = sim.run("hybrid", 1_000_000, 1).unwrap();
+    assert!(out.makespan <= 1.01 * sim.alone(1, 1_000_000), "{}", out.report.summary());
+}
+
+#[test]
+fn static_never_crosses_its_split() {
+    let sim = Sim { spec: vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)], known: true, fail_every: None };
+    let out = sim.run("static", 1000, 1).unwrap();
+    assert_eq!(out.report.classes[0].items, 500);
+    assert_eq!(out.report.classes[0].chunks, 1);
+}
+
+#[test]
+fn every_policy_finishes_everything_once() {
+    let sim = Sim { spec: vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)], known: true, fail_every: Some(7) };
+    for p in crate::policy::POLICIES {
+        let out = sim.run(p.name(), 10_007, 4).unwrap();
+        assert!(out.counts.iter().all(|&c| c == 1), "{}", p.name());
+        assert!(out.report.retries > 0, "{}", p.name());
+    }
+}
+
+#[test]
+fn a_chunk_that_always_fails_fails_the_job() {
+    let sim = Sim { spec: vec![(2, 0.0, 1e6, false)], known: false, fail_every: None };
+    let _ = sim;
+    let cls = classes(&[(1, false)]);
+    let ctx_speeds = [ClassSpeed { workers: 1, a: 0.0, b: None, eligible: true, min_items: 1 }];
+    let th = Thresholds::default();
+    let ctx = PlanContext { items: 10, grain: 1, classes: &cls, speeds: &ctx_speeds, thresholds: th };
+    let adm = by_name("dynamic").unwrap().admit(&ctx);
+    let mut job = JobCore::new(
+        Arc::new(Empty::new(10)),
+        "dynamic",
+        adm,
+        th,
+        cls,
+        vec![SpeedModel::default()],
+        vec![true],
+        vec![1],
+        Arc::from(vec![0usize]),
+        false,
+    );
+    let mut n = 0;
+    while let Some(ch) = job.claim(0, 0, 0.0) {
+        n += 1;
+        job.fail(0, 0, &ch, &KernelError::Injected("boom".into()));
+        assert!(n < 100);
+    }
+    assert!(job.is_over());
+    let e = job.report(1.0).unwrap_err().to_string();
+    assert!(e.contains("failed 4 times") && e.contains("boom"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Random speeds, latencies, grains, sizes, policies and injected
+    /// failures: every item exactly once, and the job always ends.
+    #[test]
+    fn exactly_once_under_random_speeds(
+        cpu_w in 1usize..4, acc_w in 0usize..3,
+        b_cpu in 1e3f64..1e7, ratio in 0.01f64..3000.0, lat in 0.0f64..1e-3,
+        items in 1usize..20_000, grain in 1usize..64,
+        known in any::<bool>(), policy in 0usize..8, fail in proptest::option::of(2usize..50),
+    ) {
+        let mut spec = vec![(cpu_w, 0.0, b_cpu, false)];
+        if acc_w > 0 {
+            spec.push((acc_w, lat, b_cpu * ratio, true));
+        }
+        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain) };
+        let p = crate::policy::POLICIES[policy].name();
+        let out = match sim.run(p, items, grain) {
+            Err(ActorError::NoDevice { .. }) if p == "accel-only" && acc_w == 0 => return Ok(()),
+            r => r.unwrap(),
+        };
+        prop_assert!(out.counts.iter().all(|&c| c == 1), "{}", p);
+        prop_assert_eq!(out.report.classes.iter().map(|c| c.items).sum::<usize>(), items);
+        let traced: usize = out.report.chunks.iter().map(|c| c.hi - c.lo).sum();
+        prop_assert_eq!(traced, items);
+    }
+}

@@ -1,0 +1,63 @@
+use coexec_kernels::KernelError;
+
+/// Errors of the actor layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActorError {
+    /// A device spec that does not parse or names nothing usable.
+    #[error("bad device spec `{spec}`: {why}")]
+    DeviceSpec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A policy name that is not registered.
+    #[error("unknown policy `{0}` (see `coexec policies`)")]
+    UnknownPolicy(String),
+    /// No device class of this runtime can run the kernel.
+    #[error("no device of this runtime can run kernel `{kernel}`: {why}")]
+    NoDevice {
+        /// Kernel name.
+        kernel: String,
+        /// Why not.
+        why: String,
+    },
+    /// A chunk kept failing; the job gave up.
+    #[error("job `{kernel}` failed: items {lo}..{hi} failed {attempts} times; last error: {last}")]
+    ChunkFailed {
+        /// Kernel name.
+        kernel: String,
+        /// First item of the chunk.
+        lo: usize,
+        /// One past its last item.
+        hi: usize,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        last: String,
+    },
+    /// The job was cancelled because the runtime shut down.
+    #[error("the runtime shut down before the job finished")]
+    Shutdown,
+    /// A device could not be started.
+    #[error("device {device}: {source}")]
+    Device {
+        /// The device.
+        device: String,
+        /// Why.
+        #[source]
+        source: KernelError,
+    },
+    /// The actor system could not be started or reached.
+    #[error("actor system: {0}")]
+    System(String),
+    /// An invalid setting.
+    #[error("invalid setting {what}: {why}")]
+    Config {
+        /// The setting.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+}

@@ -1,0 +1,234 @@
+//! Speed models: how long a chunk of `n` items takes on one worker of a class.
+//!
+//! `t(n) = a + n / b`: a fixed cost per chunk `a` (launch, transfer latency,
+//! claiming) and a throughput `b` in items per second per worker. The model is
+//! refitted from a window of recent chunks with outliers dropped, so one slow
+//! chunk (a page fault storm, a noisy neighbour) does not wreck it.
+
+use serde::{Deserialize, Serialize};
+
+/// Chunks kept per model for refitting.
+pub const WINDOW: usize = 64;
+
+/// One finished chunk: `items` items in `secs` seconds on one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Items in the chunk.
+    pub items: f64,
+    /// Seconds it took on its worker.
+    pub secs: f64,
+}
+
+/// `t(n) = a + n / b` for one (kernel, device class), with its recent samples.
+///
+/// ```
+/// use coexec_actors::SpeedModel;
+///
+/// let mut m = SpeedModel::default();
+/// for n in [100.0, 200.0, 400.0, 800.0] {
+///     m.observe(n, 0.001 + n / 1e5); // 1 ms fixed cost, 100k items/s
+/// }
+/// assert!((m.a() - 0.001).abs() < 1e-6);
+/// assert!((m.b() - 1e5).abs() / 1e5 < 1e-6);
+/// assert!((m.predict(1000.0) - 0.011).abs() < 1e-6);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeedModel {
+    a: f64,
+    b: f64,
+    samples: Vec<Sample>,
+    /// Chunks observed over the model's life.
+    pub observed: u64,
+}
+
+impl SpeedModel {
+    /// A model with the given parameters and no samples.
+    pub fn with_params(a: f64, b: f64) -> Self {
+        Self { a: a.max(0.0), b, samples: Vec::new(), observed: 0 }
+    }
+
+    /// Fixed seconds per chunk.
+    pub fn a(&self) -> f64 {
+        self.a
+    }
+
+    /// Items per second per worker.
+    pub fn b(&self) -> f64 {
+        self.b
+    }
+
+    /// Whether the model has been fitted at least once.
+    pub fn is_known(&self) -> bool {
+        self.b.is_finite() && self.b > 0.0
+    }
+
+    /// The recent samples.
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+
+    /// Predicted seconds for a chunk of `n` items on one worker.
+    pub fn predict(&self, n: f64) -> f64 {
+        if self.is_known() {
+            self.a + n / self.b
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// Adds a finished chunk and refits. Non-finite or non-positive samples are
+    /// ignored.
+    pub fn observe(&mut self, items: f64, secs: f64) {
+        if !(items.is_finite() && secs.is_finite() && items > 0.0 && secs > 0.0) {
+            return;
+        }
+        if self.samples.len() == WINDOW {
+            self.samples.remove(0);
+        }
+        self.samples.push(Sample { items, secs });
+        self.observed += 1;
+        self.refit();
+    }
+
+    /// Drops history and starts again from `samples` (used when a probe shows
+    /// that the stored model no longer matches the machine).
+    pub fn reset_to(&mut self, samples: &[Sample]) {
+        self.samples.clear();
+        let (a, b) = (self.a, self.b);
+        for s in samples {
+            self.observe(s.items, s.secs);
+        }
+        if !self.is_known() {
+            self.a = a;
+            self.b = b;
+        }
+    }
+
+    fn refit(&mut self) {
+        let kept = drop_outliers(&self.samples, self.a, self.b);
+        if let Some((a, b)) = fit(&kept) {
+            self.a = a;
+            self.b = b;
+        }
+    }
+}
+
+/// Samples whose time is within 3 median absolute deviations (of the
+/// per-item residual) of the current model's prediction; all of them while
+/// the model is unknown or the window is small.
+fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
+    if samples.len() < 8 || !(b.is_finite() && b > 0.0) {
+        return samples.to_vec();
+    }
+    let resid: Vec<f64> = samples.iter().map(|s| (s.secs - (a + s.items / b)) / s.secs).collect();
+    let med = median(&resid);
+    let mad = median(&resid.iter().map(|r| (r - med).abs()).collect::<Vec<_>>()).max(0.02);
+    samples
+        .iter()
+        .zip(&resid)
+        .filter(|(_, r)| (*r - med).abs() <= 3.0 * mad)
+        .map(|(s, _)| *s)
+        .collect()
+}
+
+/// Least squares for `t = a + n·c` with `a ≥ 0`, `c > 0`; weighted by `1/t²`
+/// so that small chunks constrain `a` as much as large ones constrain `c`.
+/// With one distinct size (or a fit that would need `a < 0`), `a` is the
+/// previous estimate floored at zero and `c` the weighted mean of `(t−a)/n`.
+fn fit(s: &[Sample]) -> Option<(f64, f64)> {
+    if s.is_empty() {
+        return None;
+    }
+    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut nmin, mut nmax) = (f64::INFINITY, 0.0f64);
+    for p in s {
+        let w = 1.0 / (p.secs * p.secs);
+        sw += w;
+        sx += w * p.items;
+        sy += w * p.secs;
+        sxx += w * p.items * p.items;
+        sxy += w * p.items * p.secs;
+        nmin = nmin.min(p.items);
+        nmax = nmax.max(p.items);
+    }
+    let det = sw * sxx - sx * sx;
+    if nmax > 1.5 * nmin && det > 0.0 {
+        let c = (sw * sxy - sx * sy) / det;
+        let a = (sy - c * sx) / sw;
+        if c > 0.0 && a >= 0.0 && c.is_finite() && a.is_finite() {
+            return Some((a, 1.0 / c));
+        }
+    }
+    // Throughput only: per-item time through the origin, a = 0.
+    let c = sxy / sxx;
+    (c.is_finite() && c > 0.0).then(|| (0.0, 1.0 / c))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_until_observed() {
+        let m = SpeedModel::default();
+        assert!(!m.is_known());
+        assert!(m.predict(10.0).is_nan());
+    }
+
+    #[test]
+    fn one_size_gives_throughput_without_fixed_cost() {
+        let mut m = SpeedModel::default();
+        for _ in 0..5 {
+            m.observe(1000.0, 0.01);
+        }
+        assert_eq!(m.a(), 0.0);
+        assert!((m.b() - 1e5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn one_slow_chunk_does_not_wreck_the_model() {
+        let mut m = SpeedModel::default();
+        for k in 0..40 {
+            let n = 100.0 * (1 + k % 5) as f64;
+            m.observe(n, 0.0005 + n / 2e5);
+        }
+        m.observe(300.0, 0.5); // 300x slower: preempted
+        assert!((m.b() - 2e5).abs() / 2e5 < 0.02, "b = {}", m.b());
+        assert!((m.a() - 0.0005).abs() < 1e-4, "a = {}", m.a());
+    }
+
+    #[test]
+    fn ignores_garbage() {
+        let mut m = SpeedModel::default();
+        m.observe(f64::NAN, 1.0);
+        m.observe(10.0, 0.0);
+        m.observe(-1.0, 1.0);
+        assert!(!m.is_known());
+        assert_eq!(m.observed, 0);
+    }
+
+    #[test]
+    fn follows_a_machine_that_changed_speed() {
+        let mut m = SpeedModel::default();
+        for _ in 0..WINDOW {
+            m.observe(100.0, 0.001);
+        }
+        for _ in 0..WINDOW {
+            m.observe(100.0, 0.002);
+        }
+        assert!((m.b() - 5e4).abs() / 5e4 < 0.01);
+    }
+}

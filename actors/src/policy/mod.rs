@@ -1,0 +1,263 @@
+//! Scheduling policies: a family of declarative plans run by one engine.
+//!
+//! A policy looks at the job and the classes' speed models when the job is
+//! admitted and answers with an [`Admission`]: how the item space is cut into
+//! regions, whether to probe, how large chunks are, and who may take from
+//! whose region. The broker's engine (`broker::job`) carries it out, so every
+//! policy gets exactly-once claims, retries and reports for free, and they can
+//! be compared in one run. One file per policy, registered in [`POLICIES`].
+
+mod accel_only;
+mod cpu_only;
+mod dynamic;
+mod eft;
+mod guided;
+mod hybrid;
+mod plan;
+mod static_dynamic;
+mod static_split;
+
+use std::sync::Arc;
+
+pub use plan::{plan_shares, ClassSpeed};
+
+use crate::device::ClassInfo;
+use crate::ActorError;
+
+/// The seed's thresholds and the engine's chunking constants.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Thresholds {
+    /// μ: a probe whose imbalance exceeds this replaces the stored split.
+    pub mu: f64,
+    /// ν: a split that moved by more than this (relative) is stored.
+    pub nu: f64,
+    /// Fraction of a cold run each class probes (the seed: 5%).
+    pub cold_probe: f64,
+    /// Fraction of a warm run probed, split by the stored plan (the seed: 10%).
+    pub warm_probe: f64,
+    /// Fraction of a run handed out statically (the seed: 80%).
+    pub static_fraction: f64,
+    /// Static chunks per worker: more hedge against a slowed worker, fewer
+    /// cost less.
+    pub static_chunks_per_worker: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            mu: 0.10,
+            nu: 0.05,
+            cold_probe: 0.05,
+            warm_probe: 0.10,
+            static_fraction: 0.80,
+            static_chunks_per_worker: 4,
+        }
+    }
+}
+
+/// What a policy sees when a job is admitted.
+#[derive(Debug, Clone)]
+pub struct PlanContext<'a> {
+    /// Items in the job.
+    pub items: usize,
+    /// The kernel's grain.
+    pub grain: usize,
+    /// The runtime's classes.
+    pub classes: &'a [ClassInfo],
+    /// Per class: workers in service, model, eligibility for this kernel.
+    pub speeds: &'a [ClassSpeed],
+    /// The seed's thresholds.
+    pub thresholds: Thresholds,
+}
+
+impl PlanContext<'_> {
+    /// Whether every eligible class has a speed model.
+    pub fn all_known(&self) -> bool {
+        self.speeds.iter().filter(|s| s.eligible && s.workers > 0).all(|s| s.b.is_some())
+    }
+
+    /// Shares from the models (see [`plan_shares`]).
+    pub fn model_shares(&self) -> Vec<f64> {
+        plan_shares(self.items, self.speeds, 1.0 + self.thresholds.static_chunks_per_worker as f64).0
+    }
+
+    /// Speeds with eligibility narrowed by `keep`.
+    pub fn only(&self, keep: impl Fn(&ClassInfo) -> bool) -> Vec<ClassSpeed> {
+        self.speeds
+            .iter()
+            .zip(self.classes)
+            .map(|(s, c)| ClassSpeed { eligible: s.eligible && keep(c), ..*s })
+            .collect()
+    }
+}
+
+/// How the first chunks of a run measure the classes.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Probe {
+    /// No probe.
+    None,
+    /// No stored model for some class: each class probes on its own with
+    /// small chunks that double, and the split is planned once every class
+    /// has finished a chunk (the seed's 5% each, bounded in time).
+    Cold,
+    /// Models exist: the first `warm_probe` of the items, split by the
+    /// stored plan, checks them; if the probe's imbalance exceeds μ the split
+    /// is re-planned from the probe alone.
+    Warm,
+}
+
+/// How large a claim is once a class is past its static share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Chunking {
+    /// Each worker takes what it can do in half the predicted remaining time,
+    /// floored where its fixed cost would exceed 5% of the chunk.
+    TimeGuided,
+    /// Every chunk the same size.
+    Fixed(usize),
+    /// Guided self-scheduling weighted by worker speed: remaining × share / 2.
+    Guided,
+    /// Fixed-size chunks, each taken only by a worker that would finish it
+    /// first among all workers (earliest finish time).
+    Eft(usize),
+}
+
+/// Who may take items from a region that is not its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steal {
+    /// Nobody: a class stops when its region is empty.
+    Never,
+    /// Anyone, from the far end of the region with most time left.
+    Always,
+    /// Only a worker predicted to finish the chunk before the others would
+    /// have finished everything left without it.
+    Guarded,
+}
+
+/// A policy's plan for one job.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// Fraction of the items for each class's region (0 for a class that
+    /// gets none). With `pool` set, only eligibility (> 0) matters.
+    pub shares: Vec<f64>,
+    /// One region that every eligible class eats from its own end.
+    pub pool: bool,
+    /// The probe.
+    pub probe: Probe,
+    /// Fraction of each region handed out in large static chunks.
+    pub static_fraction: f64,
+    /// Static chunks per worker.
+    pub static_chunks_per_worker: usize,
+    /// Chunk sizes after the static part.
+    pub chunking: Chunking,
+    /// Stealing between regions.
+    pub steal: Steal,
+    /// Whether the engine may take a claim back when the remaining work is
+    /// better left to faster classes (the earliest-finish guard).
+    pub guard: bool,
+}
+
+/// A scheduling policy.
+pub trait Policy: Send + Sync {
+    /// Name, as given to `--policy`.
+    fn name(&self) -> &'static str;
+    /// One line for `coexec policies`.
+    fn describe(&self) -> &'static str;
+    /// The plan for a job.
+    fn admit(&self, ctx: &PlanContext<'_>) -> Admission;
+}
+
+/// Every policy, in the order `coexec policies` lists them.
+pub static POLICIES: &[&dyn Policy] = &[
+    &hybrid::Hybrid,
+    &cpu_only::CpuOnly,
+    &accel_only::AccelOnly,
+    &static_split::Static,
+    &dynamic::Dynamic,
+    &static_dynamic::StaticDynamic,
+    &guided::Guided,
+    &eft::Eft,
+];
+
+/// The policy called `name`.
+///
+/// ```
+/// let p = coexec_actors::policy::by_name("hybrid").unwrap();
+/// assert_eq!(p.name(), "hybrid");
+/// assert!(coexec_actors::policy::by_name("fastest").is_err());
+/// ```
+pub fn by_name(name: &str) -> Result<Arc<dyn Policy>, ActorError> {
+    POLICIES
+        .iter()
+        .find(|p| p.name() == name)
+        .map(|p| Arc::new(PolicyRef(*p)) as Arc<dyn Policy>)
+        .ok_or_else(|| ActorError::UnknownPolicy(name.to_string()))
+}
+
+struct PolicyRef(&'static dyn Policy);
+
+impl Policy for PolicyRef {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn describe(&self) -> &'static str {
+        self.0.describe()
+    }
+    fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
+        self.0.admit(ctx)
+    }
+}
+
+/// Equal fixed chunks for `ctx`: about `per_worker` chunks per worker.
+fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
+    let workers: usize = ctx.speeds.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
+    (ctx.items / (workers.max(1) * per_worker)).max(ctx.grain).max(1)
+}
+
+/// The seed's hybrid among the classes `keep` admits: used by `hybrid`
+/// itself and, narrowed to one kind of device, by `cpu-only` and
+/// `accel-only`.
+fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Admission {
+    let speeds = ctx.only(keep);
+    let narrowed = PlanContext { speeds: &speeds, ..ctx.clone() };
+    let active = speeds.iter().filter(|s| s.eligible && s.workers > 0).count();
+    let probe = if active < 2 {
+        Probe::None
+    } else if narrowed.all_known() {
+        Probe::Warm
+    } else {
+        Probe::Cold
+    };
+    let shares = if narrowed.all_known() {
+        narrowed.model_shares()
+    } else {
+        // Unknown speeds: regions by worker count until the probe re-plans.
+        let w: f64 = speeds.iter().filter(|s| s.eligible).map(|s| s.workers as f64).sum();
+        speeds.iter().map(|s| if s.eligible { s.workers as f64 / w } else { 0.0 }).collect()
+    };
+    Admission {
+        shares,
+        pool: false,
+        probe,
+        static_fraction: ctx.thresholds.static_fraction,
+        static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
+        chunking: Chunking::TimeGuided,
+        steal: Steal::Guarded,
+        guard: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_described() {
+        let mut names: Vec<_> = POLICIES.iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), 8);
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 8);
+        assert!(POLICIES.iter().all(|p| !p.describe().is_empty() && !p.describe().contains('\n')));
+    }
+}

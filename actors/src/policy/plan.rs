@@ -1,0 +1,140 @@
+//! The split planner: shares of a run's items per class that minimise the
+//! predicted makespan.
+
+/// What the planner knows of one class.
+#[derive(Debug, Clone, Copy)]
+pub struct ClassSpeed {
+    /// Workers in service.
+    pub workers: usize,
+    /// Fixed seconds per chunk, if known.
+    pub a: f64,
+    /// Items per second per worker; `None` when the class has no model yet.
+    pub b: Option<f64>,
+    /// Whether the class may run this job at all.
+    pub eligible: bool,
+    /// Smallest chunk worth giving it.
+    pub min_items: usize,
+}
+
+/// Shares per class (summing to 1 over eligible classes) and the predicted
+/// makespan, for `items` items where each worker pays its fixed cost about
+/// `chunks_per_worker` times.
+///
+/// A class whose share would be smaller than its smallest useful chunk gets
+/// nothing and the rest is re-planned without it: coexec never waits on a
+/// device that cannot finish before the others (the paper's N-body case).
+/// Classes with no model yet are assumed as fast per worker as the mean of
+/// the known ones (all equal when none is known).
+///
+/// ```
+/// use coexec_actors::policy::{plan_shares, ClassSpeed};
+///
+/// let cpu = ClassSpeed { workers: 1, a: 0.0, b: Some(100.0), eligible: true, min_items: 1 };
+/// let gpu = ClassSpeed { workers: 1, a: 0.0, b: Some(300.0), eligible: true, min_items: 1 };
+/// let (shares, t) = plan_shares(1000, &[cpu, gpu], 4.0);
+/// assert!((shares[0] - 0.25).abs() < 1e-9 && (t - 2.5).abs() < 1e-6);
+/// ```
+pub fn plan_shares(items: usize, classes: &[ClassSpeed], chunks_per_worker: f64) -> (Vec<f64>, f64) {
+    let known: Vec<f64> = classes.iter().filter(|c| c.eligible && c.workers > 0).filter_map(|c| c.b).collect();
+    let fallback = if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+    let mut active: Vec<bool> = classes.iter().map(|c| c.eligible && c.workers > 0).collect();
+    let s = items as f64;
+    loop {
+        let speed = |c: &ClassSpeed| c.workers as f64 * c.b.unwrap_or(fallback);
+        let fixed = |c: &ClassSpeed| chunks_per_worker * c.a.max(0.0);
+        let alloc = |t: f64, c: &ClassSpeed| (speed(c) * (t - fixed(c))).max(0.0);
+        let Some(hi) = classes
+            .iter()
+            .zip(&active)
+            .filter(|(_, a)| **a)
+            .map(|(c, _)| fixed(c) + s / speed(c))
+            .min_by(f64::total_cmp)
+        else {
+            return (vec![0.0; classes.len()], f64::INFINITY);
+        };
+        let (mut lo, mut hi) = (0.0, hi);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            let got: f64 = classes.iter().zip(&active).filter(|(_, a)| **a).map(|(c, _)| alloc(mid, c)).sum();
+            if got >= s {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        let n: Vec<f64> = classes.iter().zip(&active).map(|(c, a)| if *a { alloc(hi, c) } else { 0.0 }).collect();
+        // Drop the class furthest below its smallest useful chunk, then re-plan.
+        let worst = classes
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| active[*i] && n[*i] < c.min_items as f64)
+            .min_by(|(i, _), (j, _)| n[*i].total_cmp(&n[*j]));
+        match worst {
+            Some((i, _)) if active.iter().filter(|a| **a).count() > 1 => active[i] = false,
+            _ => {
+                let total: f64 = n.iter().sum();
+                let shares = n.iter().map(|x| if total > 0.0 { x / total } else { 0.0 }).collect();
+                return (shares, hi);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(workers: usize, a: f64, b: Option<f64>) -> ClassSpeed {
+        ClassSpeed { workers, a, b, eligible: true, min_items: 1 }
+    }
+
+    #[test]
+    fn balances_by_throughput() {
+        let (s, t) = plan_shares(1200, &[c(2, 0.0, Some(100.0)), c(1, 0.0, Some(400.0))], 1.0);
+        assert!((s[0] - 1.0 / 3.0).abs() < 1e-9, "{s:?}");
+        assert!((t - 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn fixed_cost_shifts_work_away() {
+        let (s, _) = plan_shares(1000, &[c(1, 0.0, Some(100.0)), c(1, 1.0, Some(100.0))], 1.0);
+        // Finish together: n0/100 = 1 + n1/100 with n0 + n1 = 1000.
+        assert!((s[0] - 0.55).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn a_device_that_cannot_help_gets_nothing() {
+        // The paper's N-body: the accelerator is 2500x faster.
+        let cpu = ClassSpeed { min_items: 4, ..c(1, 0.0, Some(1.0)) };
+        let (s, t) = plan_shares(8192, &[cpu, c(1, 0.0, Some(2500.0))], 4.0);
+        assert_eq!(s, vec![0.0, 1.0]);
+        assert!((t - 8192.0 / 2500.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn unknown_and_ineligible_classes() {
+        let (s, _) = plan_shares(100, &[c(1, 0.0, None), c(3, 0.0, None)], 1.0);
+        assert!((s[0] - 0.25).abs() < 1e-9);
+        let off = ClassSpeed { eligible: false, ..c(8, 0.0, Some(1e9)) };
+        let (s, _) = plan_shares(100, &[c(1, 0.0, Some(1.0)), off], 1.0);
+        assert_eq!(s, vec![1.0, 0.0]);
+        let (s, t) = plan_shares(100, &[off], 1.0);
+        assert_eq!(s, vec![0.0]);
+        assert!(t.is_infinite());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shares_are_a_distribution(
+            items in 1usize..1_000_000,
+            speeds in proptest::collection::vec((1usize..32, 0.0f64..0.01, 1e-3f64..1e9), 1..5),
+        ) {
+            let cls: Vec<_> = speeds.iter().map(|&(w, a, b)| c(w, a, Some(b))).collect();
+            let (s, t) = plan_shares(items, &cls, 4.0);
+            let sum: f64 = s.iter().sum();
+            proptest::prop_assert!((sum - 1.0).abs() < 1e-9, "{:?}", s);
+            proptest::prop_assert!(s.iter().all(|x| x.is_finite() && *x >= 0.0));
+            proptest::prop_assert!(t.is_finite() && t > 0.0);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! What a finished run reports.
+
+use serde::Serialize;
+
+use crate::policy::Probe;
+
+/// Which part of the method handed out a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Measuring the classes.
+    Probe,
+    /// Large chunks of the planned split.
+    Static,
+    /// Shrinking chunks from the queue, or stolen.
+    Dynamic,
+    /// A chunk that failed once and runs again.
+    Retry,
+}
+
+impl Phase {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Probe => "probe",
+            Phase::Static => "static",
+            Phase::Dynamic => "dynamic",
+            Phase::Retry => "retry",
+        }
+    }
+}
+
+/// One chunk of a traced run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkRecord {
+    /// Worker index.
+    pub worker: usize,
+    /// First item.
+    pub lo: usize,
+    /// One past the last item.
+    pub hi: usize,
+    /// Start, seconds since the job started.
+    pub start: f64,
+    /// End, seconds since the job started.
+    pub end: f64,
+    /// Phase.
+    pub phase: Phase,
+}
+
+/// One device class's part of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassReport {
+    /// Class name.
+    pub name: String,
+    /// Workers in service at the end.
+    pub workers: usize,
+    /// Items it computed.
+    pub items: usize,
+    /// Chunks it computed.
+    pub chunks: usize,
+    /// Worker-seconds spent in chunks.
+    pub busy_s: f64,
+    /// When its last chunk ended, seconds since the job started.
+    pub finish_s: f64,
+    /// Fraction of the job's items it computed.
+    pub share: f64,
+    /// Its model after the run: fixed seconds per chunk.
+    pub model_a_s: f64,
+    /// Its model after the run: items per second per worker.
+    pub model_b_items_per_s: f64,
+}
+
+/// What the probe found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    /// Cold (no stored model) or warm.
+    pub kind: Probe,
+    /// The probe's imbalance δ′ (the seed's step 2).
+    pub imbalance: f64,
+    /// Whether the split was re-planned from the probe.
+    pub replanned: bool,
+    /// Shares planned before the probe.
+    pub shares_before: Vec<f64>,
+    /// Shares the probe's throughputs suggest.
+    pub measured_shares: Vec<f64>,
+    /// Shares used after the probe.
+    pub shares_after: Vec<f64>,
+}
+
+/// The report of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Kernel name.
+    pub kernel: String,
+    /// Policy name.
+    pub policy: String,
+    /// Items in the job.
+    pub items: usize,
+    /// Seconds from admission to the last chunk's end.
+    pub makespan_s: f64,
+    /// δ: spread of the classes' finish times over the latest, among classes
+    /// that computed anything.
+    pub imbalance: f64,
+    /// Shares of the items per class that the run planned (after any re-plan).
+    pub split: Vec<f64>,
+    /// The split the static phase's measured speeds would have balanced.
+    pub learned_split: Vec<f64>,
+    /// The probe, if the policy probed.
+    pub probe: Option<ProbeReport>,
+    /// Chunks that failed and ran again.
+    pub retries: usize,
+    /// Per device class.
+    pub classes: Vec<ClassReport>,
+    /// Every chunk, when tracing is on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<ChunkRecord>,
+}
+
+impl RunReport {
+    /// One line: kernel, items, makespan, δ and per-class shares.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .classes
+            .iter()
+            .filter(|c| c.items > 0)
+            .map(|c| format!("{} {:.1}% ({} chunks, done {:.4}s)", c.name, 100.0 * c.share, c.chunks, c.finish_s))
+            .collect();
+        format!(
+            "{} [{}] {} items in {:.4}s, imbalance {:.3}: {}",
+            self.kernel,
+            self.policy,
+            self.items,
+            self.makespan_s,
+            self.imbalance,
+            parts.join(", ")
+        )
+    }
+}
