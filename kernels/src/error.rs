@@ -51,6 +51,9 @@ pub enum KernelError {
         /// Device kind.
         device: &'static str,
     },
+    /// The kernel panicked while running a chunk.
+    #[error("kernel panicked: {0}")]
+    Panicked(String),
     /// A failure injected on purpose (tests of the retry path).
     #[error("injected failure: {0}")]
     Injected(String),
