@@ -37,4 +37,4 @@ pub mod cuda;
 pub use buf::DisjointBuf;
 pub use error::KernelError;
 pub use kernel::{Chunk, Kernel};
-pub use workloads::{Empty, Synthetic};
+pub use workloads::{run_sequential, Empty, OneShot, Synthetic, Workload};

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use super::rng::splitmix64;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
 /// Each item costs `work` rounds of real integer busy work on a CPU worker and
@@ -49,7 +50,10 @@ impl Synthetic {
                 return Err(format!("item {i} was computed {n} times"));
             }
             if *v != Self::expected(i) {
-                return Err(format!("item {i} holds {v:#x}, expected {:#x}", Self::expected(i)));
+                return Err(format!(
+                    "item {i} holds {v:#x}, expected {:#x}",
+                    Self::expected(i)
+                ));
             }
         }
         Ok(())
@@ -57,7 +61,20 @@ impl Synthetic {
 
     /// How many times each item was written.
     pub fn write_counts(&self) -> Vec<u32> {
-        self.audit.iter().map(|a| a.load(Ordering::Relaxed)).collect()
+        self.audit
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// The output buffer (for the CUDA twin, which copies its results in).
+    pub(crate) fn out(&self) -> &DisjointBuf<u64> {
+        &self.out
+    }
+
+    /// How many times each item was written (the CUDA twin counts on the host).
+    pub(crate) fn audit(&self) -> &[AtomicU32] {
+        &self.audit
     }
 
     fn write(&self, chunk: &Chunk) {
@@ -132,13 +149,6 @@ impl Kernel for Empty {
     }
 }
 
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// `rounds` dependent multiply-xorshift steps: a serial chain the compiler
 /// cannot shorten or vectorise.
 #[inline]
@@ -179,11 +189,17 @@ mod tests {
     fn synthetic_detects_missing_and_double_items() {
         let k = Synthetic::new(100, 3);
         k.run_cpu(&Chunk::new(0..50)).unwrap();
-        assert!(k.verify().unwrap_err().contains("item 50 was computed 0 times"));
+        assert!(k
+            .verify()
+            .unwrap_err()
+            .contains("item 50 was computed 0 times"));
         k.run_modeled(&Chunk::new(50..100)).unwrap().unwrap();
         k.verify().unwrap();
         k.run_cpu(&Chunk::new(10..11)).unwrap();
-        assert!(k.verify().unwrap_err().contains("item 10 was computed 2 times"));
+        assert!(k
+            .verify()
+            .unwrap_err()
+            .contains("item 10 was computed 2 times"));
     }
 
     #[test]

@@ -1,0 +1,58 @@
+//! The rayon baseline: the same workloads, the same `run_cpu` kernel code,
+//! driven by a plain rayon pool — "the careful rayon version of the same
+//! computation" that coexec is measured against.
+//!
+//! A plain module with no `main`: the coexec CLI and benches include it by path
+//! (`#[path = "…/benches/baseline.rs"] mod baseline;`); it needs `rayon` and
+//! `coexec_kernels`.
+//!
+//! Chunking: each step's items are cut into [`CHUNKS_PER_THREAD`] chunks per
+//! pool thread, each a whole number of [`Kernel::grain`] blocks, and rayon's
+//! work stealing hands them out. Few large chunks keep per-chunk costs (a
+//! pathfinder chunk's ghost columns, the loop setup) negligible; four per
+//! thread leave room to even out a thread that falls behind.
+
+use coexec_kernels::workloads::Workload;
+use coexec_kernels::{Chunk, Kernel, KernelError};
+use rayon::prelude::*;
+
+/// Chunks per pool thread in each step.
+pub const CHUNKS_PER_THREAD: usize = 4;
+
+/// Runs `w` to completion on `pool`: each step's items in parallel over
+/// grain-aligned chunks, the host steps on the calling thread.
+pub fn run_rayon<W: Workload>(
+    pool: &rayon::ThreadPool,
+    mut w: W,
+) -> Result<W::Output, KernelError> {
+    while let Some(step) = w.next_step()? {
+        run_step_rayon(pool, &step)?;
+        w.absorb(step)?;
+    }
+    Ok(w.finish())
+}
+
+/// Computes every item of `kernel` once on `pool` (see the module docs for the
+/// chunking); the first error stops the run and is returned.
+pub fn run_step_rayon<K: Kernel>(pool: &rayon::ThreadPool, kernel: &K) -> Result<(), KernelError> {
+    let n = kernel.items();
+    if n == 0 {
+        return Ok(());
+    }
+    let grain = kernel.grain().max(1);
+    let blocks = n.div_ceil(grain);
+    let per_chunk = blocks
+        .div_ceil(pool.current_num_threads().max(1) * CHUNKS_PER_THREAD)
+        .max(1)
+        * grain;
+    let chunks = n.div_ceil(per_chunk);
+    pool.install(|| {
+        (0..chunks)
+            .into_par_iter()
+            .with_max_len(1)
+            .try_for_each(|c| {
+                let lo = c * per_chunk;
+                kernel.run_cpu(&Chunk::new(lo..(lo + per_chunk).min(n)))
+            })
+    })
+}

@@ -1,0 +1,541 @@
+//! nbody: all-pairs softened gravity, as NVIDIA cuda-samples' CPU reference
+//! (`bodysystemcpu_impl.h`), in f32.
+//!
+//! Item = one body per step; one run ([`NbodyStep`]) is one time step. A run
+//! reads the old positions (shared, read-only) and writes the new position and
+//! velocity of its bodies into separate buffers; the host step swaps them.
+//!
+//! # Operation order (a GPU twin reproduces it bit for bit)
+//!
+//! For body `i`, `a = (0, 0, 0)`, then for every `j = 0, 1, …, N−1` in order
+//! (`j = i` included: `r = 0` adds `+0`):
+//!
+//! ```text
+//! rx = xj − xi;  ry = yj − yi;  rz = zj − zi
+//! d2 = ((rx·rx + ry·ry) + rz·rz) + eps²
+//! inv = 1 / sqrt(d2)            IEEE sqrt then IEEE division — not rsqrt
+//! s  = mj · ((inv·inv)·inv)
+//! ax += rx·s;  ay += ry·s;  az += rz·s
+//! ```
+//!
+//! then `v' = (v + a·dt)·damping` and `p' = p + v'·dt`, per component. Every
+//! operation is rounded to f32 on its own: no fused multiply-add (a CUDA twin
+//! needs `--fmad=false`, `-prec-sqrt=true`, `-prec-div=true` and `sqrtf`, not
+//! `rsqrtf`). NVIDIA computes `(float)sqrt((double)d2)`, which equals the f32
+//! `sqrt` exactly (double rounding is harmless for square roots). With unit
+//! masses NVIDIA's `force·invMass` is the acceleration itself.
+//!
+//! The CPU kernel walks `j` in order for 8 bodies `i` at once (one lane each),
+//! so the compiler vectorises across bodies and each lane keeps the order above.
+//!
+//! # Initial state
+//!
+//! NVIDIA's "shell" configuration with `rand()/RAND_MAX` replaced by
+//! `u_k = unit(splitmix64(seed ^ (3 << 56) ^ k))` (`k = 0, 1, …`, top 24 bits
+//! over 2²⁴): a point `q = (2u−1, 2u−1, 2u−1)` is drawn, rejected when
+//! `|q| > 1` or `|q| < 10⁻⁶`, normalised, and scaled per coordinate by
+//! `inner + (outer − inner)·u` (`inner = 2.5·1.54`, `outer = 4·1.54`); mass 1;
+//! velocity = `(p × axis)·(1.54·8)` with `axis = z`, or `(q.y, q.x, 0)`
+//! normalised when `1 − q·z < 10⁻⁶`.
+
+use serde::Serialize;
+
+use super::rng::{stream, unit_f32};
+use super::{check_bytes, check_chunk, Workload};
+use crate::{Chunk, DisjointBuf, Kernel, KernelError};
+
+/// An N-body problem: `bodies` bodies advanced `steps` time steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct NbodyProblem {
+    bodies: usize,
+    steps: usize,
+    seed: u64,
+    dt: f32,
+    eps2: f32,
+    damping: f32,
+}
+
+impl NbodyProblem {
+    /// NVIDIA's demo time step.
+    pub const DT: f32 = 0.016;
+    /// NVIDIA's softening squared (`0.1²`).
+    pub const EPS2: f32 = 0.01;
+    /// NVIDIA's damping.
+    pub const DAMPING: f32 = 1.0;
+    /// The default seed of the initial state.
+    pub const DEFAULT_SEED: u64 = 0x006e_626f_6479;
+    /// The most bodies accepted (the all-pairs cost grows with its square).
+    pub const MAX_BODIES: usize = 1 << 26;
+
+    /// `bodies` bodies for `steps` steps. Refuses zero sizes and more than
+    /// [`NbodyProblem::MAX_BODIES`] bodies.
+    pub fn new(bodies: usize, steps: usize) -> Result<Self, KernelError> {
+        check_bytes("nbody size", &[bodies, steps], 1)?;
+        if bodies > Self::MAX_BODIES {
+            return Err(KernelError::invalid(
+                "nbody bodies",
+                format!("{bodies} exceeds {}", Self::MAX_BODIES),
+            ));
+        }
+        Ok(Self {
+            bodies,
+            steps,
+            seed: Self::DEFAULT_SEED,
+            dt: Self::DT,
+            eps2: Self::EPS2,
+            damping: Self::DAMPING,
+        })
+    }
+
+    /// The same problem from another initial state.
+    pub fn with_seed(self, seed: u64) -> Self {
+        Self { seed, ..self }
+    }
+
+    /// Bodies (items per step).
+    pub fn bodies(&self) -> usize {
+        self.bodies
+    }
+
+    /// Time steps (runs).
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// Body–body interactions of the whole job (`N²` per step).
+    pub fn interactions(&self) -> f64 {
+        (self.bodies as f64).powi(2) * self.steps as f64
+    }
+}
+
+/// Positions, masses and velocities, structure of arrays.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Bodies {
+    /// x coordinates.
+    pub x: Vec<f32>,
+    /// y coordinates.
+    pub y: Vec<f32>,
+    /// z coordinates.
+    pub z: Vec<f32>,
+    /// Masses.
+    pub m: Vec<f32>,
+    /// x velocities.
+    pub vx: Vec<f32>,
+    /// y velocities.
+    pub vy: Vec<f32>,
+    /// z velocities.
+    pub vz: Vec<f32>,
+}
+
+impl Bodies {
+    /// The "shell" initial state of `n` bodies from `seed` (module docs).
+    pub fn shell(n: usize, seed: u64) -> Self {
+        let scale = 1.54f32;
+        let vscale = scale * 8.0;
+        let (inner, outer) = (2.5 * scale, 4.0 * scale);
+        let mut k = 0u64;
+        let mut u = || {
+            k += 1;
+            unit_f32(stream(seed, 3, k - 1))
+        };
+        let mut b = Bodies {
+            x: Vec::with_capacity(n),
+            y: Vec::with_capacity(n),
+            z: Vec::with_capacity(n),
+            m: vec![1.0; n],
+            vx: Vec::with_capacity(n),
+            vy: Vec::with_capacity(n),
+            vz: Vec::with_capacity(n),
+        };
+        while b.x.len() < n {
+            let q = [u() * 2.0 - 1.0, u() * 2.0 - 1.0, u() * 2.0 - 1.0];
+            let len = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2]).sqrt();
+            if !(1e-6..=1.0).contains(&len) {
+                continue;
+            }
+            let q = [q[0] / len, q[1] / len, q[2] / len];
+            let p = [
+                q[0] * (inner + (outer - inner) * u()),
+                q[1] * (inner + (outer - inner) * u()),
+                q[2] * (inner + (outer - inner) * u()),
+            ];
+            let mut axis = [0.0f32, 0.0, 1.0];
+            if 1.0 - q[2] < 1e-6 {
+                let l = (q[1] * q[1] + q[0] * q[0]).sqrt().max(f32::MIN_POSITIVE);
+                axis = [q[1] / l, q[0] / l, 0.0];
+            }
+            let v = [
+                p[1] * axis[2] - p[2] * axis[1],
+                p[2] * axis[0] - p[0] * axis[2],
+                p[0] * axis[1] - p[1] * axis[0],
+            ];
+            b.x.push(p[0]);
+            b.y.push(p[1]);
+            b.z.push(p[2]);
+            b.vx.push(v[0] * vscale);
+            b.vy.push(v[1] * vscale);
+            b.vz.push(v[2] * vscale);
+        }
+        b
+    }
+
+    /// Number of bodies.
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    /// Whether there is no body.
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+}
+
+/// Bodies computed per pass over `j`.
+const LANES: usize = 8;
+
+/// One time step: new positions and velocities from the old state.
+#[derive(Debug)]
+pub struct NbodyStep {
+    problem: NbodyProblem,
+    old: Bodies,
+    new_pos: [DisjointBuf<f32>; 3],
+    new_vel: [DisjointBuf<f32>; 3],
+}
+
+impl NbodyStep {
+    /// The state before this step (read by every chunk).
+    pub(crate) fn old(&self) -> &Bodies {
+        &self.old
+    }
+
+    /// New positions x, y, z (one element per body).
+    pub(crate) fn new_pos(&self) -> &[DisjointBuf<f32>; 3] {
+        &self.new_pos
+    }
+
+    /// New velocities x, y, z (one element per body).
+    pub(crate) fn new_vel(&self) -> &[DisjointBuf<f32>; 3] {
+        &self.new_vel
+    }
+
+    /// `(dt, eps², damping)`.
+    pub(crate) fn params(&self) -> (f32, f32, f32) {
+        (self.problem.dt, self.problem.eps2, self.problem.damping)
+    }
+}
+
+impl Kernel for NbodyStep {
+    fn name(&self) -> &str {
+        "nbody"
+    }
+
+    fn items(&self) -> usize {
+        self.problem.bodies
+    }
+
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), 1)?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let (dt, eps2, damping) = self.params();
+        let o = &self.old;
+        let r = chunk.range();
+        // SAFETY: the runtime hands this chunk's bodies to this call alone,
+        // and each of the six buffers is sliced once here.
+        let (px, py, pz, vx, vy, vz) = unsafe {
+            (
+                self.new_pos[0].slice_mut(r.clone()),
+                self.new_pos[1].slice_mut(r.clone()),
+                self.new_pos[2].slice_mut(r.clone()),
+                self.new_vel[0].slice_mut(r.clone()),
+                self.new_vel[1].slice_mut(r.clone()),
+                self.new_vel[2].slice_mut(r.clone()),
+            )
+        };
+        let last = chunk.hi() - 1;
+        let mut g = chunk.lo();
+        while g < chunk.hi() {
+            // Lanes past the chunk repeat its last body and are not stored.
+            let idx: [usize; LANES] = std::array::from_fn(|l| (g + l).min(last));
+            let xi = idx.map(|i| o.x[i]);
+            let yi = idx.map(|i| o.y[i]);
+            let zi = idx.map(|i| o.z[i]);
+            let (mut ax, mut ay, mut az) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+            for (((&xj, &yj), &zj), &mj) in o.x.iter().zip(&o.y).zip(&o.z).zip(&o.m) {
+                for l in 0..LANES {
+                    let rx = xj - xi[l];
+                    let ry = yj - yi[l];
+                    let rz = zj - zi[l];
+                    let d2 = rx * rx + ry * ry + rz * rz + eps2;
+                    let inv = 1.0 / d2.sqrt();
+                    let s = mj * (inv * inv * inv);
+                    ax[l] += rx * s;
+                    ay[l] += ry * s;
+                    az[l] += rz * s;
+                }
+            }
+            for l in 0..LANES.min(chunk.hi() - g) {
+                let (i, k) = (g + l, g + l - chunk.lo());
+                let nvx = (o.vx[i] + ax[l] * dt) * damping;
+                let nvy = (o.vy[i] + ay[l] * dt) * damping;
+                let nvz = (o.vz[i] + az[l] * dt) * damping;
+                vx[k] = nvx;
+                vy[k] = nvy;
+                vz[k] = nvz;
+                px[k] = o.x[i] + nvx * dt;
+                py[k] = o.y[i] + nvy * dt;
+                pz[k] = o.z[i] + nvz * dt;
+            }
+            g += LANES;
+        }
+        Ok(())
+    }
+}
+
+/// The final state of an N-body job.
+#[derive(Debug, Clone, Serialize)]
+pub struct NbodyResult {
+    /// The problem.
+    pub problem: NbodyProblem,
+    /// The bodies after the last step.
+    #[serde(skip)]
+    pub bodies: Bodies,
+}
+
+/// nbody as a [`Workload`]: one run per time step; the host step swaps the
+/// old and new state buffers.
+#[derive(Debug)]
+pub struct NbodyJob {
+    problem: NbodyProblem,
+    done_steps: usize,
+    state: Option<Bodies>,
+    spare: Option<[Vec<f32>; 6]>,
+}
+
+impl NbodyJob {
+    /// A job from the shell initial state of `problem`.
+    pub fn new(problem: NbodyProblem) -> Result<Self, KernelError> {
+        Self::from_bodies(problem, Bodies::shell(problem.bodies, problem.seed))
+    }
+
+    /// A job from a given state; its length must be `problem.bodies()`.
+    pub fn from_bodies(problem: NbodyProblem, bodies: Bodies) -> Result<Self, KernelError> {
+        let n = problem.bodies;
+        let b = &bodies;
+        if [&b.x, &b.y, &b.z, &b.m, &b.vx, &b.vy, &b.vz]
+            .iter()
+            .any(|v| v.len() != n)
+        {
+            return Err(KernelError::invalid(
+                "nbody bodies",
+                format!("every array must hold {n} bodies"),
+            ));
+        }
+        Ok(Self {
+            problem,
+            done_steps: 0,
+            state: Some(bodies),
+            spare: Some(std::array::from_fn(|_| vec![0.0; n])),
+        })
+    }
+}
+
+impl Workload for NbodyJob {
+    type Step = NbodyStep;
+    type Output = NbodyResult;
+
+    fn next_step(&mut self) -> Result<Option<NbodyStep>, KernelError> {
+        if self.done_steps >= self.problem.steps {
+            return Ok(None);
+        }
+        let (Some(old), Some(spare)) = (self.state.take(), self.spare.take()) else {
+            return Err(KernelError::invalid(
+                "nbody step",
+                "the previous step was not absorbed",
+            ));
+        };
+        let [a, b, c, d, e, f] = spare.map(|v| DisjointBuf::from_vec(v, 1));
+        Ok(Some(NbodyStep {
+            problem: self.problem,
+            old,
+            new_pos: [a, b, c],
+            new_vel: [d, e, f],
+        }))
+    }
+
+    fn absorb(&mut self, step: NbodyStep) -> Result<(), KernelError> {
+        if self.state.is_some() || step.problem != self.problem {
+            return Err(KernelError::invalid(
+                "nbody step",
+                "not this job's current step",
+            ));
+        }
+        let [x, y, z] = step.new_pos.map(DisjointBuf::into_vec);
+        let [vx, vy, vz] = step.new_vel.map(DisjointBuf::into_vec);
+        let old = step.old;
+        self.spare = Some([old.x, old.y, old.z, old.vx, old.vy, old.vz]);
+        self.state = Some(Bodies {
+            x,
+            y,
+            z,
+            m: old.m,
+            vx,
+            vy,
+            vz,
+        });
+        self.done_steps += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> NbodyResult {
+        NbodyResult {
+            problem: self.problem,
+            bodies: self.state.unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::run_sequential;
+    use super::super::testutil::{run_workload_split, splits};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// NVIDIA's CPU reference, transcribed: float4 AoS, one body at a time.
+    fn reference_f32(b: &Bodies, steps: usize) -> Vec<[f32; 6]> {
+        let n = b.len();
+        let mut pos: Vec<[f32; 4]> = (0..n).map(|i| [b.x[i], b.y[i], b.z[i], b.m[i]]).collect();
+        let mut vel: Vec<[f32; 3]> = (0..n).map(|i| [b.vx[i], b.vy[i], b.vz[i]]).collect();
+        for _ in 0..steps {
+            let mut force = vec![[0.0f32; 3]; n];
+            for i in 0..n {
+                let mut acc = [0.0f32; 3];
+                for j in 0..n {
+                    let r = [
+                        pos[j][0] - pos[i][0],
+                        pos[j][1] - pos[i][1],
+                        pos[j][2] - pos[i][2],
+                    ];
+                    let mut d2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
+                    d2 += NbodyProblem::EPS2;
+                    let inv = 1.0f32 / ((d2 as f64).sqrt() as f32);
+                    let s = pos[j][3] * (inv * inv * inv);
+                    for k in 0..3 {
+                        acc[k] += r[k] * s;
+                    }
+                }
+                force[i] = acc;
+            }
+            for i in 0..n {
+                for k in 0..3 {
+                    vel[i][k] += (force[i][k] * pos[i][3]) * NbodyProblem::DT;
+                    vel[i][k] *= NbodyProblem::DAMPING;
+                    pos[i][k] += vel[i][k] * NbodyProblem::DT;
+                }
+            }
+        }
+        (0..n)
+            .map(|i| {
+                [
+                    pos[i][0], pos[i][1], pos[i][2], vel[i][0], vel[i][1], vel[i][2],
+                ]
+            })
+            .collect()
+    }
+
+    /// The same physics in f64, for an accuracy check.
+    fn reference_f64(b: &Bodies, steps: usize) -> Vec<[f64; 3]> {
+        let n = b.len();
+        let mut p: Vec<[f64; 3]> = (0..n)
+            .map(|i| [b.x[i] as f64, b.y[i] as f64, b.z[i] as f64])
+            .collect();
+        let mut v: Vec<[f64; 3]> = (0..n)
+            .map(|i| [b.vx[i] as f64, b.vy[i] as f64, b.vz[i] as f64])
+            .collect();
+        for _ in 0..steps {
+            let mut a = vec![[0.0f64; 3]; n];
+            for i in 0..n {
+                for j in 0..n {
+                    let r: [f64; 3] = std::array::from_fn(|k| p[j][k] - p[i][k]);
+                    let d2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2] + NbodyProblem::EPS2 as f64;
+                    let s = 1.0 / (d2.sqrt() * d2);
+                    for k in 0..3 {
+                        a[i][k] += r[k] * s;
+                    }
+                }
+            }
+            for i in 0..n {
+                for k in 0..3 {
+                    v[i][k] += a[i][k] * NbodyProblem::DT as f64;
+                    p[i][k] += v[i][k] * NbodyProblem::DT as f64;
+                }
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn bit_identical_to_nvidia_cpu_order() {
+        let p = NbodyProblem::new(45, 3).unwrap().with_seed(11);
+        let init = Bodies::shell(45, 11);
+        let want = reference_f32(&init, 3);
+        let got = run_sequential(NbodyJob::new(p).unwrap()).unwrap().bodies;
+        for (i, w) in want.iter().enumerate() {
+            let g = [
+                got.x[i], got.y[i], got.z[i], got.vx[i], got.vy[i], got.vz[i],
+            ];
+            for k in 0..6 {
+                assert_eq!(g[k].to_bits(), w[k].to_bits(), "body {i} component {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn close_to_f64_physics() {
+        // Positions of magnitude ~5 after 3 steps: f32 sums of 60 terms err far
+        // below 1e-4 absolute.
+        let p = NbodyProblem::new(60, 3).unwrap();
+        let want = reference_f64(&Bodies::shell(60, p.seed), 3);
+        let got = run_sequential(NbodyJob::new(p).unwrap()).unwrap().bodies;
+        for (i, w) in want.iter().enumerate() {
+            for (g, w) in [got.x[i], got.y[i], got.z[i]].iter().zip(w) {
+                assert!((*g as f64 - w).abs() < 1e-4, "body {i}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn shell_is_a_shell() {
+        let b = Bodies::shell(500, 1);
+        for i in 0..b.len() {
+            let r = (b.x[i].powi(2) + b.y[i].powi(2) + b.z[i].powi(2)).sqrt();
+            assert!(r > 0.0 && r < 4.0 * 1.54 * 1.8, "body {i} at radius {r}");
+            assert_eq!(b.m[i], 1.0);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_sizes() {
+        assert!(NbodyProblem::new(0, 1).is_err());
+        assert!(NbodyProblem::new(10, 0).is_err());
+        assert!(NbodyProblem::new(usize::MAX, 1).is_err());
+        let p = NbodyProblem::new(4, 1).unwrap();
+        assert!(NbodyJob::from_bodies(p, Bodies::shell(3, 1)).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        #[test]
+        fn any_split_is_bit_identical((cuts, seed) in splits(10)) {
+            let p = NbodyProblem::new(77, 2).unwrap();
+            let whole = run_sequential(NbodyJob::new(p).unwrap()).unwrap();
+            let split = run_workload_split(NbodyJob::new(p).unwrap(), &cuts, seed).unwrap();
+            let bits = |b: &Bodies| -> Vec<u32> {
+                [&b.x, &b.y, &b.z, &b.vx, &b.vy, &b.vz].iter().flat_map(|v| v.iter().map(|f| f.to_bits())).collect()
+            };
+            prop_assert_eq!(bits(&whole.bodies), bits(&split.bodies));
+        }
+    }
+}
