@@ -19,11 +19,18 @@
 mod broker;
 mod device;
 mod error;
+pub mod metrics;
 pub mod perfmodel;
 pub mod policy;
+pub mod profiler;
 mod report;
+mod system;
+mod worker;
 
 pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
+pub use broker::registry::JobOrder;
+pub use broker::JobOptions;
 pub use report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
+pub use system::{cores, gpus, resolve, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS};

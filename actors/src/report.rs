@@ -109,6 +109,10 @@ pub struct RunReport {
     pub probe: Option<ProbeReport>,
     /// Chunks that failed and ran again.
     pub retries: usize,
+    /// Δ between the stored split and this run's static phase (the seed's step 4).
+    pub split_delta: Option<f64>,
+    /// Whether Δ exceeded ν and this run's split was stored for the next.
+    pub split_stored: bool,
     /// Per device class.
     pub classes: Vec<ClassReport>,
     /// Every chunk, when tracing is on.

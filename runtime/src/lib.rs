@@ -1,1 +1,63 @@
-//! placeholder
+//! coexec runs data-parallel work on every processor of a machine at once —
+//! each CPU core and each GPU stream — and keeps them all busy until the same
+//! moment.
+//!
+//! ```text
+//!  your tokio task ──run(kernel)──▶ Broker actor ──admits──▶ item space [cpu ▶▶ ...... ◀◀ gpu]
+//!        ▲                              │                     ▲ claim/complete (no messages)
+//!        │ Done{kernel, report}         ▼                     │
+//!        └──────────────────────── Profiler actor ◀── workers: cpu:0 cpu:1 … cuda:0/s0 cuda:0/s1
+//!                                  (speed models, profile JSON)
+//! ```
+//!
+//! A job is a [`Kernel`](kernels::Kernel) over items `0..n`. The default
+//! policy is the queue-based hybrid method: a probe measures each device
+//! class, 80% of the items are split by measured speed, and the rest sit in a
+//! double-ended queue that CPUs eat from the head and accelerators from the
+//! tail until they meet. What the profiler learns is kept per machine, so the
+//! next run — in this process or the next — starts balanced.
+//!
+//! ```
+//! use coexec::kernels::Synthetic;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), coexec::Error> {
+//! // One CPU worker and a simulated accelerator twice as fast.
+//! let rt = coexec::Runtime::builder().devices("cpu:1,sim:1@2")?.in_memory_profiles().build()?;
+//! let done = rt.run(Synthetic::new(20_000, 100)).await?;
+//! assert!(done.kernel.verify().is_ok());
+//! assert_eq!(done.report.classes.iter().map(|c| c.items).sum::<usize>(), 20_000);
+//! rt.shutdown().await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+mod builder;
+mod error;
+mod metrics;
+mod runtime;
+
+pub use builder::Builder;
+pub use coexec_actors::policy::Thresholds;
+pub use coexec_actors::{
+    ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport, RunReport,
+};
+pub use error::Error;
+pub use runtime::{Done, Runtime};
+
+/// Kernels: the trait, the output buffer and the workloads.
+pub mod kernels {
+    pub use coexec_kernels::*;
+}
+
+/// Policies and the planner.
+pub mod policy {
+    pub use coexec_actors::policy::*;
+}
+
+/// The few names most programs need.
+pub mod prelude {
+    pub use crate::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+    pub use crate::{Done, Error, JobOptions, RunReport, Runtime};
+}

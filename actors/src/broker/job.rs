@@ -23,11 +23,18 @@ pub(crate) const MAX_ATTEMPTS: u32 = 4;
 const RUN_SAMPLES: usize = 256;
 
 /// A chunk handed to a worker.
-#[derive(Clone)]
-pub(crate) struct Claimed {
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkInfo {
     pub(crate) range: Range<usize>,
     pub(crate) phase: Phase,
     pub(crate) attempt: u32,
+}
+
+/// A chunk and the kernel to run it with. The worker drops the kernel handle
+/// before reporting, so the caller gets its kernel back unshared.
+#[derive(Clone)]
+pub(crate) struct Claimed {
+    pub(crate) info: ChunkInfo,
     pub(crate) kernel: Arc<dyn Kernel>,
 }
 
@@ -36,7 +43,6 @@ struct Retry {
     range: Range<usize>,
     attempts: u32,
     not_by: usize,
-    last: String,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -199,11 +205,6 @@ impl JobCore {
         self.finished
     }
 
-    /// Whether class `c` takes part at all.
-    pub(crate) fn eligible(&self, c: usize) -> bool {
-        self.st[c].eligible
-    }
-
     /// The next chunk for worker `w` of class `c` at `now` (seconds since the
     /// job started), or `None` if it should take nothing from this job now.
     pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
@@ -214,12 +215,13 @@ impl JobCore {
         if let Some(r) = self.take_retry(w, c) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
-            return Some(Claimed { range: r.range, phase: Phase::Retry, attempt: r.attempts, kernel });
+            let info = ChunkInfo { range: r.range, phase: Phase::Retry, attempt: r.attempts };
+            return Some(Claimed { info, kernel });
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
         self.busy_until[w] = now + self.predict(c, range.len());
-        Some(Claimed { range, phase, attempt: 0, kernel })
+        Some(Claimed { info: ChunkInfo { range, phase, attempt: 0 }, kernel })
     }
 
     fn take_retry(&mut self, w: usize, c: usize) -> Option<Retry> {
@@ -388,7 +390,7 @@ impl JobCore {
 
     /// Worker `w` of class `c` finished `chunk` in `start..end` (seconds since
     /// the job started).
-    pub(crate) fn complete(&mut self, w: usize, c: usize, chunk: &Claimed, start: f64, end: f64) -> After {
+    pub(crate) fn complete(&mut self, w: usize, c: usize, chunk: &ChunkInfo, start: f64, end: f64) -> After {
         let n = chunk.range.len();
         let secs = (end - start).max(1e-9);
         self.in_flight -= 1;
@@ -433,7 +435,7 @@ impl JobCore {
     }
 
     /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
-    pub(crate) fn fail(&mut self, w: usize, _c: usize, chunk: &Claimed, err: &KernelError) -> After {
+    pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: &KernelError) -> After {
         self.in_flight -= 1;
         self.busy_until[w] = 0.0;
         self.retried += 1;
@@ -457,7 +459,7 @@ impl JobCore {
                 vec![r]
             };
             for range in parts {
-                self.retries.push_back(Retry { range, attempts, not_by: w, last: err.to_string() });
+                self.retries.push_back(Retry { range, attempts, not_by: w });
             }
         }
         if self.failed.is_some() {
@@ -567,10 +569,11 @@ impl JobCore {
     }
 
     /// The run's report, once it is over; `Err` if it failed.
-    pub(crate) fn report(&mut self, makespan: f64) -> Result<RunReport, ActorError> {
+    pub(crate) fn report(&mut self) -> Result<RunReport, ActorError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
+        let makespan = self.st.iter().map(|s| s.finish).fold(0.0, f64::max);
         let classes: Vec<ClassReport> = self
             .st
             .iter()
@@ -610,9 +613,16 @@ impl JobCore {
             learned_split,
             probe: self.probe_report.clone(),
             retries: self.retried,
+            split_delta: None,
+            split_stored: false,
             classes,
             chunks: self.trace.take().unwrap_or_default(),
         })
+    }
+
+    /// Kernel name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// Samples of this run per class, for the profiler.

@@ -1,4 +1,221 @@
-//! The broker: owns every job's item space and hands out chunks.
+//! The broker actor: admits jobs into the registry it owns, and closes them
+//! when workers report them over. Workers never message it per chunk.
 
 pub(crate) mod job;
+pub(crate) mod registry;
 pub(crate) mod space;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseActFuture, StreamHandler, WrapFuture};
+use coexec_kernels::Kernel;
+
+use self::job::JobCore;
+use self::registry::{Event, Job, Registry, Reply};
+use crate::device::DeviceKind;
+use crate::metrics as m;
+use crate::policy::{ClassSpeed, PlanContext, Policy, Thresholds};
+use crate::profiler::{Lookup, Observe, Profiler};
+use crate::SpeedModel;
+
+/// Per-job settings.
+#[derive(Clone)]
+pub struct JobOptions {
+    /// The policy; `None`: the runtime's default.
+    pub policy: Option<Arc<dyn Policy>>,
+    /// Priority under [`JobOrder::Priority`](crate::JobOrder::Priority): higher first.
+    pub priority: i32,
+    /// Weight under [`JobOrder::Fair`](crate::JobOrder::Fair).
+    pub weight: f64,
+    /// Record every chunk in the report.
+    pub trace: bool,
+    /// Only these device classes (by index) may run the job; `None`: all.
+    pub classes: Option<Vec<usize>>,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        Self { policy: None, priority: 0, weight: 1.0, trace: false, classes: None }
+    }
+}
+
+impl std::fmt::Debug for JobOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobOptions")
+            .field("policy", &self.policy.as_ref().map(|p| p.name()))
+            .field("priority", &self.priority)
+            .field("weight", &self.weight)
+            .field("trace", &self.trace)
+            .field("classes", &self.classes)
+            .finish()
+    }
+}
+
+pub(crate) struct Broker {
+    pub(crate) reg: Arc<Registry>,
+    pub(crate) profiler: Addr<Profiler>,
+    pub(crate) thresholds: Thresholds,
+    pub(crate) policy: Arc<dyn Policy>,
+    pub(crate) trace: bool,
+    pub(crate) next_id: u64,
+    pub(crate) live: usize,
+}
+
+impl Actor for Broker {
+    type Context = Context<Self>;
+}
+
+/// Admit a job; the answer goes to `reply` when it is over.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Submit {
+    pub(crate) kernel: Arc<dyn Kernel>,
+    pub(crate) opts: JobOptions,
+    pub(crate) reply: Reply,
+}
+
+impl Broker {
+    fn class_keys(&self) -> Vec<String> {
+        self.reg.classes.iter().map(|c| c.profile_key.clone()).collect()
+    }
+
+    fn admit(&mut self, m: Submit, models: Vec<SpeedModel>) {
+        let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
+        let kernel = m.kernel;
+        let grain = kernel.grain().max(1);
+        let eligible: Vec<bool> = self
+            .reg
+            .classes
+            .iter()
+            .map(|c| {
+                let allowed = m.opts.classes.as_ref().is_none_or(|only| only.contains(&c.index));
+                allowed
+                    && match c.kind {
+                        DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
+                        DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
+                    }
+            })
+            .collect();
+        let in_service: Vec<usize> = (0..self.reg.classes.len()).map(|c| self.reg.in_service(c)).collect();
+        let speeds: Vec<ClassSpeed> = models
+            .iter()
+            .zip(&eligible)
+            .zip(&in_service)
+            .map(|((md, &el), &w)| ClassSpeed {
+                workers: w,
+                a: md.a(),
+                b: md.is_known().then(|| md.b()),
+                eligible: el,
+                min_items: grain,
+            })
+            .collect();
+        let ctx = PlanContext {
+            items: kernel.items(),
+            grain,
+            classes: &self.reg.classes,
+            speeds: &speeds,
+            thresholds: self.thresholds,
+        };
+        let adm = policy.admit(&ctx);
+        let core = JobCore::new(
+            kernel.clone(),
+            policy.name(),
+            adm,
+            self.thresholds,
+            self.reg.classes.clone(),
+            models,
+            eligible,
+            in_service,
+            self.reg.worker_class.clone(),
+            self.trace || m.opts.trace,
+        );
+        self.next_id += 1;
+        let job = Arc::new(Job {
+            id: self.next_id,
+            priority: m.opts.priority,
+            weight: m.opts.weight.max(1e-9),
+            start: Instant::now(),
+            profile_key: kernel.profile_key(),
+            core: Mutex::new(core),
+            reply: Mutex::new(Some(m.reply)),
+            service_ns: Default::default(),
+            closed: Default::default(),
+        });
+        self.live += 1;
+        m::jobs_in_flight(self.live);
+        self.reg.admit(job);
+    }
+}
+
+impl Handler<Submit> for Broker {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, m: Submit, _: &mut Context<Self>) -> Self::Result {
+        let lookup = Lookup { key: m.kernel.profile_key(), classes: self.class_keys() };
+        let n = self.reg.classes.len();
+        Box::pin(self.profiler.send(lookup).into_actor(self).map(move |models, act, _| {
+            let models = models.unwrap_or_else(|_| vec![SpeedModel::default(); n]);
+            act.admit(m, models);
+        }))
+    }
+}
+
+impl StreamHandler<Event> for Broker {
+    fn handle(&mut self, ev: Event, ctx: &mut Context<Self>) {
+        match ev {
+            Event::JobDone(job) => {
+                self.live = self.live.saturating_sub(1);
+                m::jobs_in_flight(self.live);
+                let (result, samples) = {
+                    let mut core = job.core();
+                    (core.report(), core.samples())
+                };
+                let reply = job.reply.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match result {
+                    Err(e) => {
+                        tracing::warn!(job = job.id, "job failed: {e}");
+                        m::job_finished(&job.profile_key, "", Err(()));
+                        if let Some(r) = reply {
+                            let _ = r.send(Err(e));
+                        }
+                    }
+                    Ok(mut report) => {
+                        m::job_finished(&report.kernel, &report.policy, Ok(&report));
+                        let observe = Observe {
+                            key: job.profile_key.clone(),
+                            classes: self.class_keys(),
+                            samples,
+                            learned_split: report.learned_split.clone(),
+                        };
+                        // Reply once the profiler has learned from the run,
+                        // so the caller's next run starts from it.
+                        ctx.spawn(self.profiler.send(observe).into_actor(self).map(move |learned, _, _| {
+                            if let Ok(l) = learned {
+                                report.split_delta = Some(l.delta);
+                                report.split_stored = l.split_replaced;
+                            }
+                            tracing::info!(
+                                kernel = %report.kernel, items = report.items, makespan_s = report.makespan_s,
+                                imbalance = report.imbalance, policy = %report.policy, "run finished"
+                            );
+                            if let Some(r) = reply {
+                                let _ = r.send(Ok(report));
+                            }
+                        }));
+                    }
+                }
+            }
+            Event::WorkerLost { worker, class, why } => {
+                let name = &self.reg.classes[class].name;
+                tracing::error!(worker, class = %name, "worker out of service: {why}");
+                m::device_failed(name);
+            }
+        }
+    }
+
+    fn finished(&mut self, _: &mut Context<Self>) {
+        // The registry went away: nothing more will come. Stay up for submits,
+        // which will find a closed registry.
+    }
+}

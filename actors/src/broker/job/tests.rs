@@ -92,7 +92,7 @@ impl Sim {
                     let c = worker_class[w];
                     if let Some(ch) = job.claim(w, c, now) {
                         let (_, a, b, _) = self.spec[c];
-                        let t = now + a + ch.range.len() as f64 / b;
+                        let t = now + a + ch.info.range.len() as f64 / b;
                         running[w] = Some((now, t, ch));
                     }
                 }
@@ -106,18 +106,19 @@ impl Sim {
             let (start, end, ch) = running[w].take().unwrap();
             now = end;
             let c = worker_class[w];
-            let fail = self.fail_every.is_some_and(|k| ch.attempt == 0 && ch.range.start % k == 0);
+            let fail = self.fail_every.is_some_and(|k| ch.info.attempt == 0 && ch.info.range.start % k == 0);
             if fail {
-                job.fail(w, c, &ch, &KernelError::Injected("test".into()));
+                job.fail(w, &ch.info, &KernelError::Injected("test".into()));
             } else {
-                ch.kernel.run_cpu(&Chunk::new(ch.range.clone())).unwrap();
-                for i in ch.range.clone() {
+                ch.kernel.run_cpu(&Chunk::new(ch.info.range.clone())).unwrap();
+                for i in ch.info.range.clone() {
                     counts[i] += 1;
                 }
-                job.complete(w, c, &ch, start, end);
+                job.complete(w, c, &ch.info, start, end);
             }
         }
-        let report = job.report(now)?;
+        let report = job.report()?;
+        assert!((report.makespan_s - now).abs() < 1e-9);
         Ok(Outcome { makespan: now, report, counts })
     }
 
@@ -223,11 +224,11 @@ fn a_chunk_that_always_fails_fails_the_job() {
     let mut n = 0;
     while let Some(ch) = job.claim(0, 0, 0.0) {
         n += 1;
-        job.fail(0, 0, &ch, &KernelError::Injected("boom".into()));
+        job.fail(0, &ch.info, &KernelError::Injected("boom".into()));
         assert!(n < 100);
     }
     assert!(job.is_over());
-    let e = job.report(1.0).unwrap_err().to_string();
+    let e = job.report().unwrap_err().to_string();
     assert!(e.contains("failed 4 times") && e.contains("boom"), "{e}");
 }
 

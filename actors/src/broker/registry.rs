@@ -1,0 +1,240 @@
+//! The jobs workers claim from. The broker owns it; workers read it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::job::JobCore;
+use crate::device::ClassInfo;
+use crate::{ActorError, RunReport};
+
+/// Which job a free worker serves first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobOrder {
+    /// Oldest first; a later job gets the workers the earlier ones cannot use.
+    #[default]
+    Fifo,
+    /// Highest priority first; waiting raises a job's priority by one per
+    /// second, so none starves.
+    Priority,
+    /// Least service received per unit of weight first (weighted fair share).
+    Fair,
+}
+
+/// The reply a submitter waits for.
+pub(crate) type Reply = oneshot::Sender<Result<RunReport, ActorError>>;
+
+/// One admitted job.
+pub(crate) struct Job {
+    pub(crate) id: u64,
+    pub(crate) priority: i32,
+    pub(crate) weight: f64,
+    pub(crate) start: Instant,
+    pub(crate) profile_key: String,
+    pub(crate) core: Mutex<JobCore>,
+    pub(crate) reply: Mutex<Option<Reply>>,
+    /// Worker-nanoseconds spent on it, for fair share.
+    pub(crate) service_ns: AtomicU64,
+    /// Set once the job has been handed back to the broker.
+    pub(crate) closed: AtomicBool,
+}
+
+impl Job {
+    pub(crate) fn core(&self) -> MutexGuard<'_, JobCore> {
+        // A panic never happens under this lock (kernels run outside it);
+        // should one, the state is still consistent enough to finish.
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn rank(&self, order: JobOrder, now: Instant) -> f64 {
+        match order {
+            JobOrder::Fifo => self.id as f64,
+            JobOrder::Priority => -(self.priority as f64 + now.duration_since(self.start).as_secs_f64()),
+            JobOrder::Fair => self.service_ns.load(Ordering::Relaxed) as f64 / self.weight,
+        }
+    }
+}
+
+/// Events from workers to the broker actor.
+pub(crate) enum Event {
+    /// A job is over (done or failed).
+    JobDone(Arc<Job>),
+    /// A worker was taken out of service.
+    WorkerLost { worker: usize, class: usize, why: String },
+}
+
+/// Every live job, and the bell idle workers wait on.
+pub(crate) struct Registry {
+    jobs: RwLock<Vec<Arc<Job>>>,
+    generation: AtomicU64,
+    bell: Mutex<u64>,
+    cv: Condvar,
+    closed: AtomicBool,
+    idle: tokio::sync::Notify,
+    pub(crate) order: JobOrder,
+    pub(crate) classes: Arc<[ClassInfo]>,
+    pub(crate) worker_class: Arc<[usize]>,
+    in_service: Vec<AtomicUsize>,
+    done: Vec<AtomicU64>,
+    events: flume::Sender<Event>,
+}
+
+impl Registry {
+    pub(crate) fn new(
+        classes: Arc<[ClassInfo]>,
+        worker_class: Arc<[usize]>,
+        order: JobOrder,
+        events: flume::Sender<Event>,
+    ) -> Self {
+        let in_service = classes.iter().map(|c| AtomicUsize::new(c.workers)).collect();
+        let done = classes.iter().map(|_| AtomicU64::new(0)).collect();
+        Self {
+            jobs: RwLock::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            bell: Mutex::new(0),
+            cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            idle: tokio::sync::Notify::new(),
+            order,
+            classes,
+            worker_class,
+            in_service,
+            done,
+            events,
+        }
+    }
+
+    /// Workers of class `c` still in service.
+    pub(crate) fn in_service(&self, c: usize) -> usize {
+        self.in_service[c].load(Ordering::Acquire)
+    }
+
+    /// Counts items computed by class `c` (for progress displays).
+    pub(crate) fn add_done(&self, c: usize, items: usize) {
+        self.done[c].fetch_add(items as u64, Ordering::Relaxed);
+    }
+
+    /// Items computed per class since the runtime started.
+    pub(crate) fn progress(&self) -> Vec<u64> {
+        self.done.iter().map(|d| d.load(Ordering::Relaxed)).collect()
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Adds an admitted job and wakes the workers.
+    pub(crate) fn admit(&self, job: Arc<Job>) {
+        if job.core().is_over() {
+            self.finish(&job);
+            return;
+        }
+        self.jobs.write().unwrap_or_else(|e| e.into_inner()).push(job);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.ring();
+    }
+
+    /// The live jobs in the order workers should serve them.
+    pub(crate) fn snapshot(&self, into: &mut Vec<Arc<Job>>) {
+        into.clear();
+        into.extend(self.jobs.read().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+    }
+
+    /// Sorts `jobs` by this registry's order.
+    pub(crate) fn sort(&self, jobs: &mut [Arc<Job>]) {
+        if self.order != JobOrder::Fifo && jobs.len() > 1 {
+            let now = Instant::now();
+            jobs.sort_by(|a, b| a.rank(self.order, now).total_cmp(&b.rank(self.order, now)));
+        }
+    }
+
+    /// Removes a finished job and hands it to the broker, once.
+    pub(crate) fn finish(&self, job: &Arc<Job>) {
+        if job.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
+        jobs.retain(|j| j.id != job.id);
+        let empty = jobs.is_empty();
+        drop(jobs);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let _ = self.events.send(Event::JobDone(job.clone()));
+        if empty {
+            self.idle.notify_waiters();
+        }
+        self.ring();
+    }
+
+    /// Waits until no job is live.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let n = self.idle.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if !self.busy() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Worker `w` of class `c` is out of service.
+    pub(crate) fn worker_lost(&self, w: usize, c: usize, why: String) {
+        self.in_service[c].fetch_sub(1, Ordering::AcqRel);
+        let mut jobs = Vec::new();
+        self.snapshot(&mut jobs);
+        for job in jobs {
+            let after = job.core().worker_lost(c, &why);
+            if after.finished {
+                self.finish(&job);
+            }
+        }
+        let _ = self.events.send(Event::WorkerLost { worker: w, class: c, why });
+        self.ring();
+    }
+
+    /// Whether any job is live.
+    pub(crate) fn busy(&self) -> bool {
+        !self.jobs.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Stops the workers; with `cancel`, fails every live job.
+    pub(crate) fn close(&self, cancel: bool) {
+        if cancel {
+            let mut jobs = Vec::new();
+            self.snapshot(&mut jobs);
+            for job in jobs {
+                job.core().cancel(ActorError::Shutdown);
+                self.finish(&job);
+            }
+        }
+        self.closed.store(true, Ordering::Release);
+        self.ring();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The bell's count, to wait on without missing a ring.
+    pub(crate) fn bell(&self) -> u64 {
+        *self.bell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn ring(&self) {
+        *self.bell.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.cv.notify_all();
+    }
+
+    /// Waits for a ring after `seen`, at most `timeout`.
+    pub(crate) fn wait(&self, seen: u64, timeout: Duration) {
+        let g = self.bell.lock().unwrap_or_else(|e| e.into_inner());
+        if *g != seen || self.is_closed() {
+            return;
+        }
+        let _ = self.cv.wait_timeout_while(g, timeout, |n| *n == seen && !self.is_closed());
+    }
+}

@@ -1,0 +1,91 @@
+//! The profiler actor: per-kernel speed models for each device class,
+//! learned from every run and remembered across processes.
+
+mod store;
+
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler, Message};
+
+pub use store::{Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore, PROFILE_VERSION};
+
+use crate::perfmodel::{Sample, SpeedModel};
+
+/// How often the profile file is rewritten at most while runs stream in.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// The actor around a [`ProfileStore`].
+pub(crate) struct Profiler {
+    pub(crate) store: ProfileStore,
+    pub(crate) nu: f64,
+}
+
+impl Actor for Profiler {
+    type Context = Context<Self>;
+}
+
+/// The stored models of a kernel for the given classes.
+#[derive(Message)]
+#[rtype(result = "Vec<SpeedModel>")]
+pub(crate) struct Lookup {
+    pub(crate) key: String,
+    pub(crate) classes: Vec<String>,
+}
+
+impl Handler<Lookup> for Profiler {
+    type Result = Vec<SpeedModel>;
+    fn handle(&mut self, m: Lookup, _: &mut Context<Self>) -> Self::Result {
+        self.store.models(&m.key, &m.classes)
+    }
+}
+
+/// A finished run's samples.
+#[derive(Message)]
+#[rtype(result = "Learned")]
+pub(crate) struct Observe {
+    pub(crate) key: String,
+    pub(crate) classes: Vec<String>,
+    pub(crate) samples: Vec<Vec<Sample>>,
+    pub(crate) learned_split: Vec<f64>,
+}
+
+impl Handler<Observe> for Profiler {
+    type Result = actix::MessageResult<Observe>;
+    fn handle(&mut self, m: Observe, _: &mut Context<Self>) -> Self::Result {
+        let learned = self.store.observe(&m.key, &m.classes, &m.samples, &m.learned_split, self.nu);
+        let res = if learned.split_replaced { self.store.save() } else { self.store.save_debounced(SAVE_EVERY) };
+        if let Err(e) = res {
+            tracing::warn!("could not save the profile: {e}");
+        }
+        actix::MessageResult(learned)
+    }
+}
+
+/// Writes the profile now; answers on `done`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Flush {
+    pub(crate) done: std::sync::mpsc::Sender<()>,
+}
+
+impl Handler<Flush> for Profiler {
+    type Result = ();
+    fn handle(&mut self, m: Flush, _: &mut Context<Self>) {
+        if let Err(e) = self.store.save() {
+            tracing::warn!("could not save the profile: {e}");
+        }
+        let _ = m.done.send(());
+    }
+}
+
+/// A copy of everything stored.
+#[derive(Message)]
+#[rtype(result = "ProfileFile")]
+pub(crate) struct Dump;
+
+impl Handler<Dump> for Profiler {
+    type Result = actix::MessageResult<Dump>;
+    fn handle(&mut self, _: Dump, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(self.store.file().clone())
+    }
+}

@@ -1,0 +1,326 @@
+//! Starting and stopping the actors and the worker threads.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix::{Actor, Addr, AsyncContext};
+use coexec_kernels::cuda::{self, GpuInfo, StreamWorker};
+use coexec_kernels::Kernel;
+
+use crate::broker::registry::{Event, JobOrder, Registry};
+use crate::broker::{Broker, JobOptions, Submit};
+use crate::device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End};
+use crate::policy::{by_name, Thresholds};
+use crate::profiler::{Dump, Fingerprint, Flush, ProfileFile, ProfileStore, Profiler};
+use crate::worker::{self, CpuExec, Executor, GpuExec, SimExec};
+use crate::{ActorError, RunReport};
+
+/// CUDA streams per GPU when a spec does not say.
+pub const DEFAULT_STREAMS: usize = 2;
+
+/// Where profiles go: this directory, or only memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileDir {
+    /// `COEXEC_PROFILE_DIR`, else the user's cache directory (`~/.cache/coexec`).
+    Default,
+    /// This directory.
+    At(PathBuf),
+    /// Nothing is read or written.
+    InMemory,
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Devices; `None`: every core and every GPU found.
+    pub devices: Option<DeviceList>,
+    /// Default policy name.
+    pub policy: String,
+    /// The seed's thresholds.
+    pub thresholds: Thresholds,
+    /// Where profiles live.
+    pub profile_dir: ProfileDir,
+    /// Which job a free worker serves first.
+    pub order: JobOrder,
+    /// Record every chunk of every run.
+    pub trace: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            devices: None,
+            policy: "hybrid".into(),
+            thresholds: Thresholds::default(),
+            profile_dir: ProfileDir::Default,
+            order: JobOrder::Fifo,
+            trace: false,
+        }
+    }
+}
+
+/// The running actor system and workers.
+pub struct Engine {
+    broker: Addr<Broker>,
+    profiler: Addr<crate::profiler::Profiler>,
+    reg: Arc<Registry>,
+    system: Option<actix::System>,
+    system_thread: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+    profile_path: Option<PathBuf>,
+    gpus: Vec<GpuInfo>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("classes", &self.reg.classes).finish_non_exhaustive()
+    }
+}
+
+/// Logical cores of this machine.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The GPUs CUDA can see, or why there are none.
+pub fn gpus() -> Result<Vec<GpuInfo>, ActorError> {
+    cuda::devices().map_err(|e| ActorError::Device { device: "cuda".into(), source: e })
+}
+
+/// The device classes `devices` makes on this machine (`None`: the default:
+/// every GPU with [`DEFAULT_STREAMS`] streams, and every core but one per GPU
+/// for the CPU class — a GPU's host thread sleeps while its GPU works, but
+/// staging copies and launches need a core's worth of time).
+pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuInfo>), ActorError> {
+    let found = match gpus() {
+        Ok(g) => g,
+        Err(e) => {
+            if devices.is_none() {
+                tracing::info!("no CUDA device: {e}; running on the CPUs");
+            }
+            Vec::new()
+        }
+    };
+    let specs: Vec<DeviceSpec> = match devices {
+        Some(d) => d.0.clone(),
+        None => {
+            let mut v = vec![DeviceSpec::cpu(cores().saturating_sub(found.len()).max(1))];
+            v.extend(found.iter().map(|g| DeviceSpec::cuda(g.id, None)));
+            v
+        }
+    };
+    let sims = specs.iter().filter(|s| matches!(s.kind, DeviceKind::Sim { .. })).count();
+    let mut classes = Vec::new();
+    let mut used_gpus = Vec::new();
+    for (index, spec) in specs.iter().enumerate() {
+        let (name, key, model, workers, end) = match &spec.kind {
+            DeviceKind::Cpu => {
+                let fp = Fingerprint::this_machine(vec![]);
+                ("cpu".to_string(), "cpu".to_string(), fp.cpu_model, spec.workers.unwrap_or_else(cores), End::Head)
+            }
+            DeviceKind::Sim { speed, latency } => {
+                let k = classes.iter().filter(|c: &&ClassInfo| matches!(c.kind, DeviceKind::Sim { .. })).count();
+                let name = if sims > 1 { format!("sim{k}") } else { "sim".into() };
+                let key = format!("sim@{speed}+{}us", latency.as_micros());
+                (name, key, format!("simulated, {speed}x one CPU worker"), spec.workers.unwrap_or(1), End::Tail)
+            }
+            DeviceKind::Cuda { id } => {
+                let Some(g) = found.iter().find(|g| g.id == *id) else {
+                    return Err(ActorError::DeviceSpec {
+                        spec: format!("cuda:{id}"),
+                        why: if found.is_empty() {
+                            "no CUDA device on this machine".into()
+                        } else {
+                            format!("no such GPU; found {}", found.len())
+                        },
+                    });
+                };
+                used_gpus.push(g.clone());
+                (
+                    format!("cuda:{id}"),
+                    format!("cuda:{id}:{}", g.name),
+                    g.name.clone(),
+                    spec.workers.unwrap_or(DEFAULT_STREAMS),
+                    End::Tail,
+                )
+            }
+        };
+        classes.push(ClassInfo { index, name, profile_key: key, kind: spec.kind.clone(), workers, end, model });
+    }
+    if classes.is_empty() {
+        return Err(ActorError::DeviceSpec { spec: String::new(), why: "no device".into() });
+    }
+    Ok((classes, used_gpus))
+}
+
+impl Engine {
+    /// Starts the actor system on its own thread and one thread per worker.
+    pub fn start(cfg: EngineConfig) -> Result<Self, ActorError> {
+        let policy = by_name(&cfg.policy)?;
+        let (classes, used_gpus) = resolve(cfg.devices.as_ref())?;
+        let fingerprint = Fingerprint::this_machine(used_gpus.iter().map(|g| g.name.clone()).collect());
+        let store = match &cfg.profile_dir {
+            ProfileDir::InMemory => ProfileStore::in_memory(fingerprint),
+            ProfileDir::At(d) => ProfileStore::open(d, fingerprint),
+            ProfileDir::Default => match std::env::var_os("COEXEC_PROFILE_DIR") {
+                Some(d) if !d.is_empty() => ProfileStore::open(&PathBuf::from(d), fingerprint),
+                _ => match dirs::cache_dir() {
+                    Some(d) => ProfileStore::open(&d.join("coexec"), fingerprint),
+                    None => ProfileStore::in_memory(fingerprint),
+                },
+            },
+        };
+        let profile_path = store.path().map(PathBuf::from);
+        let classes: Arc<[ClassInfo]> = classes.into();
+        let worker_class: Arc<[usize]> =
+            classes.iter().flat_map(|c| std::iter::repeat_n(c.index, c.workers)).collect();
+        let (ev_tx, ev_rx) = flume::unbounded::<Event>();
+        let reg = Arc::new(Registry::new(classes.clone(), worker_class.clone(), cfg.order, ev_tx));
+
+        // The actor system, on its own thread: an embedding tokio runtime is
+        // never asked to host actix.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reg2 = reg.clone();
+        let (th, trace) = (cfg.thresholds, cfg.trace);
+        let system_thread = std::thread::Builder::new()
+            .name("coexec-actors".into())
+            .spawn(move || {
+                let sys = actix_rt::System::new();
+                sys.block_on(async move {
+                    let profiler = Profiler { store, nu: th.nu }.start();
+                    let broker = Broker::create(|ctx| {
+                        ctx.add_stream(ev_rx.into_stream());
+                        Broker { reg: reg2, profiler: profiler.clone(), thresholds: th, policy, trace, next_id: 0, live: 0 }
+                    });
+                    let _ = tx.send((broker, profiler, actix::System::current()));
+                });
+                if let Err(e) = sys.run() {
+                    tracing::error!("actor system stopped with an error: {e}");
+                }
+            })
+            .map_err(|e| ActorError::System(e.to_string()))?;
+        let (broker, profiler, system) =
+            rx.recv_timeout(Duration::from_secs(10)).map_err(|e| ActorError::System(format!("did not start: {e}")))?;
+
+        let mut engine = Self {
+            broker,
+            profiler,
+            reg: reg.clone(),
+            system: Some(system),
+            system_thread: Some(system_thread),
+            workers: Vec::new(),
+            profile_path,
+            gpus: used_gpus,
+        };
+        // Workers; a GPU stream is created on its own thread and says whether it came up.
+        let (up_tx, up_rx) = std::sync::mpsc::channel::<Result<(), ActorError>>();
+        for (w, &c) in worker_class.iter().enumerate() {
+            let info = classes[c].clone();
+            let k = w - worker_class.iter().position(|&x| x == c).unwrap_or(w);
+            let reg = reg.clone();
+            let up = up_tx.clone();
+            let name = format!("coexec-{}-{k}", info.name.replace(':', ""));
+            let h = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    let exec: Box<dyn Executor> = match info.kind {
+                        DeviceKind::Cpu => Box::new(CpuExec),
+                        DeviceKind::Sim { speed, latency } => Box::new(SimExec { speed, latency }),
+                        DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
+                            Ok(stream) => Box::new(GpuExec { stream }),
+                            Err(e) => {
+                                let _ = up.send(Err(ActorError::Device { device: format!("{}/s{k}", info.name), source: e }));
+                                return;
+                            }
+                        },
+                    };
+                    let _ = up.send(Ok(()));
+                    drop(up);
+                    worker::work(reg, w, exec);
+                })
+                .map_err(|e| ActorError::System(e.to_string()))?;
+            engine.workers.push(h);
+        }
+        drop(up_tx);
+        for _ in 0..worker_class.len() {
+            match up_rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(ActorError::System("a worker did not start".into())),
+            }
+        }
+        Ok(engine)
+    }
+
+    /// The device classes.
+    pub fn classes(&self) -> &[ClassInfo] {
+        &self.reg.classes
+    }
+
+    /// The GPUs in use.
+    pub fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    /// Where the profile file lives, if anywhere.
+    pub fn profile_path(&self) -> Option<&std::path::Path> {
+        self.profile_path.as_deref()
+    }
+
+    /// Runs `kernel` to the end; every item exactly once, or an error.
+    pub async fn submit(&self, kernel: Arc<dyn Kernel>, opts: JobOptions) -> Result<RunReport, ActorError> {
+        if self.reg.is_closed() {
+            return Err(ActorError::Shutdown);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.broker.do_send(Submit { kernel, opts, reply: tx });
+        rx.await.map_err(|_| ActorError::Shutdown)?
+    }
+
+    /// Items computed per class since the engine started.
+    pub fn progress(&self) -> Vec<u64> {
+        self.reg.progress()
+    }
+
+    /// Everything the profiler has stored.
+    pub async fn profile(&self) -> Result<ProfileFile, ActorError> {
+        self.profiler.send(Dump).await.map_err(|e| ActorError::System(e.to_string()))
+    }
+
+    /// Waits until every admitted job is over.
+    pub async fn drain(&self) {
+        self.reg.drained().await
+    }
+
+    /// Stops everything; with `cancel`, live jobs fail with
+    /// [`ActorError::Shutdown`]. Saves the profile. Blocks until every thread
+    /// has ended (workers finish the chunk in hand first).
+    pub fn shutdown(&mut self, cancel: bool) {
+        if self.system.is_none() {
+            return;
+        }
+        self.reg.close(cancel);
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        let (done, wait) = std::sync::mpsc::channel();
+        self.profiler.do_send(Flush { done });
+        let _ = wait.recv_timeout(Duration::from_secs(5));
+        // Let the broker deliver the replies of jobs that just ended.
+        std::thread::sleep(Duration::from_millis(1));
+        if let Some(sys) = self.system.take() {
+            sys.stop();
+        }
+        if let Some(h) = self.system_thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown(true);
+    }
+}

@@ -1,0 +1,110 @@
+//! Workers: one OS thread per CPU core, simulated unit or CUDA stream, each
+//! pulling chunks from the registry until the runtime closes.
+
+mod cpu;
+mod gpu;
+mod sim;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use coexec_kernels::{Chunk, Kernel, KernelError};
+
+pub(crate) use cpu::CpuExec;
+pub(crate) use gpu::GpuExec;
+pub(crate) use sim::SimExec;
+
+use crate::broker::registry::{Job, Registry};
+use crate::metrics as m;
+
+/// Consecutive device errors after which a worker is taken out of service.
+const DEVICE_STRIKES: u32 = 3;
+
+/// How a worker runs a chunk on its device.
+pub(crate) trait Executor: Send {
+    fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError>;
+}
+
+/// Runs `f`, turning a panic into [`KernelError::Panicked`].
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(KernelError::Panicked(msg))
+        }
+    }
+}
+
+/// The worker loop: claim, run, report, until the registry closes.
+pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
+    let c = reg.worker_class[w];
+    let class = reg.classes[c].name.clone();
+    let mut strikes = 0u32;
+    let mut jobs: Vec<Arc<Job>> = Vec::new();
+    let mut generation = u64::MAX;
+    let labels = m::WorkerLabels::new(&class, w);
+    while !reg.is_closed() {
+        let seen = reg.bell();
+        let g = reg.generation();
+        if g != generation {
+            reg.snapshot(&mut jobs);
+            generation = g;
+        }
+        reg.sort(&mut jobs);
+        let mut ran = false;
+        for job in &jobs {
+            let now = job.start.elapsed().as_secs_f64();
+            let Some(claimed) = job.core().claim(w, c, now) else { continue };
+            ran = true;
+            let chunk = Chunk::new(claimed.info.range.clone());
+            let t0 = job.start.elapsed().as_secs_f64();
+            let res = exec.run(&*claimed.kernel, &chunk);
+            let t1 = job.start.elapsed().as_secs_f64();
+            drop(claimed.kernel);
+            job.service_ns.fetch_add(((t1 - t0) * 1e9) as u64, std::sync::atomic::Ordering::Relaxed);
+            let after = match &res {
+                Ok(()) => {
+                    strikes = 0;
+                    reg.add_done(c, chunk.len());
+                    let mut core = job.core();
+                    labels.chunk_done(core.name(), claimed.info.phase, chunk.len(), t1 - t0);
+                    core.complete(w, c, &claimed.info, t0, t1)
+                }
+                Err(e) => {
+                    tracing::warn!(worker = w, class = %class, items = ?chunk.range(), error = %e, "chunk failed; it goes back to the broker");
+                    labels.chunk_failed();
+                    if matches!(e, KernelError::Cuda(_)) {
+                        strikes += 1;
+                    }
+                    job.core().fail(w, &claimed.info, e)
+                }
+            };
+            if after.finished {
+                reg.finish(job);
+            } else if after.wake {
+                reg.ring();
+            }
+            break;
+        }
+        if strikes >= DEVICE_STRIKES {
+            let why = format!("{DEVICE_STRIKES} device errors in a row");
+            tracing::error!(worker = w, class = %class, "taking the worker out of service: {why}");
+            reg.worker_lost(w, c, why);
+            return;
+        }
+        if !ran {
+            // Nothing to claim now: sleep until a job arrives or changes.
+            // While jobs are live, look again soon: a refusal by the
+            // earliest-finish guard can turn into a claim as others slow down.
+            let t0 = std::time::Instant::now();
+            let timeout = if reg.busy() { Duration::from_millis(1) } else { Duration::from_millis(200) };
+            reg.wait(seen, timeout);
+            labels.idle(t0.elapsed().as_secs_f64());
+        }
+    }
+}

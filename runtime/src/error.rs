@@ -1,0 +1,35 @@
+use coexec_actors::ActorError;
+use coexec_kernels::KernelError;
+
+/// Errors a coexec user meets.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// From the scheduler: a bad device spec, an unknown policy, a job that
+    /// failed, a shutdown.
+    #[error(transparent)]
+    Actor(#[from] ActorError),
+    /// From a kernel or its inputs.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// An invalid builder setting.
+    #[error("invalid setting {what}: {why}")]
+    Config {
+        /// The setting.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// The Prometheus exporter could not start.
+    #[error("metrics exporter: {0}")]
+    Metrics(String),
+    /// Writing an output file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
