@@ -96,6 +96,8 @@ pub struct RunReport {
     pub policy: String,
     /// Items in the job.
     pub items: usize,
+    /// When the job was admitted, seconds since the runtime started.
+    pub started_s: f64,
     /// Seconds from admission to the last chunk's end.
     pub makespan_s: f64,
     /// δ: spread of the classes' finish times over the latest, among classes

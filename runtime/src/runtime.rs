@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use coexec_actors::{ClassInfo, Engine, JobOptions, RunReport};
 use coexec_kernels::cuda::GpuInfo;
+use coexec_kernels::workloads::Workload;
 use coexec_kernels::Kernel;
 
 use crate::{Builder, Error};
@@ -71,6 +72,31 @@ impl Runtime {
         let kernel = Arc::try_unwrap(k)
             .map_err(|_| Error::Config { what: "kernel", why: "still shared after its run (a bug)".into() })?;
         Ok(Done { kernel, report })
+    }
+
+    /// Drives an iterative job to its end: each step is one run (so the
+    /// profiler learns between steps), with the workload's host step between.
+    /// Returns the job's output and every run's report.
+    ///
+    /// ```
+    /// use coexec::kernels::workloads::{MatmulJob, MatmulProblem};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), coexec::Error> {
+    /// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
+    /// let (out, reports) = rt.drive(MatmulJob::new(MatmulProblem::new(64, 32)?)?, Default::default()).await?;
+    /// assert_eq!(out.c.len(), 64 * 32 * 32);
+    /// assert_eq!(reports.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn drive<W: Workload>(&self, mut w: W, opts: JobOptions) -> Result<(W::Output, Vec<RunReport>), Error> {
+        let mut reports = Vec::new();
+        while let Some(step) = w.next_step()? {
+            let done = self.run_with(step, opts.clone()).await?;
+            reports.push(done.report);
+            w.absorb(done.kernel)?;
+        }
+        Ok((w.finish(), reports))
     }
 
     /// The device classes and their workers.

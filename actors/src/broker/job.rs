@@ -607,6 +607,7 @@ impl JobCore {
             kernel: self.name.clone(),
             policy: self.policy.clone(),
             items: self.items,
+            started_s: 0.0,
             makespan_s: makespan,
             imbalance,
             split: self.planned.clone(),

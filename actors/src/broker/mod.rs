@@ -181,6 +181,7 @@ impl StreamHandler<Event> for Broker {
                         }
                     }
                     Ok(mut report) => {
+                        report.started_s = job.start.duration_since(self.reg.epoch).as_secs_f64();
                         m::job_finished(&report.kernel, &report.policy, Ok(&report));
                         let observe = Observe {
                             key: job.profile_key.clone(),

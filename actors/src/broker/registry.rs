@@ -75,6 +75,8 @@ pub(crate) struct Registry {
     closed: AtomicBool,
     idle: tokio::sync::Notify,
     pub(crate) order: JobOrder,
+    /// When the runtime started.
+    pub(crate) epoch: Instant,
     pub(crate) classes: Arc<[ClassInfo]>,
     pub(crate) worker_class: Arc<[usize]>,
     in_service: Vec<AtomicUsize>,
@@ -99,6 +101,7 @@ impl Registry {
             closed: AtomicBool::new(false),
             idle: tokio::sync::Notify::new(),
             order,
+            epoch: Instant::now(),
             classes,
             worker_class,
             in_service,
