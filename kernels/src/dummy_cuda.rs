@@ -25,10 +25,18 @@ pub fn devices() -> Result<Vec<GpuInfo>, KernelError> {
     Err(KernelError::CudaUnavailable(OFF.into()))
 }
 
+/// Chooses how kernels would be compiled; nothing to compile in this build.
+pub fn set_deterministic(_on: bool) {}
+
+/// Always `true`: the CPU implementations are the only ones.
+pub fn is_deterministic() -> bool {
+    true
+}
+
 /// One CUDA stream and its buffers, driven by one worker thread.
 #[derive(Debug)]
 pub struct StreamWorker {
-    _never: std::convert::Infallible,
+    never: std::convert::Infallible,
 }
 
 impl StreamWorker {
@@ -39,7 +47,22 @@ impl StreamWorker {
 
     /// Runs `chunk` of `kernel` on this stream (unreachable: no value exists).
     pub fn run(&mut self, _kernel: &dyn CudaKernel, _chunk: &Chunk) -> Result<(), KernelError> {
-        match self._never {}
+        match self.never {}
+    }
+
+    /// The device's ordinal (unreachable).
+    pub fn device(&self) -> usize {
+        match self.never {}
+    }
+
+    /// This worker's index on its device (unreachable).
+    pub fn stream_index(&self) -> usize {
+        match self.never {}
+    }
+
+    /// What the device is (unreachable).
+    pub fn info(&self) -> &GpuInfo {
+        match self.never {}
     }
 }
 
@@ -49,3 +72,24 @@ pub trait CudaKernel: Send + Sync {
     /// results are in the kernel's host outputs.
     fn run_cuda(&self, worker: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError>;
 }
+
+/// The kernels that have a GPU twin in the `cuda` build implement the trait
+/// here too, so `Kernel::cuda` can answer `Some(self)` in every build (no
+/// worker exists to call it with).
+macro_rules! no_twin {
+    ($($t:ty),* $(,)?) => {$(
+        impl CudaKernel for $t {
+            fn run_cuda(&self, worker: &mut StreamWorker, _chunk: &Chunk) -> Result<(), KernelError> {
+                match worker.never {}
+            }
+        }
+    )*};
+}
+
+no_twin!(
+    crate::Synthetic,
+    crate::workloads::Matmul,
+    crate::workloads::PathfinderStep,
+    crate::workloads::NbodyStep,
+    crate::workloads::KmeansStep,
+);

@@ -1,8 +1,44 @@
-//! CUDA device class (placeholder until the cudarc backend lands).
+//! The CUDA device class, through cudarc (driver API + NVRTC, both opened at
+//! run time).
+//!
+//! ```text
+//!   devices()                     every visible GPU (CUDA_VISIBLE_DEVICES applies)
+//!   StreamWorker::new(dev, s)     one CUDA stream, its pinned staging and device buffers
+//!     │   shares, per device and process:
+//!     ├─ the device's primary context, set to blocking sync (waiting threads sleep)
+//!     ├─ the NVRTC-compiled modules of `src/cu/*.cu` (compiled once per arch and mode)
+//!     └─ the run cache: inputs every chunk of a run reads (uploaded once per run)
+//!   StreamWorker::run(kernel, chunk)
+//!     stage inputs → async copy in → kernel → async copy out → sync this stream
+//!     → results written to the kernel's host outputs
+//! ```
+//!
+//! Several workers on one device overlap: each runs on its own host thread and
+//! stream, so one stream's copies run under another's kernel.
+//!
+//! Nothing here assumes a GPU exists. Before the first driver call the driver
+//! library's presence is checked (cudarc panics on a missing library, so a
+//! panic from it is caught too) and every entry point answers
+//! [`KernelError::CudaUnavailable`] on a machine without CUDA.
+//!
+//! ```
+//! match coexec_kernels::cuda::devices() {
+//!     Ok(gpus) => println!("{} GPU(s)", gpus.len()),
+//!     Err(e) => println!("no GPU: {e}"),
+//! }
+//! ```
+
+mod driver;
+mod nvrtc;
+mod stream;
+mod workloads;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Chunk, KernelError};
 
-const OFF: &str = "coexec was built without the `cuda` feature";
+pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -19,32 +55,121 @@ pub struct GpuInfo {
     pub compute_capability: (u32, u32),
 }
 
-/// The visible GPUs; always an error in this build.
+/// The visible GPUs, in ordinal order.
+///
+/// `Err(CudaUnavailable)` when no CUDA driver library is installed; an empty
+/// list when the driver is there but sees no device (`CUDA_VISIBLE_DEVICES=`).
+/// Creates no context, so it is cheap and leaves the devices untouched.
 pub fn devices() -> Result<Vec<GpuInfo>, KernelError> {
-    Err(KernelError::CudaUnavailable(OFF.into()))
+    let Some(count) = driver::device_count()? else {
+        return Ok(Vec::new());
+    };
+    (0..count).map(driver::info).collect()
 }
 
-/// One CUDA stream and its buffers, driven by one worker thread.
-#[derive(Debug)]
-pub struct StreamWorker {
-    _never: std::convert::Infallible,
+static FAST_MATH: AtomicBool = AtomicBool::new(false);
+
+/// Chooses how `.cu` kernels are compiled from now on (a process-wide choice;
+/// modules already compiled in the other mode stay cached for it).
+///
+/// Deterministic (the default) compiles with `--fmad=false`, IEEE division and
+/// square root: the GPU does exactly the CPU's floating-point operations in
+/// the CPU's order, and results are bit-identical to [`crate::Kernel::run_cpu`].
+/// Fast mode allows fused multiply-add contraction (`--fmad=true`): faster, and
+/// different in the last bits.
+pub fn set_deterministic(on: bool) {
+    FAST_MATH.store(!on, Ordering::Relaxed);
 }
 
-impl StreamWorker {
-    /// Always [`KernelError::CudaUnavailable`] in this build.
-    pub fn new(_device: usize, _stream: usize) -> Result<Self, KernelError> {
-        Err(KernelError::CudaUnavailable(OFF.into()))
-    }
-
-    /// Runs `chunk` of `kernel` on this stream (unreachable: no value exists).
-    pub fn run(&mut self, _kernel: &dyn CudaKernel, _chunk: &Chunk) -> Result<(), KernelError> {
-        match self._never {}
-    }
+/// Whether kernels compile in deterministic mode (see [`set_deterministic`]).
+pub fn is_deterministic() -> bool {
+    !FAST_MATH.load(Ordering::Relaxed)
 }
 
 /// The GPU twin of a kernel.
+///
+/// Implementations stage the chunk's inputs through the worker, launch, copy
+/// back and write the chunk's host outputs; inputs the same for every chunk of
+/// a run go through the worker's run cache so they cross the bus once per run
+/// and device, not once per chunk.
 pub trait CudaKernel: Send + Sync {
     /// Runs the items of `chunk` on `worker`'s stream and returns once their
     /// results are in the kernel's host outputs.
     fn run_cuda(&self, worker: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError>;
+}
+
+/// Runs `f`, turning a panic inside cudarc (a library or symbol it could not
+/// load) into an error instead of unwinding through the caller.
+fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, KernelError>) -> Result<R, KernelError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => Err(KernelError::CudaUnavailable(format!(
+            "{what}: {}",
+            panic_message(&*payload)
+        ))),
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a machine without a GPU driver this must be an error, not a panic;
+    /// on a machine with one, every listed device must be described.
+    #[test]
+    fn devices_answers_without_panicking() {
+        match devices() {
+            Err(KernelError::CudaUnavailable(why)) => {
+                eprintln!("no CUDA here: {why}");
+                assert!(!why.is_empty());
+            }
+            Err(e) => panic!("unexpected error kind: {e}"),
+            Ok(gpus) => {
+                for (i, g) in gpus.iter().enumerate() {
+                    assert_eq!(g.id, i);
+                    assert!(g.sm_count > 0 && g.memory_bytes > 0, "{g:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn without_libcuda_the_answer_names_the_driver() {
+        if driver::libcuda_present() {
+            eprintln!("SKIPPED: libcuda is installed here; this test is for machines without it");
+            return;
+        }
+        match devices() {
+            Err(KernelError::CudaUnavailable(why)) => {
+                assert_eq!(why, "no CUDA driver (libcuda) found");
+            }
+            other => panic!("expected CudaUnavailable, got {other:?}"),
+        }
+        match StreamWorker::new(0, 0) {
+            Err(KernelError::CudaUnavailable(_)) => {}
+            other => panic!("expected CudaUnavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn guarded_turns_panics_into_errors() {
+        let r: Result<(), _> = guarded("loading", || panic!("Missing symbol cuFoo"));
+        match r {
+            Err(KernelError::CudaUnavailable(m)) => assert!(m.contains("cuFoo"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn deterministic_is_the_default() {
+        assert!(is_deterministic());
+    }
 }

@@ -515,6 +515,10 @@ impl KmeansStep {
 }
 
 impl Kernel for KmeansStep {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "kmeans"
     }

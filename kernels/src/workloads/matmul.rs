@@ -114,16 +114,19 @@ impl Matmul {
     }
 
     /// All `A` matrices, back to back.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn a(&self) -> &Arc<[f32]> {
         &self.a
     }
 
     /// All `B` matrices, back to back.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn b(&self) -> &Arc<[f32]> {
         &self.b
     }
 
     /// The output, item stride `dim²`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn c(&self) -> &DisjointBuf<f32> {
         &self.c
     }
@@ -148,6 +151,10 @@ fn product(a: &[f32], b: &[f32], c: &mut [f32], dim: usize) {
 }
 
 impl Kernel for Matmul {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "matmul"
     }

@@ -204,16 +204,19 @@ pub struct NbodyStep {
 
 impl NbodyStep {
     /// The state before this step (read by every chunk).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn old(&self) -> &Bodies {
         &self.old
     }
 
     /// New positions x, y, z (one element per body).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn new_pos(&self) -> &[DisjointBuf<f32>; 3] {
         &self.new_pos
     }
 
     /// New velocities x, y, z (one element per body).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn new_vel(&self) -> &[DisjointBuf<f32>; 3] {
         &self.new_vel
     }
@@ -225,6 +228,10 @@ impl NbodyStep {
 }
 
 impl Kernel for NbodyStep {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "nbody"
     }

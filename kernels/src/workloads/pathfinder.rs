@@ -169,31 +169,37 @@ impl PathfinderStep {
     pub const BAND: usize = 8192;
 
     /// The grid, row-major, one byte per cell.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn wall(&self) -> &Arc<[u8]> {
         &self.wall
     }
 
     /// Grid width.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn cols(&self) -> usize {
         self.cols
     }
 
     /// First grid row this run adds.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn first_row(&self) -> usize {
         self.t0
     }
 
     /// Rows this run adds.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn height(&self) -> usize {
         self.h
     }
 
     /// The result row before this run (row `t0 − 1`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn src(&self) -> &[i32] {
         &self.src
     }
 
     /// The result row after this run.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn dst(&self) -> &DisjointBuf<i32> {
         &self.dst
     }
@@ -261,6 +267,10 @@ fn step_row(
 }
 
 impl Kernel for PathfinderStep {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "pathfinder"
     }

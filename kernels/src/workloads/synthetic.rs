@@ -68,11 +68,13 @@ impl Synthetic {
     }
 
     /// The output buffer (for the CUDA twin, which copies its results in).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn out(&self) -> &DisjointBuf<u64> {
         &self.out
     }
 
     /// How many times each item was written (the CUDA twin counts on the host).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn audit(&self) -> &[AtomicU32] {
         &self.audit
     }
@@ -88,6 +90,10 @@ impl Synthetic {
 }
 
 impl Kernel for Synthetic {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "synthetic"
     }

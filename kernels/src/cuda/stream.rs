@@ -1,0 +1,459 @@
+//! One CUDA stream and its buffers, and the run cache its device shares.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::result as cu;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
+};
+
+use super::driver::{self, error_for, Device};
+use super::nvrtc::Program;
+use super::{guarded, is_deterministic, panic_message, CudaKernel, GpuInfo};
+use crate::{Chunk, KernelError};
+
+/// Plain data that crosses the bus as bytes: no padding, no pointers, every
+/// bit pattern valid.
+pub(crate) trait Pod: Copy + DeviceRepr + Send + Sync + 'static {}
+impl Pod for u8 {}
+impl Pod for u32 {}
+impl Pod for i32 {}
+impl Pod for u64 {}
+impl Pod for f32 {}
+
+fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+    // SAFETY: `Pod` types have no padding and no invalid bit patterns, so
+    // their memory read as bytes is initialised; the length is exact.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// A device address as a kernel argument (`const float*`, ...).
+pub(crate) type DevPtr = u64;
+
+/// One CUDA stream and its buffers, driven by one worker thread.
+///
+/// Buffers are kept between chunks and grow on demand: pinned host staging
+/// (so copies are truly asynchronous DMA) and device memory, one pair per
+/// slot a kernel asks for. Inputs that are the same for every chunk of a run
+/// come from the device's shared run cache, uploaded once per run.
+pub struct StreamWorker {
+    dev: Arc<Device>,
+    stream: Arc<CudaStream>,
+    index: usize,
+    slots: Vec<Slot>,
+    /// Items of the chunk being run, for [`KernelError::OutOfMemory`].
+    items: usize,
+}
+
+#[derive(Default)]
+struct Slot {
+    host: Option<PinnedHostSlice<u8>>,
+    dev: Option<CudaSlice<u8>>,
+}
+
+impl std::fmt::Debug for StreamWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamWorker")
+            .field("device", &self.dev.info.id)
+            .field("stream", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamWorker {
+    /// A new stream on device `device` (an ordinal among the visible GPUs);
+    /// `stream` is the worker's index on that device, for names and reports.
+    ///
+    /// The first worker of a device creates the device's shared context.
+    /// [`KernelError::CudaUnavailable`] when there is no driver or no such
+    /// device.
+    pub fn new(device: usize, stream: usize) -> Result<Self, KernelError> {
+        let dev = driver::device(device)?;
+        let s = guarded("creating a CUDA stream", || {
+            dev.ctx.new_stream().map_err(driver::error)
+        })?;
+        Ok(Self {
+            dev,
+            stream: s,
+            index: stream,
+            slots: Vec::new(),
+            items: 0,
+        })
+    }
+
+    /// Runs `chunk` of `kernel` on this stream and returns once its results
+    /// are in the kernel's host outputs. A CUDA failure is
+    /// [`KernelError::Cuda`]; memory too small for the chunk is
+    /// [`KernelError::OutOfMemory`], and a smaller chunk may succeed.
+    pub fn run(&mut self, kernel: &dyn CudaKernel, chunk: &Chunk) -> Result<(), KernelError> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.items = chunk.len();
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.stream
+                .context()
+                .bind_to_thread()
+                .map_err(driver::error)?;
+            kernel.run_cuda(self, chunk)
+        }))
+        .unwrap_or_else(|p| {
+            Err(KernelError::Cuda(format!(
+                "panic while running a chunk: {}",
+                panic_message(&*p)
+            )))
+        });
+        // A chunk that failed halfway may have left copies in flight; let them
+        // finish before the buffers are reused (errors here repeat the first).
+        if r.is_err() {
+            let _ = self.stream.synchronize();
+        }
+        r
+    }
+
+    /// The device's ordinal.
+    pub fn device(&self) -> usize {
+        self.dev.info.id
+    }
+
+    /// This worker's index on its device.
+    pub fn stream_index(&self) -> usize {
+        self.index
+    }
+
+    /// What the device is.
+    pub fn info(&self) -> &GpuInfo {
+        &self.dev.info
+    }
+
+    // ---- for the `CudaKernel` implementations of this crate ----
+
+    /// Function `name` of `program`, compiled for this device in the current
+    /// math mode.
+    pub(crate) fn function(
+        &self,
+        program: &Program,
+        name: &str,
+    ) -> Result<CudaFunction, KernelError> {
+        self.dev.function(program, name, is_deterministic())
+    }
+
+    fn err(&self) -> impl Fn(cu::DriverError) -> KernelError {
+        error_for(self.items)
+    }
+
+    /// Makes slot `slot` hold at least `bytes` bytes on both sides.
+    fn reserve(&mut self, slot: usize, bytes: usize) -> Result<&mut Slot, KernelError> {
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, Slot::default);
+        }
+        let err = self.err();
+        // Grow by half again so a run of growing chunks reallocates rarely.
+        let want = |have: usize| bytes.max(have + have / 2).max(4096);
+        let s = &mut self.slots[slot];
+        if s.dev.as_ref().is_none_or(|d| d.len() < bytes) {
+            let n = want(s.dev.as_ref().map_or(0, |d| d.len()));
+            s.dev = None; // free before allocating the larger one
+                          // SAFETY: the memory is uninitialised; every use writes before it
+                          // reads (a copy in, or a kernel's output).
+            s.dev = Some(unsafe { self.stream.alloc::<u8>(n) }.map_err(&err)?);
+        }
+        if s.host.as_ref().is_none_or(|h| h.len() < bytes) {
+            let n = want(s.host.as_ref().map_or(0, |h| h.len()));
+            s.host = None;
+            // Flags 0, not cudarc's default write-combined: outputs are read
+            // back on the host, and write-combined memory is very slow to read.
+            // SAFETY: uninitialised; bytes are written before they are read.
+            s.host = Some(
+                unsafe { self.stream.context().alloc_pinned_with_flags::<u8>(n, 0) }
+                    .map_err(&err)?,
+            );
+        }
+        Ok(s)
+    }
+
+    /// Copies `parts`, back to back, into slot `slot`'s pinned buffer and
+    /// enqueues their copy to the device; returns the device address. The
+    /// host copy is done when this returns, so the inputs may change
+    /// afterwards.
+    pub(crate) fn upload<T: Pod>(
+        &mut self,
+        slot: usize,
+        parts: &[&[T]],
+    ) -> Result<DevPtr, KernelError> {
+        let total: usize = parts.iter().map(|p| std::mem::size_of_val(*p)).sum();
+        let err = self.err();
+        let stream = self.stream.clone();
+        let s = self.reserve(slot, total)?;
+        let host = s.host.as_mut().expect("reserved");
+        let dev = s.dev.as_ref().expect("reserved");
+        let staged = &mut host.as_mut_slice().map_err(&err)?[..total];
+        let mut at = 0;
+        for p in parts {
+            let b = as_bytes(p);
+            staged[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        }
+        let (ptr, _record) = dev.device_ptr(&stream);
+        if total > 0 {
+            // SAFETY: `staged` is pinned memory of this context that lives in
+            // this worker until the stream is synchronised (every chunk ends
+            // with `finish`, and a failed chunk is synchronised by `run`); the
+            // device buffer holds at least `total` bytes.
+            unsafe { cu::memcpy_htod_async(ptr, &*staged, stream.cu_stream()) }.map_err(&err)?;
+        }
+        Ok(ptr)
+    }
+
+    /// Device scratch of `len` elements in slot `slot` (a kernel's output).
+    pub(crate) fn scratch<T: Pod>(
+        &mut self,
+        slot: usize,
+        len: usize,
+    ) -> Result<DevPtr, KernelError> {
+        let stream = self.stream.clone();
+        let s = self.reserve(slot, len * std::mem::size_of::<T>())?;
+        let (ptr, _record) = s.dev.as_ref().expect("reserved").device_ptr(&stream);
+        Ok(ptr)
+    }
+
+    /// Enqueues the copy of slot `slot`'s first `len` device elements to its
+    /// pinned buffer; read them with [`StreamWorker::downloaded`] after
+    /// [`StreamWorker::finish`].
+    pub(crate) fn download<T: Pod>(&mut self, slot: usize, len: usize) -> Result<(), KernelError> {
+        let bytes = len * std::mem::size_of::<T>();
+        let err = self.err();
+        let stream = self.stream.clone();
+        let s = self.reserve(slot, bytes)?;
+        let dev = s.dev.as_ref().expect("reserved");
+        let (ptr, _record) = dev.device_ptr(&stream);
+        let host = s.host.as_mut().expect("reserved");
+        let dst = &mut host.as_mut_slice().map_err(&err)?[..bytes];
+        if bytes > 0 {
+            // SAFETY: pinned destination of `bytes` bytes that outlives the
+            // copy (see `upload`); the source holds at least that many.
+            unsafe { cu::memcpy_dtoh_async(dst, ptr, stream.cu_stream()) }.map_err(&err)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until everything enqueued on this stream (only this one) is done.
+    /// The thread sleeps meanwhile: the context uses blocking sync.
+    pub(crate) fn finish(&self) -> Result<(), KernelError> {
+        self.stream.synchronize().map_err(self.err())
+    }
+
+    /// The first `len` elements of slot `slot`'s pinned buffer, as the last
+    /// [`StreamWorker::download`] left them (call [`StreamWorker::finish`]
+    /// first).
+    pub(crate) fn downloaded<T: Pod>(&self, slot: usize, len: usize) -> &[T] {
+        let bytes = len * std::mem::size_of::<T>();
+        let host = self.slots[slot].host.as_ref().expect("downloaded slot");
+        assert!(host.len() >= bytes);
+        let ptr = host.as_ptr().expect("pinned buffer");
+        assert!(
+            ptr.cast::<T>().is_aligned(),
+            "pinned buffers are page aligned"
+        );
+        // SAFETY: the buffer holds at least `bytes` initialised bytes (written
+        // by the completed copy), is aligned for `T` (pinned allocations are
+        // page aligned), every bit pattern is a valid `T`, and `&self` keeps
+        // it from being reallocated while the slice lives.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len) }
+    }
+
+    /// Enqueues a launch of `f` with the kernel arguments `args`.
+    ///
+    /// # Safety
+    ///
+    /// `args` must match `f`'s parameters in number, order and type, and every
+    /// device address among them must stay valid, and be large enough for what
+    /// the kernel reads and writes, until the stream is synchronised.
+    pub(crate) unsafe fn launch(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        args: &[&dyn Arg],
+    ) -> Result<(), KernelError> {
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            a.push(&mut b);
+        }
+        // SAFETY: the caller's promise above.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(self.err())
+    }
+
+    /// The device copy of `data`, uploaded once per run and device: the first
+    /// stream to ask uploads (and waits for the upload), the others reuse it.
+    ///
+    /// `owner` is the kernel whose run this is, and `tag` anything the kernel
+    /// knows that tells its runs apart (a row or iteration number; 0 if
+    /// nothing). The entry is keyed by those, the data's address and length,
+    /// and a fingerprint of its contents (all of it up to 1 MiB, an even
+    /// sample beyond), so a new run whose changed inputs sit at the same
+    /// address misses. The one case it cannot see is a large input changed
+    /// only between the sampled words, at the same address, with the same
+    /// owner address and tag; kernels whose large run inputs change from run
+    /// to run pass a distinguishing `tag`.
+    ///
+    /// Hold the returned buffer until the chunk's stream is synchronised.
+    pub(crate) fn run_input<T: Pod, O: ?Sized>(
+        &mut self,
+        owner: &O,
+        tag: u64,
+        data: &[T],
+    ) -> Result<Arc<CudaSlice<u8>>, KernelError> {
+        let bytes = as_bytes(data);
+        let key = RunKey {
+            owner: owner as *const O as *const () as usize,
+            tag,
+            ptr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+            print: fingerprint(bytes),
+        };
+        let entry = self.dev.run_cache.entry(key);
+        let mut slot = entry.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(buf) = slot.as_ref() {
+            return Ok(buf.clone());
+        }
+        let err = self.err();
+        // SAFETY: uninitialised until the copy below fills all of it.
+        let mut buf = unsafe { self.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(&err)?;
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut buf.slice_mut(..bytes.len()))
+                .map_err(&err)?;
+        }
+        // Complete before any other stream may read it (no event tracking).
+        self.stream.synchronize().map_err(&err)?;
+        let buf = Arc::new(buf);
+        *slot = Some(buf.clone());
+        Ok(buf)
+    }
+
+    /// The device address of a run-cache buffer.
+    pub(crate) fn addr(&self, buf: &CudaSlice<u8>) -> DevPtr {
+        let (ptr, _record) = buf.device_ptr(&self.stream);
+        ptr
+    }
+}
+
+/// A kernel argument: a device address, or a scalar by value.
+pub(crate) trait Arg {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
+}
+
+impl<T: DeviceRepr> Arg for T {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        use cudarc::driver::PushKernelArg;
+        b.arg(self);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunKey {
+    owner: usize,
+    tag: u64,
+    ptr: usize,
+    len: usize,
+    print: u64,
+}
+
+type Entry = Arc<Mutex<Option<Arc<CudaSlice<u8>>>>>;
+
+/// Inputs shared by every chunk of a run, on one device. Small and recent:
+/// a run reads a few inputs, and a new run's inputs push out the old ones
+/// (buffers still held by a stream are freed when it lets go).
+#[derive(Default)]
+pub(crate) struct RunCache {
+    entries: Mutex<VecDeque<(RunKey, Entry)>>,
+}
+
+impl RunCache {
+    const CAPACITY: usize = 16;
+
+    fn entry(&self, key: RunKey) -> Entry {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, e)) = entries.iter().find(|(k, _)| *k == key) {
+            return e.clone();
+        }
+        let e = Entry::default();
+        entries.push_back((key, e.clone()));
+        while entries.len() > Self::CAPACITY {
+            entries.pop_front();
+        }
+        e
+    }
+}
+
+/// A 64-bit hash of all of an input up to 1 MiB, and of 8192 evenly spread
+/// 8-byte words (and the last one) beyond: at most a few hundred
+/// microseconds, so it can run for every chunk.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    const WHOLE: usize = 1 << 20;
+    const SAMPLES: usize = 8192;
+    let word = |at: usize| -> u64 {
+        let mut w = [0u8; 8];
+        let b = &bytes[at..(at + 8).min(bytes.len())];
+        w[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
+    let mut h = (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut eat = |w: u64| {
+        h = (h.rotate_left(23) ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    };
+    if bytes.len() <= WHOLE {
+        for at in (0..bytes.len()).step_by(8) {
+            eat(word(at));
+        }
+    } else {
+        let step = (bytes.len() - 8) / (SAMPLES - 1);
+        for k in 0..SAMPLES {
+            eat(word(k * step));
+        }
+        eat(word(bytes.len() - 8));
+    }
+    h ^ (h >> 29)
+}
+
+/// A 1-D launch of `n` threads in blocks of `block`.
+pub(crate) fn grid_1d(n: usize, block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n as u64).div_ceil(block as u64).max(1) as u32, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_sees_changes_anywhere_in_small_inputs() {
+        let a = vec![1.0f32; 1000];
+        let mut b = a.clone();
+        b[517] = 1.5;
+        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&b)));
+        assert_eq!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&a.clone())));
+    }
+
+    #[test]
+    fn fingerprint_samples_large_inputs_including_the_tail() {
+        let a: Vec<u32> = (0..1_000_000).collect();
+        let mut b = a.clone();
+        *b.last_mut().unwrap() += 1;
+        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&b)));
+        let c: Vec<u32> = a.iter().map(|x| x + 1).collect();
+        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&c)));
+    }
+
+    #[test]
+    fn grid_covers_every_item() {
+        let c = grid_1d(1000, 256);
+        assert_eq!(c.grid_dim.0, 4);
+        assert_eq!(grid_1d(0, 256).grid_dim.0, 1);
+    }
+}

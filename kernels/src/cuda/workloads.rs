@@ -1,0 +1,274 @@
+//! The GPU twins of the workloads: `impl CudaKernel` for each kernel type,
+//! all in one place. Each stages its chunk's inputs, launches the kernel of
+//! `src/cu/<name>.cu`, copies the outputs back and writes them into the
+//! kernel's host buffers.
+
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::LaunchConfig;
+
+use super::nvrtc::{KMEANS, MATMUL, NBODY, PATHFINDER, SYNTHETIC};
+use super::stream::{grid_1d, StreamWorker};
+use super::CudaKernel;
+use crate::workloads::{check_chunk, KmeansStep, Matmul, NbodyStep, PathfinderStep, Synthetic};
+use crate::{Chunk, Kernel, KernelError};
+
+/// Items per launch at most: grids index items with 32-bit integers.
+const MAX_LAUNCH: usize = 1 << 30;
+
+fn too_large(chunk: &Chunk) -> KernelError {
+    KernelError::invalid("chunk", format!("{} items exceed one launch", chunk.len()))
+}
+
+impl CudaKernel for Synthetic {
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), 1)?;
+        let n = chunk.len();
+        if n > MAX_LAUNCH {
+            return Err(too_large(chunk));
+        }
+        let f = w.function(&SYNTHETIC, "synthetic")?;
+        let out = w.scratch::<u64>(0, n)?;
+        let (lo, n32, work) = (chunk.lo() as u64, n as u32, self.work());
+        // SAFETY: `synthetic(u64* out, u64 lo, u32 n, u32 work)`; `out` holds
+        // `n` u64 and the kernel writes `out[0..n)` only.
+        unsafe { w.launch(&f, grid_1d(n, 256), &[&out, &lo, &n32, &work])? };
+        w.download::<u64>(0, n)?;
+        w.finish()?;
+        // SAFETY: the runtime hands this chunk's items to this call alone.
+        let dst = unsafe { self.out().slice_mut(chunk.range()) };
+        dst.copy_from_slice(w.downloaded::<u64>(0, n));
+        for a in &self.audit()[chunk.range()] {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+impl CudaKernel for Matmul {
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        const TILE: u32 = 16;
+        check_chunk(chunk, self.items(), 1)?;
+        let dim = self.problem().dim();
+        let d2 = dim * dim;
+        let n = chunk.len();
+        let (lo, hi) = (chunk.lo() * d2, chunk.hi() * d2);
+        let f = w.function(&MATMUL, "matmul")?;
+        let a = w.upload(0, &[&self.a()[lo..hi]])?;
+        let b = w.upload(1, &[&self.b()[lo..hi]])?;
+        let c = w.scratch::<f32>(2, n * d2)?;
+        let tiles = (dim as u32).div_ceil(TILE);
+        let cfg = LaunchConfig {
+            grid_dim: (tiles * tiles, (n as u32).min(65_535), 1),
+            block_dim: (TILE, TILE, 1),
+            shared_mem_bytes: 0,
+        };
+        let (count, dim32) = (n as u32, dim as u32);
+        // SAFETY: `matmul(const float* a, const float* b, float* c, u32 count,
+        // u32 dim)`; each buffer holds `count·dim²` f32, the kernel reads and
+        // writes no more.
+        unsafe { w.launch(&f, cfg, &[&a, &b, &c, &count, &dim32])? };
+        w.download::<f32>(2, n * d2)?;
+        w.finish()?;
+        // SAFETY: the runtime hands this chunk's items to this call alone.
+        let dst = unsafe { self.c().slice_mut(chunk.range()) };
+        dst.copy_from_slice(w.downloaded::<f32>(2, n * d2));
+        Ok(())
+    }
+}
+
+impl CudaKernel for PathfinderStep {
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        /// Rows one launch advances at most: with 1024-column tiles each
+        /// block still writes 1024 − 2·448 = 128 columns.
+        const MAX_PASS: usize = 448;
+        check_chunk(chunk, self.items(), 1)?;
+        let (cols, h, t0) = (self.cols(), self.height(), self.first_row());
+        if cols > i32::MAX as usize || chunk.len() > MAX_LAUNCH {
+            return Err(too_large(chunk));
+        }
+        let f = w.function(&PATHFINDER, "pathfinder")?;
+        // The rows of this run: the same for every chunk, so once per run.
+        let band = w.run_input(self, t0 as u64, &self.wall()[t0 * cols..(t0 + h) * cols])?;
+        let band_ptr = w.addr(&band);
+        // The previous row over the chunk and its ghost zones.
+        let (lo, hi) = (chunk.lo(), chunk.hi());
+        let (mut in_lo, in_hi) = (lo.saturating_sub(h), (hi + h).min(cols));
+        let mut input = w.upload(0, &[&self.src()[in_lo..in_hi]])?;
+        let mut in_len = in_hi - in_lo;
+        let (mut done, mut out_slot) = (0usize, 1usize);
+        while done < h {
+            let hp = (h - done).min(MAX_PASS);
+            let rest = h - done - hp;
+            // Later passes still need `rest` columns of ghost zone each side.
+            let (o_lo, o_hi) = (lo.saturating_sub(rest), (hi + rest).min(cols));
+            let out = w.scratch::<i32>(out_slot, o_hi - o_lo)?;
+            let tile: u32 = if hp <= 96 { 256 } else { 1024 };
+            let width = tile as usize - 2 * hp;
+            let cfg = LaunchConfig {
+                grid_dim: ((o_hi - o_lo).div_ceil(width) as u32, 1, 1),
+                block_dim: (tile, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let wall = band_ptr + (done * cols) as u64;
+            let args: (i32, i32, i32, i32, i32, i32) = (
+                in_lo as i32,
+                in_len as i32,
+                cols as i32,
+                hp as i32,
+                o_lo as i32,
+                (o_hi - o_lo) as i32,
+            );
+            // SAFETY: `pathfinder(const int* src, int src_off, int src_len,
+            // const u8* wall, int cols, int hp, int out_lo, int out_len, int*
+            // dst)`: `input` holds `in_len` i32 of columns from `in_lo`, `wall`
+            // `hp` rows of `cols` bytes inside this run's band (held until the
+            // stream is synchronised), `out` `o_hi − o_lo` i32; the kernel
+            // reads and writes inside those ranges only.
+            unsafe {
+                w.launch(
+                    &f,
+                    cfg,
+                    &[
+                        &input, &args.0, &args.1, &wall, &args.2, &args.3, &args.4, &args.5, &out,
+                    ],
+                )?
+            };
+            (input, in_lo, in_len) = (out, o_lo, o_hi - o_lo);
+            done += hp;
+            if done < h {
+                out_slot = 3 - out_slot; // ping-pong between slots 1 and 2
+            }
+        }
+        debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
+        w.download::<i32>(out_slot, hi - lo)?;
+        w.finish()?;
+        drop(band);
+        // SAFETY: the runtime hands this chunk's columns to this call alone.
+        let dst = unsafe { self.dst().slice_mut(chunk.range()) };
+        dst.copy_from_slice(w.downloaded::<i32>(out_slot, hi - lo));
+        Ok(())
+    }
+}
+
+impl CudaKernel for NbodyStep {
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        const BLOCK: u32 = 256; // = TILE in nbody.cu
+        check_chunk(chunk, self.items(), 1)?;
+        let n = self.items();
+        if n > MAX_LAUNCH {
+            return Err(too_large(chunk));
+        }
+        let o = self.old();
+        let f = w.function(&NBODY, "nbody")?;
+        // Every chunk reads all old positions and masses: once per run.
+        let x = w.run_input(self, 0, &o.x)?;
+        let y = w.run_input(self, 0, &o.y)?;
+        let z = w.run_input(self, 0, &o.z)?;
+        let m = w.run_input(self, 0, &o.m)?;
+        let (xp, yp, zp, mp) = (w.addr(&x), w.addr(&y), w.addr(&z), w.addr(&m));
+        let r = chunk.range();
+        let cnt = chunk.len();
+        let vel = w.upload(0, &[&o.vx[r.clone()], &o.vy[r.clone()], &o.vz[r.clone()]])?;
+        let out = w.scratch::<f32>(1, 6 * cnt)?;
+        let (dt, eps2, damping) = self.params();
+        let (n32, lo32, cnt32) = (n as u32, chunk.lo() as u32, cnt as u32);
+        // SAFETY: `nbody(const float* x, y, z, m, const float* vel, float*
+        // out, u32 n, u32 lo, u32 cnt, float dt, eps2, damping)`: x, y, z, m
+        // hold `n` f32 (run cache, held until the stream is synchronised),
+        // `vel` 3·cnt, `out` 6·cnt; the kernel stays inside them.
+        unsafe {
+            w.launch(
+                &f,
+                grid_1d(cnt, BLOCK),
+                &[
+                    &xp, &yp, &zp, &mp, &vel, &out, &n32, &lo32, &cnt32, &dt, &eps2, &damping,
+                ],
+            )?
+        };
+        w.download::<f32>(1, 6 * cnt)?;
+        w.finish()?;
+        drop((x, y, z, m));
+        let res = w.downloaded::<f32>(1, 6 * cnt);
+        let [px, py, pz] = self.new_pos();
+        let [vx, vy, vz] = self.new_vel();
+        for (k, buf) in [px, py, pz, vx, vy, vz].into_iter().enumerate() {
+            // SAFETY: the runtime hands this chunk's bodies to this call
+            // alone; each of the six buffers is sliced once here.
+            let dst = unsafe { buf.slice_mut(r.clone()) };
+            dst.copy_from_slice(&res[k * cnt..(k + 1) * cnt]);
+        }
+        Ok(())
+    }
+}
+
+impl CudaKernel for KmeansStep {
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), self.block())?;
+        let data = self.data();
+        let (k, f, g) = (self.clusters(), data.features(), self.block());
+        let n = chunk.len();
+        if n > MAX_LAUNCH || k.saturating_mul(f) > MAX_LAUNCH {
+            return Err(too_large(chunk));
+        }
+        let blocks = chunk.lo() / g..chunk.hi().div_ceil(g);
+        let nb = blocks.len();
+        let func = w.function(&KMEANS, "kmeans")?;
+        // The points do not change between iterations: keyed by the data set
+        // (not the step), they cross the bus once per job and device.
+        let pts = w.run_input(&**data, 0, data.values())?;
+        let centres = w.run_input(self, 0, self.centres())?;
+        let pts_ptr = w.addr(&pts) + (chunk.lo() * f * 4) as u64;
+        let c_ptr = w.addr(&centres);
+        // SAFETY: read-only view of this chunk's memberships, which the
+        // runtime hands to this call alone; dropped before the write below.
+        let old = unsafe { self.membership().slice_mut(chunk.range()) };
+        let member = w.upload(0, &[&*old])?;
+        let sums = w.scratch::<f32>(1, nb * k * f)?;
+        let counts = w.scratch::<u32>(2, nb * k)?;
+        let changed = w.scratch::<u32>(3, nb)?;
+        let (n32, k32, f32_, g32) = (n as u32, k as u32, f as u32, g as u32);
+        let cfg = LaunchConfig {
+            grid_dim: (nb as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `kmeans(const float* pts, const float* centres, int* member,
+        // float* sums, u32* counts, u32* changed, u32 n, u32 k, u32 f, u32 g)`:
+        // `pts` holds the chunk's n·f values (run cache, held until the stream
+        // is synchronised), `centres` k·f, `member` n, `sums` nb·k·f, `counts`
+        // nb·k, `changed` nb, and block b touches only its own points and
+        // partials.
+        unsafe {
+            w.launch(
+                &func,
+                cfg,
+                &[
+                    &pts_ptr, &c_ptr, &member, &sums, &counts, &changed, &n32, &k32, &f32_, &g32,
+                ],
+            )?
+        };
+        w.download::<i32>(0, n)?;
+        w.download::<f32>(1, nb * k * f)?;
+        w.download::<u32>(2, nb * k)?;
+        w.download::<u32>(3, nb)?;
+        w.finish()?;
+        drop((pts, centres));
+        old.copy_from_slice(w.downloaded::<i32>(0, n));
+        // SAFETY: the chunk's blocks are exactly the blocks its points fill
+        // (chunks are block-aligned), handed to this call alone; each buffer
+        // is sliced once here.
+        unsafe {
+            self.sums()
+                .slice_mut(blocks.clone())
+                .copy_from_slice(w.downloaded::<f32>(1, nb * k * f));
+            self.counts()
+                .slice_mut(blocks.clone())
+                .copy_from_slice(w.downloaded::<u32>(2, nb * k));
+            self.changed()
+                .slice_mut(blocks)
+                .copy_from_slice(w.downloaded::<u32>(3, nb));
+        }
+        Ok(())
+    }
+}

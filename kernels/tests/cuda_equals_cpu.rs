@@ -1,0 +1,262 @@
+//! Every kernel's CUDA twin against its CPU implementation: bit-equal, in
+//! deterministic mode (the default).
+//!
+//! Each test needs a GPU, a driver and NVRTC. Where one is missing it writes
+//! `SKIPPED: no CUDA device (why)` straight to the terminal (not through the
+//! test harness's capture, so `cargo test` shows it) and passes. The GPU runs
+//! use two streams of device 0 on two threads, with chunks of uneven sizes,
+//! so the run cache, staging reuse and chunk edges are exercised too.
+
+use std::io::Write;
+
+use coexec_kernels::cuda::{self, CudaKernel, StreamWorker};
+use coexec_kernels::workloads::{
+    run_sequential, KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob,
+    NbodyProblem, PathfinderJob, PathfinderProblem, Workload,
+};
+use coexec_kernels::{Chunk, Kernel, KernelError, Synthetic};
+
+/// One line straight to the terminal, in one write: the harness captures
+/// `eprintln!`, and tests on other threads write at the same time.
+fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Two workers on device 0, or `None` (after saying why) where there is no GPU.
+fn workers(test: &str) -> Option<[StreamWorker; 2]> {
+    let skip = |why: String| {
+        // Straight to the terminal: the harness captures `eprintln!`.
+        say(&format!("{test}: SKIPPED: no CUDA device ({why})"));
+        None
+    };
+    match cuda::devices() {
+        Err(e) => return skip(e.to_string()),
+        Ok(d) if d.is_empty() => return skip("the driver sees no device".into()),
+        Ok(_) => {}
+    }
+    match (StreamWorker::new(0, 0), StreamWorker::new(0, 1)) {
+        (Ok(a), Ok(b)) => Some([a, b]),
+        (Err(e), _) | (_, Err(e)) => panic!("a GPU is listed but no stream opens: {e}"),
+    }
+}
+
+/// Cut points of `0..n` at uneven places (aligned to `grain`), dealt to the
+/// two workers alternately.
+fn chunks(n: usize, grain: usize) -> Vec<Chunk> {
+    let mut cuts = vec![
+        0,
+        1,
+        7,
+        64,
+        65,
+        n / 3,
+        n / 2 + 1,
+        n - n / 7,
+        n.saturating_sub(1),
+        n,
+    ];
+    for c in cuts.iter_mut() {
+        *c = (*c / grain * grain).min(n);
+    }
+    cuts.push(n);
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2).map(|w| Chunk::new(w[0]..w[1])).collect()
+}
+
+/// Runs every chunk of `k` on the two workers, on two threads. `Ok(false)`
+/// when NVRTC is missing (the test then skips).
+fn run_gpu<K: Kernel + CudaKernel>(
+    test: &str,
+    ws: &mut [StreamWorker; 2],
+    k: &K,
+) -> Result<bool, KernelError> {
+    let all = chunks(k.items(), k.grain());
+    let [w0, w1] = ws;
+    let r = std::thread::scope(|s| {
+        let h: Vec<_> = [w0, w1]
+            .into_iter()
+            .enumerate()
+            .map(|(t, w)| {
+                let all = &all;
+                s.spawn(move || {
+                    for c in all.iter().skip(t).step_by(2) {
+                        w.run(k, c)?;
+                    }
+                    Ok::<(), KernelError>(())
+                })
+            })
+            .collect();
+        h.into_iter()
+            .map(|h| h.join().expect("GPU worker thread panicked"))
+            .collect::<Result<Vec<()>, KernelError>>()
+    });
+    match r {
+        Ok(_) => Ok(true),
+        Err(KernelError::CudaUnavailable(why)) => {
+            say(&format!("{test}: SKIPPED: no CUDA device ({why})"));
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drives `w` to the end with every step on the GPU. `None` when skipped.
+fn run_workload_gpu<W: Workload>(
+    test: &str,
+    ws: &mut [StreamWorker; 2],
+    mut w: W,
+) -> Option<W::Output>
+where
+    W::Step: CudaKernel,
+{
+    while let Some(step) = w.next_step().expect("next step") {
+        if !run_gpu(test, ws, &step).expect("GPU run") {
+            return None;
+        }
+        w.absorb(step).expect("absorb");
+    }
+    Some(w.finish())
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The index and values of the first difference, for a readable failure.
+fn first_diff<T: PartialEq + Copy + std::fmt::Debug>(a: &[T], b: &[T]) -> Option<(usize, T, T)> {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .map(|i| (i, a[i], b[i]))
+}
+
+#[test]
+fn devices_lists_or_explains() {
+    match cuda::devices() {
+        Ok(d) => {
+            for g in &d {
+                println!("{g:?}");
+            }
+        }
+        Err(KernelError::CudaUnavailable(why)) => {
+            say(&format!("devices_lists_or_explains: no CUDA ({why})"));
+        }
+        Err(e) => panic!("devices() must answer CudaUnavailable without a GPU, got {e}"),
+    }
+}
+
+#[test]
+fn synthetic_cuda_equals_cpu() {
+    let test = "synthetic_cuda_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    let k = Synthetic::new(100_003, 200);
+    if !run_gpu(test, &mut ws, &k).unwrap() {
+        return;
+    }
+    k.verify().unwrap();
+}
+
+#[test]
+fn matmul_cuda_equals_cpu() {
+    let test = "matmul_cuda_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    // The paper's 100×100, and an odd size that leaves partial tiles.
+    for (count, dim) in [(300, 100), (97, 37)] {
+        let p = MatmulProblem::new(count, dim).unwrap().with_seed(3);
+        let cpu = run_sequential(MatmulJob::new(p).unwrap()).unwrap();
+        let Some(gpu) = run_workload_gpu(test, &mut ws, MatmulJob::new(p).unwrap()) else {
+            return;
+        };
+        assert_eq!(
+            first_diff(&bits(&gpu.c), &bits(&cpu.c)),
+            None,
+            "{count}×{dim}²"
+        );
+    }
+}
+
+#[test]
+fn pathfinder_cuda_equals_cpu() {
+    let test = "pathfinder_cuda_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    // Pyramid heights: the default, 1, one that needs the wide tile, one
+    // that needs two passes per run.
+    for (cols, rows, h) in [
+        (100_000, 100, 20),
+        (5_000, 9, 1),
+        (20_000, 400, 300),
+        (30_000, 1_100, 1_000),
+    ] {
+        let p = PathfinderProblem::new(cols, rows)
+            .unwrap()
+            .with_pyramid(h)
+            .unwrap();
+        let cpu = run_sequential(PathfinderJob::new(p).unwrap()).unwrap();
+        let Some(gpu) = run_workload_gpu(test, &mut ws, PathfinderJob::new(p).unwrap()) else {
+            return;
+        };
+        assert_eq!(first_diff(&gpu.row, &cpu.row), None, "{cols}×{rows} h={h}");
+    }
+}
+
+#[test]
+fn nbody_cuda_equals_cpu() {
+    let test = "nbody_cuda_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    for (n, steps) in [(4_099, 3), (300, 2)] {
+        let p = NbodyProblem::new(n, steps).unwrap();
+        let cpu = run_sequential(NbodyJob::new(p).unwrap()).unwrap().bodies;
+        let Some(gpu) = run_workload_gpu(test, &mut ws, NbodyJob::new(p).unwrap()) else {
+            return;
+        };
+        let gpu = gpu.bodies;
+        for (name, g, c) in [
+            ("x", &gpu.x, &cpu.x),
+            ("y", &gpu.y, &cpu.y),
+            ("z", &gpu.z, &cpu.z),
+            ("vx", &gpu.vx, &cpu.vx),
+            ("vy", &gpu.vy, &cpu.vy),
+            ("vz", &gpu.vz, &cpu.vz),
+        ] {
+            assert_eq!(first_diff(&bits(g), &bits(c)), None, "{name} of {n} bodies");
+        }
+    }
+}
+
+#[test]
+fn kmeans_cuda_equals_cpu() {
+    let test = "kmeans_cuda_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    // Blobs around a few centres, from a fixed generator; a partial last block.
+    let (n, f) = (50_003usize, 34usize);
+    let mut z = 0x1234_5678u64;
+    let mut next = || {
+        z = z
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((z >> 40) as f32) / (1u64 << 24) as f32
+    };
+    let values: Vec<f32> = (0..n * f)
+        .map(|e| (e / f % 7) as f32 * 3.0 + next())
+        .collect();
+    for (k, block) in [(5, 1024), (13, 300)] {
+        let data = std::sync::Arc::new(KmeansData::from_values(n, f, values.clone()).unwrap());
+        let cfg = KmeansConfig::new(k, 0.001)
+            .unwrap()
+            .with_block(block)
+            .unwrap();
+        let cpu = run_sequential(KmeansJob::new(data.clone(), cfg).unwrap()).unwrap();
+        let Some(gpu) = run_workload_gpu(test, &mut ws, KmeansJob::new(data, cfg).unwrap()) else {
+            return;
+        };
+        assert_eq!(gpu.iterations, cpu.iterations, "k={k}");
+        assert_eq!(first_diff(&gpu.membership, &cpu.membership), None, "k={k}");
+        assert_eq!(
+            first_diff(&bits(&gpu.centres), &bits(&cpu.centres)),
+            None,
+            "k={k}"
+        );
+    }
+}
