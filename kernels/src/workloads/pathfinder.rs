@@ -382,6 +382,22 @@ impl PathfinderJob {
     pub fn problem(&self) -> &PathfinderProblem {
         &self.problem
     }
+
+    /// A fresh job over the same grid, without generating it again (for
+    /// repeated runs of one problem).
+    pub fn restart(&self) -> Result<Self, KernelError> {
+        let src: Vec<i32> = self.wall[..self.problem.cols]
+            .iter()
+            .map(|&c| c as i32)
+            .collect();
+        Ok(Self {
+            problem: self.problem,
+            wall: self.wall.clone(),
+            row_at: 0,
+            src: Some(src),
+            spare: Some(try_zeroed("pathfinder row", self.problem.cols)?),
+        })
+    }
 }
 
 impl Workload for PathfinderJob {
