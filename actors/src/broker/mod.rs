@@ -15,7 +15,7 @@ use self::job::JobCore;
 use self::registry::{Event, Job, Registry, Reply};
 use crate::device::DeviceKind;
 use crate::metrics as m;
-use crate::policy::{ClassSpeed, PlanContext, Policy, Thresholds};
+use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds};
 use crate::profiler::{Lookup, Observe, Profiler};
 use crate::SpeedModel;
 
@@ -32,11 +32,15 @@ pub struct JobOptions {
     pub trace: bool,
     /// Only these device classes (by index) may run the job; `None`: all.
     pub classes: Option<Vec<usize>>,
+    /// Hand out chunks of exactly this many items to whoever is free,
+    /// overriding the policy's chunking (measuring overhead, or kernels with
+    /// a known best chunk).
+    pub chunk: Option<usize>,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { policy: None, priority: 0, weight: 1.0, trace: false, classes: None }
+        Self { policy: None, priority: 0, weight: 1.0, trace: false, classes: None, chunk: None }
     }
 }
 
@@ -48,6 +52,7 @@ impl std::fmt::Debug for JobOptions {
             .field("weight", &self.weight)
             .field("trace", &self.trace)
             .field("classes", &self.classes)
+            .field("chunk", &self.chunk)
             .finish()
     }
 }
@@ -117,7 +122,19 @@ impl Broker {
             speeds: &speeds,
             thresholds: self.thresholds,
         };
-        let adm = policy.admit(&ctx);
+        let mut adm = policy.admit(&ctx);
+        if let Some(n) = m.opts.chunk {
+            adm = Admission {
+                shares: speeds.iter().map(|s| if s.eligible { 1.0 } else { 0.0 }).collect(),
+                pool: true,
+                probe: Probe::None,
+                static_fraction: 0.0,
+                static_chunks_per_worker: 1,
+                chunking: Chunking::Fixed(n.max(1)),
+                steal: Steal::Always,
+                guard: false,
+            };
+        }
         let core = JobCore::new(
             kernel.clone(),
             policy.name(),

@@ -1,0 +1,314 @@
+//! `coexec bench`: each device class alone, then co-executed under each
+//! policy; the method's table and JSON.
+
+use std::path::PathBuf;
+
+use coexec::{JobOptions, RunReport, Runtime};
+
+use crate::report::{
+    AloneResult, BenchReport, Baseline, ClassResult, LearningRun, Machine, Overhead, PolicyResult, WorkloadBench,
+};
+use crate::workload::{Prepared, WorkloadArgs, BENCHMARKS, NAMES};
+use crate::{build, speed_sum, Common, Failure};
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
+    }
+}
+
+/// Device time of a job: the sum of its runs' makespans (host steps between
+/// runs are the same whatever the schedule, and not counted).
+fn job_time(reports: &[RunReport]) -> f64 {
+    reports.iter().map(|r| r.makespan_s).sum()
+}
+
+pub(crate) async fn bench(
+    mut names: Vec<String>,
+    common: &Common,
+    args: &WorkloadArgs,
+    policies: &str,
+    repeat: usize,
+    json: Option<PathBuf>,
+) -> Result<(), Failure> {
+    if repeat == 0 || repeat > 1000 {
+        return Err(Failure::Usage(format!("--repeat {repeat}: expected 1..=1000")));
+    }
+    if names.is_empty() {
+        names = BENCHMARKS.iter().map(|s| s.to_string()).collect();
+    }
+    for n in &names {
+        if n != "overhead" && !NAMES.contains(&n.as_str()) {
+            return Err(Failure::Usage(format!("unknown workload `{n}`; expected overhead or one of {}", NAMES.join(", "))));
+        }
+    }
+    let policy_list: Vec<String> = policies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    for p in &policy_list {
+        coexec::policy::by_name(p).map_err(|e| Failure::Usage(e.to_string()))?;
+    }
+    let rt = build(common, None, true)?;
+    let classes: Vec<String> = rt.classes().iter().map(|c| c.name.clone()).collect();
+    if rt.gpus().is_empty() && !rt.classes().iter().any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. })) {
+        if let Err(e) = coexec_actors::gpus() {
+            eprintln!("no CUDA device ({e}): benchmarking the CPU classes");
+        }
+    }
+    let devices = rt.classes().iter().map(|c| format!("{}x{}", c.name, c.workers)).collect::<Vec<_>>().join(",");
+    let mut report = BenchReport {
+        machine: machine(&rt),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        devices,
+        repeat,
+        workloads: Vec::new(),
+        overhead: None,
+    };
+    for name in &names {
+        if name == "overhead" {
+            report.overhead = Some(overhead(common, repeat).await?);
+            continue;
+        }
+        let w = Prepared::new(name, args, true, speed_sum(&rt))?;
+        let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, repeat, common).await?;
+        print_table(&wb);
+        report.workloads.push(wb);
+    }
+    if let Some(o) = &report.overhead {
+        println!(
+            "\noverhead (empty kernel, chunk = 1 item, {} workers): {:.3} µs per chunk, {:.0} chunks/s{}",
+            o.workers,
+            o.us_per_chunk,
+            o.chunks_per_second,
+            o.with_metrics_us_per_chunk
+                .map(|m| format!("; with Prometheus recorder {m:.3} µs per chunk ({:+.1}%)", 100.0 * (m / o.us_per_chunk - 1.0)))
+                .unwrap_or_default()
+        );
+    }
+    rt.shutdown().await;
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.to_string()))?;
+        std::fs::write(&path, text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn bench_one(
+    rt: &Runtime,
+    name: &str,
+    w: &Prepared,
+    args: &WorkloadArgs,
+    classes: &[String],
+    policies: &[String],
+    repeat: usize,
+    common: &Common,
+) -> Result<WorkloadBench, Failure> {
+    let hybrid = coexec::policy::by_name("hybrid").map_err(|e| Failure::Run(e.to_string()))?;
+    // Each class alone (this also teaches the profiler each class's speed).
+    let mut alone = Vec::new();
+    for (c, cname) in classes.iter().enumerate() {
+        let opts = JobOptions { policy: Some(hybrid.clone()), classes: Some(vec![c]), ..Default::default() };
+        w.run(rt, opts.clone()).await?; // warm-up: page faults, first model
+        let mut runs = Vec::new();
+        for _ in 0..repeat {
+            runs.push(job_time(&w.run(rt, opts.clone()).await?.1));
+        }
+        alone.push(AloneResult { class: cname.clone(), median_s: median(&runs), runs_s: runs });
+    }
+    let ideal = 1.0 / alone.iter().map(|a| 1.0 / a.median_s).sum::<f64>();
+    let best = alone.iter().min_by(|a, b| a.median_s.total_cmp(&b.median_s)).cloned();
+    let (best_class, best_s) = best.map(|b| (b.class, b.median_s)).unwrap_or_default();
+    let mut results = Vec::new();
+    for p in policies {
+        let policy = coexec::policy::by_name(p).map_err(|e| Failure::Run(e.to_string()))?;
+        let opts = JobOptions { policy: Some(policy), ..Default::default() };
+        let mut runs: Vec<(f64, Vec<RunReport>)> = Vec::new();
+        for _ in 0..repeat {
+            let reports = w.run(rt, opts.clone()).await?.1;
+            runs.push((job_time(&reports), reports));
+        }
+        let times: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        let med = median(&times);
+        let (t, reports) = runs.iter().min_by(|a, b| (a.0 - med).abs().total_cmp(&(b.0 - med).abs())).cloned().unwrap_or_default();
+        results.push(policy_result(p, t, &reports, times, ideal, best_s));
+    }
+    // Learning: a cold profile, then the same job again from what it stored.
+    let mut learning = Vec::new();
+    if classes.len() > 1 {
+        let fresh = build(&Common { profile_dir: None, ..common.clone() }, None, true)?;
+        for run in 1..=2 {
+            let reports = w.run(&fresh, JobOptions::default()).await?.1;
+            let first = reports.first();
+            let probe = first.and_then(|r| r.probe.clone());
+            let t = job_time(&reports);
+            learning.push(LearningRun {
+                run,
+                probe: probe.as_ref().map(|p| format!("{:?}", p.kind).to_lowercase()).unwrap_or_else(|| "none".into()),
+                probe_imbalance: probe.as_ref().map(|p| p.imbalance).unwrap_or(0.0),
+                replanned: probe.as_ref().is_some_and(|p| p.replanned),
+                makespan_s: t,
+                efficiency: ideal / t,
+                split: first.map(|r| r.classes.iter().map(|c| c.share).collect()).unwrap_or_default(),
+            });
+        }
+        fresh.shutdown().await;
+    }
+    // coexec on the CPU class alone against the rayon baseline on as many threads.
+    let baseline = match rt.classes().iter().find(|c| !c.is_accel()) {
+        Some(cpu) if name != "synthetic" && name != "empty" => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(cpu.workers)
+                .build()
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            let opts = JobOptions { classes: Some(vec![cpu.index]), ..Default::default() };
+            let (mut ray, mut co) = (Vec::new(), Vec::new());
+            w.run_rayon(&pool)?;
+            for _ in 0..repeat {
+                // Side by side, alternating, wall time of the whole job.
+                ray.push(w.run_rayon(&pool)?);
+                let t0 = std::time::Instant::now();
+                w.run(rt, opts.clone()).await?;
+                co.push(t0.elapsed().as_secs_f64());
+            }
+            let (r, c) = (median(&ray), median(&co));
+            Some(Baseline { threads: cpu.workers, rayon_s: r, coexec_cpu_s: c, ratio: r / c })
+        }
+        _ => None,
+    };
+    Ok(WorkloadBench {
+        name: name.to_string(),
+        items: w.items(),
+        params: w.params(args),
+        alone,
+        ideal_s: ideal,
+        best_class,
+        best_alone_s: best_s,
+        policies: results,
+        learning,
+        baseline,
+    })
+}
+
+fn policy_result(p: &str, t: f64, reports: &[RunReport], runs: Vec<f64>, ideal: f64, best: f64) -> PolicyResult {
+    // Per class over all runs of the job: items, and the latest finish.
+    let mut classes: Vec<ClassResult> = Vec::new();
+    let total: usize = reports.iter().map(|r| r.items).sum();
+    for r in reports {
+        for (i, c) in r.classes.iter().enumerate() {
+            if classes.len() <= i {
+                classes.push(ClassResult { name: c.name.clone(), items: 0, finish_s: 0.0, share: 0.0 });
+            }
+            classes[i].items += c.items;
+            classes[i].finish_s += c.finish_s;
+        }
+    }
+    for c in &mut classes {
+        c.share = c.items as f64 / total.max(1) as f64;
+    }
+    let fin: Vec<f64> = classes.iter().filter(|c| c.items > 0).map(|c| c.finish_s).collect();
+    let (mx, mn) = (fin.iter().cloned().fold(0.0, f64::max), fin.iter().cloned().fold(f64::INFINITY, f64::min));
+    let imbalance = if fin.len() > 1 && mx > 0.0 { (mx - mn) / mx } else { 0.0 };
+    PolicyResult {
+        policy: p.to_string(),
+        makespan_s: t,
+        runs_s: runs,
+        ideal_s: ideal,
+        efficiency: ideal / t,
+        speedup_vs_best: best / t,
+        imbalance,
+        classes,
+    }
+}
+
+fn print_table(w: &WorkloadBench) {
+    println!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
+    for a in &w.alone {
+        println!("  T alone {:<14} {:>9.4} s", a.class, a.median_s);
+    }
+    println!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
+    println!("  {:<16} {:>9} {:>7} {:>9} {:>7}  split", "policy", "T (s)", "E", "speed-up", "δ");
+    for p in &w.policies {
+        let split = p.classes.iter().map(|c| format!("{} {:.1}%", c.name, 100.0 * c.share)).collect::<Vec<_>>().join(", ");
+        println!(
+            "  {:<16} {:>9.4} {:>7.3} {:>8.3}x {:>7.3}  {}",
+            p.policy, p.makespan_s, p.efficiency, p.speedup_vs_best, p.imbalance, split
+        );
+    }
+    for l in &w.learning {
+        println!(
+            "  learning run {}: {} probe, probe δ' {:.3}{}, T {:.4} s, E {:.3}",
+            l.run,
+            l.probe,
+            l.probe_imbalance,
+            if l.replanned { " (re-planned)" } else { "" },
+            l.makespan_s,
+            l.efficiency
+        );
+    }
+    if let Some(b) = &w.baseline {
+        println!(
+            "  CPU only vs rayon ({} threads): coexec {:.4} s, rayon {:.4} s, ratio rayon/coexec {:.3}",
+            b.threads, b.coexec_cpu_s, b.rayon_s, b.ratio
+        );
+    }
+}
+
+/// The scheduler's cost per chunk: the empty kernel, one item per chunk, on
+/// the CPU workers; then the same with a Prometheus recorder installed.
+async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
+    let rt = build(common, Some(common.devices.as_deref().unwrap_or("cpu:2")), true)?;
+    let workers: usize = rt.classes().iter().map(|c| c.workers).sum();
+    let chunks = 1_000_000;
+    let opts = JobOptions { chunk: Some(1), ..Default::default() };
+    let mut plain = Vec::new();
+    for _ in 0..repeat {
+        let d = rt.run_with(coexec::kernels::Empty::new(chunks), opts.clone()).await?;
+        plain.push(d.report.makespan_s);
+    }
+    let secs = median(&plain);
+    let with_metrics = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        Ok(_handle) => {
+            let mut m = Vec::new();
+            for _ in 0..repeat {
+                let d = rt.run_with(coexec::kernels::Empty::new(chunks), opts.clone()).await?;
+                m.push(d.report.makespan_s);
+            }
+            Some(median(&m) / chunks as f64 * 1e6)
+        }
+        Err(_) => None,
+    };
+    rt.shutdown().await;
+    Ok(Overhead {
+        workers,
+        chunks,
+        seconds: secs,
+        us_per_chunk: secs / chunks as f64 * 1e6,
+        chunks_per_second: chunks as f64 / secs,
+        with_metrics_us_per_chunk: with_metrics,
+    })
+}
+
+fn machine(rt: &Runtime) -> Machine {
+    let fp = coexec_actors::profiler::Fingerprint::this_machine(rt.gpus().iter().map(|g| g.name.clone()).collect());
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Machine { cpu_model: fp.cpu_model, cores: fp.cores, gpus: fp.accelerators, date: format_utc(secs) }
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days).
+fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}

@@ -1,0 +1,271 @@
+//! `coexec`: run and benchmark data-parallel jobs on every CPU core and GPU
+//! stream at once.
+
+mod bench;
+mod report;
+mod workload;
+
+#[path = "../../../../benches/baseline.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod baseline;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use coexec::{JobOptions, Runtime};
+
+use crate::workload::{Prepared, WorkloadArgs};
+
+/// Run data-parallel work on every CPU core and GPU stream at once,
+/// balanced to finish together.
+#[derive(Debug, Parser)]
+#[command(name = "coexec", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List the devices coexec finds (CPU cores, GPUs).
+    Devices {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the scheduling policies.
+    Policies,
+    /// Run one workload once and print a summary.
+    Run {
+        /// synthetic, empty, matmul, kmeans, pathfinder or nbody.
+        workload: String,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: WorkloadArgs,
+        /// Print the report and result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// pathfinder: print the result row as Rodinia does.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Run workloads on each device class alone and co-executed under each
+    /// policy, and print the method's table.
+    Bench {
+        /// Workloads (default: matmul kmeans pathfinder nbody; `overhead`
+        /// measures the scheduler's cost per chunk).
+        workloads: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: WorkloadArgs,
+        /// Policies to co-execute with, comma-separated.
+        #[arg(long, default_value = "hybrid,static,static+dynamic")]
+        policies: String,
+        /// Repeats of every configuration (medians are reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Write the results as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Settings shared by `run` and `bench`.
+#[derive(Debug, Clone, clap::Args)]
+struct Common {
+    /// Devices: cpu[:N], sim:N@SPEED[+LATENCY], cuda:ID[xSTREAMS], comma-separated.
+    #[arg(long, env = "COEXEC_DEVICES")]
+    devices: Option<String>,
+    /// Default policy (see `coexec policies`).
+    #[arg(long, env = "COEXEC_POLICY", default_value = "hybrid")]
+    policy: String,
+    /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir;
+    /// `bench` keeps them in memory unless this is given).
+    #[arg(long)]
+    profile_dir: Option<PathBuf>,
+    /// Less output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// A failure and whether it is the user's (exit 2) or the run's (exit 1).
+pub(crate) enum Failure {
+    Usage(String),
+    Run(String),
+}
+
+impl From<coexec::Error> for Failure {
+    fn from(e: coexec::Error) -> Self {
+        use coexec::kernels::KernelError as K;
+        match &e {
+            coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
+            | coexec::Error::Config { .. } => Failure::Usage(e.to_string()),
+            coexec::Error::Actor(a) => match a {
+                coexec_actors_error::DeviceSpec { .. } | coexec_actors_error::UnknownPolicy(_) => {
+                    Failure::Usage(e.to_string())
+                }
+                _ => Failure::Run(e.to_string()),
+            },
+            _ => Failure::Run(e.to_string()),
+        }
+    }
+}
+
+use coexec_actors::ActorError as coexec_actors_error;
+
+impl From<coexec::kernels::KernelError> for Failure {
+    fn from(e: coexec::kernels::KernelError) -> Self {
+        Failure::from(coexec::Error::Kernel(e))
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            }
+            let text = e.to_string();
+            let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+            eprintln!("coexec: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("coexec: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("coexec: {}", m.lines().next().unwrap_or(""));
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(m)) => {
+            eprintln!("coexec: {}", m.lines().next().unwrap_or(""));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A runtime for `common`; `bench` defaults to in-memory profiles.
+pub(crate) fn build(common: &Common, devices: Option<&str>, in_memory: bool) -> Result<Runtime, Failure> {
+    let mut b = Runtime::builder().policy(&common.policy);
+    if let Some(d) = devices.or(common.devices.as_deref()) {
+        b = b.devices(d)?;
+    }
+    b = match &common.profile_dir {
+        Some(d) => b.profile_dir(d),
+        None if in_memory => b.in_memory_profiles(),
+        None => b,
+    };
+    Ok(b.build()?)
+}
+
+async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    match cli.cmd {
+        Cmd::Devices { json } => devices(json),
+        Cmd::Policies => {
+            for p in coexec::policy::POLICIES {
+                println!("{:<16} {}", p.name(), p.describe());
+            }
+            Ok(())
+        }
+        Cmd::Run { workload, common, args, json, print } => run(&workload, &common, &args, json, print).await,
+        Cmd::Bench { workloads, common, args, policies, repeat, json } => {
+            bench::bench(workloads, &common, &args, &policies, repeat, json).await
+        }
+    }
+}
+
+fn devices(json: bool) -> Result<(), Failure> {
+    let (classes, gpus) = coexec_actors::resolve(None).map_err(|e| Failure::Run(e.to_string()))?;
+    let why_no_gpu = coexec_actors::gpus().err().map(|e| e.to_string());
+    if json {
+        let v = serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    for c in &classes {
+        println!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
+    }
+    for g in &gpus {
+        println!(
+            "cuda:{}   {}  {:.1} GiB  {} SMs  compute {}.{}",
+            g.id,
+            g.name,
+            g.memory_bytes as f64 / (1u64 << 30) as f64,
+            g.sm_count,
+            g.compute_capability.0,
+            g.compute_capability.1
+        );
+    }
+    if let Some(why) = why_no_gpu {
+        println!("no CUDA device ({why})");
+    }
+    Ok(())
+}
+
+async fn run(name: &str, common: &Common, args: &WorkloadArgs, json: bool, print: bool) -> Result<(), Failure> {
+    let rt = build(common, None, false)?;
+    let speed_sum = speed_sum(&rt);
+    let w = Prepared::new(name, args, false, speed_sum)?;
+    let (result, reports) = w.run(&rt, JobOptions::default()).await?;
+    if print {
+        if let Some(text) = result.get("row_text").and_then(|v| v.as_str()) {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+        }
+    }
+    if json {
+        let mut result = result;
+        if let Some(o) = result.as_object_mut() {
+            o.remove("row_text");
+        }
+        let v = serde_json::json!({ "workload": name, "params": w.params(args), "result": result, "runs": reports });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else if !print {
+        let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
+        let last = reports.last();
+        let mut line = format!("{name}: {} run(s), {} items each, {total:.4}s", reports.len(), w.items());
+        if let Some(r) = last {
+            line += &format!("; last run: {}", r.summary());
+        }
+        println!("{line}");
+        if let Some(o) = result.as_object() {
+            for (k, v) in o.iter().filter(|(k, _)| *k != "row_text" && *k != "membership") {
+                println!("  {k}: {v}");
+            }
+        }
+    }
+    rt.shutdown().await;
+    Ok(())
+}
+
+/// Σ over classes of workers × speed relative to one CPU worker (GPUs count
+/// as 10: only used to size synthetic runs).
+pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
+    rt.classes()
+        .iter()
+        .map(|c| {
+            c.workers as f64
+                * match c.kind {
+                    coexec::DeviceKind::Cpu => 1.0,
+                    coexec::DeviceKind::Sim { speed, .. } => speed,
+                    coexec::DeviceKind::Cuda { .. } => 10.0,
+                }
+        })
+        .sum()
+}

@@ -1,0 +1,255 @@
+//! The workloads the CLI runs, built from its arguments.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use coexec::kernels::workloads::{
+    KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
+    PathfinderJob, PathfinderProblem,
+};
+use coexec::kernels::workloads::busy_ns_per_round;
+use coexec::kernels::{Empty, KernelError, Synthetic};
+use coexec::{JobOptions, RunReport, Runtime};
+use serde_json::{json, Value};
+
+/// Workload parameters shared by `run` and `bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WorkloadArgs {
+    /// Items (synthetic, empty); matrices (matmul); columns (pathfinder); bodies (nbody).
+    #[arg(long)]
+    pub(crate) size: Option<usize>,
+    /// synthetic: busy rounds per item.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) work: u32,
+    /// matmul: number of products.
+    #[arg(long)]
+    pub(crate) count: Option<usize>,
+    /// matmul: matrix dimension.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) dim: usize,
+    /// kmeans: input file in Rodinia's format (plain or .xz).
+    #[arg(long)]
+    pub(crate) file: Option<PathBuf>,
+    /// kmeans: clusters.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) clusters: usize,
+    /// kmeans: convergence threshold on changed memberships.
+    #[arg(long, default_value_t = 0.001)]
+    pub(crate) threshold: f32,
+    /// pathfinder: columns.
+    #[arg(long)]
+    pub(crate) cols: Option<usize>,
+    /// pathfinder: rows.
+    #[arg(long)]
+    pub(crate) rows: Option<usize>,
+    /// pathfinder: rows advanced per run (pyramid height).
+    #[arg(long)]
+    pub(crate) pyramid: Option<usize>,
+    /// nbody: bodies.
+    #[arg(long)]
+    pub(crate) bodies: Option<usize>,
+    /// nbody: time steps.
+    #[arg(long)]
+    pub(crate) steps: Option<usize>,
+}
+
+/// The names `run` and `bench` accept.
+pub(crate) const NAMES: &[&str] = &["synthetic", "empty", "matmul", "kmeans", "pathfinder", "nbody"];
+
+/// The four benchmarks of the method's paper.
+pub(crate) const BENCHMARKS: &[&str] = &["matmul", "kmeans", "pathfinder", "nbody"];
+
+/// The default kmeans input: Rodinia's kdd_cup next to the repository.
+pub(crate) fn default_kmeans_file() -> PathBuf {
+    match std::env::var_os("COEXEC_KMEANS_DATA") {
+        Some(d) => PathBuf::from(d).join("kdd_cup.xz"),
+        None => PathBuf::from("../shared/data/rodinia-kmeans/kdd_cup.xz"),
+    }
+}
+
+/// A workload ready to run any number of times (inputs built once).
+pub(crate) enum Prepared {
+    Synthetic { items: usize, work: u32 },
+    Empty { items: usize },
+    Matmul(MatmulProblem),
+    Kmeans(Arc<KmeansData>, KmeansConfig),
+    Pathfinder(PathfinderJob),
+    Nbody(NbodyProblem),
+}
+
+/// Limits against typos that would ask for terabytes.
+const MAX_ITEMS: usize = 1 << 32;
+
+fn nonzero(what: &'static str, v: usize) -> Result<usize, KernelError> {
+    if v == 0 {
+        Err(KernelError::invalid(what, "must be at least 1"))
+    } else if v > MAX_ITEMS {
+        Err(KernelError::invalid(what, format!("{v} is absurdly large (max {MAX_ITEMS})")))
+    } else {
+        Ok(v)
+    }
+}
+
+impl Prepared {
+    /// Builds `name` from `a`; `bench` sizes apply when a size is not given.
+    /// `sim_speedup`: Σ speeds of the devices relative to one CPU worker, to
+    /// size synthetic runs to about `target_s` of ideal time.
+    pub(crate) fn new(name: &str, a: &WorkloadArgs, bench: bool, speed_sum: f64) -> Result<Self, KernelError> {
+        Ok(match name {
+            "synthetic" => {
+                let items = match a.size {
+                    Some(n) => nonzero("--size", n)?,
+                    None => {
+                        // About 0.6 s of ideal co-executed time (bench) or 0.2 s (run).
+                        let target = if bench { 0.6 } else { 0.2 };
+                        let per_item = busy_ns_per_round() * 1e-9 * a.work.max(1) as f64;
+                        ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
+                    }
+                };
+                Prepared::Synthetic { items, work: a.work }
+            }
+            "empty" => Prepared::Empty { items: nonzero("--size", a.size.unwrap_or(1_000_000))? },
+            "matmul" => {
+                let count = nonzero("--count", a.count.or(a.size).unwrap_or(if bench { 20_000 } else { 2_000 }))?;
+                Prepared::Matmul(MatmulProblem::new(count, nonzero("--dim", a.dim)?)?)
+            }
+            "kmeans" => {
+                let path = a.file.clone().unwrap_or_else(default_kmeans_file);
+                let data = KmeansData::read(&path)?;
+                let cfg = KmeansConfig::new(a.clusters, a.threshold)?;
+                if cfg.clusters > data.points() {
+                    return Err(KernelError::Input {
+                        path,
+                        line: 0,
+                        why: format!("{} clusters but only {} points", cfg.clusters, data.points()),
+                    });
+                }
+                Prepared::Kmeans(Arc::new(data), cfg)
+            }
+            "pathfinder" => {
+                let cols = nonzero("--cols", a.cols.or(a.size).unwrap_or(if bench { 1_000_000 } else { 100_000 }))?;
+                let rows = nonzero("--rows", a.rows.unwrap_or(if bench { 1000 } else { 100 }))?;
+                let mut p = PathfinderProblem::new(cols, rows)?;
+                if let Some(h) = a.pyramid {
+                    p = p.with_pyramid(h)?;
+                }
+                Prepared::Pathfinder(PathfinderJob::new(p)?)
+            }
+            "nbody" => {
+                let bodies = nonzero("--bodies", a.bodies.or(a.size).unwrap_or(if bench { 16_384 } else { 4096 }))?;
+                let steps = nonzero("--steps", a.steps.unwrap_or(if bench { 10 } else { 4 }))?;
+                Prepared::Nbody(NbodyProblem::new(bodies, steps)?)
+            }
+            other => {
+                return Err(KernelError::invalid("workload", format!("unknown `{other}`; expected one of {}", NAMES.join(", "))))
+            }
+        })
+    }
+
+    /// Items per run.
+    pub(crate) fn items(&self) -> usize {
+        match self {
+            Prepared::Synthetic { items, .. } | Prepared::Empty { items } => *items,
+            Prepared::Matmul(p) => p.count(),
+            Prepared::Kmeans(d, _) => d.points(),
+            Prepared::Pathfinder(j) => j.problem().cols(),
+            Prepared::Nbody(p) => p.bodies(),
+        }
+    }
+
+    /// Parameters as command-line flags.
+    pub(crate) fn params(&self, a: &WorkloadArgs) -> String {
+        match self {
+            Prepared::Synthetic { items, work } => format!("--size {items} --work {work}"),
+            Prepared::Empty { items } => format!("--size {items}"),
+            Prepared::Matmul(p) => format!("--count {} --dim {}", p.count(), p.dim()),
+            Prepared::Kmeans(d, c) => format!(
+                "--file {} --clusters {} --threshold {}",
+                d.source().map(|p| p.display().to_string()).unwrap_or_else(|| default_kmeans_file().display().to_string()),
+                c.clusters,
+                a.threshold
+            ),
+            Prepared::Pathfinder(j) => {
+                let p = j.problem();
+                format!("--cols {} --rows {} --pyramid {}", p.cols(), p.rows(), p.pyramid())
+            }
+            Prepared::Nbody(p) => format!("--bodies {} --steps {}", p.bodies(), p.steps()),
+        }
+    }
+
+    /// Runs once on `rt`: the result as JSON and every run's report.
+    pub(crate) async fn run(&self, rt: &Runtime, opts: JobOptions) -> Result<(Value, Vec<RunReport>), coexec::Error> {
+        match self {
+            Prepared::Synthetic { items, work } => {
+                let (k, reports) = rt.drive(OneShot::new(Synthetic::new(*items, *work)), opts).await?;
+                let verified = k.map(|k| k.verify()).unwrap_or_else(|| Err("no kernel came back".into()));
+                if let Err(e) = &verified {
+                    return Err(coexec::Error::Kernel(KernelError::invalid("synthetic result", e.clone())));
+                }
+                Ok((json!({ "verified": true }), reports))
+            }
+            Prepared::Empty { items } => {
+                let (_, reports) = rt.drive(OneShot::new(Empty::new(*items)), opts).await?;
+                Ok((json!({}), reports))
+            }
+            Prepared::Matmul(p) => {
+                let (out, reports) = rt.drive(MatmulJob::new(*p)?, opts).await?;
+                Ok((json!({ "checksum": out.checksum() }), reports))
+            }
+            Prepared::Kmeans(d, c) => {
+                let (out, reports) = rt.drive(KmeansJob::new(d.clone(), c.clone())?, opts).await?;
+                Ok((serde_json::to_value(&out).unwrap_or(Value::Null), reports))
+            }
+            Prepared::Pathfinder(j) => {
+                let (out, reports) = rt.drive(j.restart()?, opts).await?;
+                Ok((json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() }), reports))
+            }
+            Prepared::Nbody(p) => {
+                let (out, reports) = rt.drive(NbodyJob::new(*p)?, opts).await?;
+                let b = &out.bodies;
+                Ok((json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }), reports))
+            }
+        }
+    }
+
+    /// Runs once on a rayon pool of `threads` (the baseline); wall seconds.
+    pub(crate) fn run_rayon(&self, pool: &rayon::ThreadPool) -> Result<f64, KernelError> {
+        let t = std::time::Instant::now();
+        match self {
+            Prepared::Synthetic { items, work } => {
+                crate::baseline::run_rayon(pool, OneShot::new(Synthetic::new(*items, *work)))?;
+            }
+            Prepared::Empty { items } => {
+                crate::baseline::run_rayon(pool, OneShot::new(Empty::new(*items)))?;
+            }
+            Prepared::Matmul(p) => {
+                let job = MatmulJob::new(*p)?;
+                let t0 = std::time::Instant::now();
+                crate::baseline::run_rayon(pool, job)?;
+                return Ok(t0.elapsed().as_secs_f64());
+            }
+            Prepared::Kmeans(d, c) => {
+                crate::baseline::run_rayon(pool, KmeansJob::new(d.clone(), c.clone())?)?;
+            }
+            Prepared::Pathfinder(j) => {
+                let job = j.restart()?;
+                let t0 = std::time::Instant::now();
+                crate::baseline::run_rayon(pool, job)?;
+                return Ok(t0.elapsed().as_secs_f64());
+            }
+            Prepared::Nbody(p) => {
+                let job = NbodyJob::new(*p)?;
+                let t0 = std::time::Instant::now();
+                crate::baseline::run_rayon(pool, job)?;
+                return Ok(t0.elapsed().as_secs_f64());
+            }
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+/// Sum of every position and velocity component, in f64: equal results give
+/// equal sums.
+fn bodies_checksum(b: &coexec::kernels::workloads::Bodies) -> f64 {
+    [&b.x, &b.y, &b.z, &b.vx, &b.vy, &b.vz].iter().flat_map(|v| v.iter()).map(|&x| x as f64).sum()
+}
