@@ -50,7 +50,7 @@ struct ClassState {
     eligible: bool,
     workers: usize,
     model: SpeedModel,
-    run_samples: Vec<Sample>,
+    run_samples: VecDeque<Sample>,
     // Region accounting since the last (re)plan.
     claimed: usize,
     probe_target: usize,
@@ -160,7 +160,7 @@ impl JobCore {
                     s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
-                    s.probe_ramp = (items / (256 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
+                    s.probe_ramp = (items / (4096 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
                 }
                 Probe::None => {}
             }
@@ -403,9 +403,9 @@ impl JobCore {
         s.finish = s.finish.max(end);
         s.model.observe(n as f64, secs);
         if s.run_samples.len() == RUN_SAMPLES {
-            s.run_samples.remove(0);
+            s.run_samples.pop_front();
         }
-        s.run_samples.push(Sample { items: n as f64, secs });
+        s.run_samples.push_back(Sample { items: n as f64, secs });
         match chunk.phase {
             Phase::Probe => {
                 s.probe_done += n;
@@ -527,7 +527,7 @@ impl JobCore {
         if replan && self.adm.probe == Probe::Warm {
             // The stored models no longer match the machine: trust the probe.
             for s in &mut self.st {
-                let samples = s.run_samples.clone();
+                let samples: Vec<Sample> = s.run_samples.iter().copied().collect();
                 if !samples.is_empty() {
                     s.model.reset_to(&samples);
                 }
@@ -628,7 +628,7 @@ impl JobCore {
 
     /// Samples of this run per class, for the profiler.
     pub(crate) fn samples(&self) -> Vec<Vec<Sample>> {
-        self.st.iter().map(|s| s.run_samples.clone()).collect()
+        self.st.iter().map(|s| s.run_samples.iter().copied().collect()).collect()
     }
 }
 

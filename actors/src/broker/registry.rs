@@ -70,7 +70,8 @@ pub(crate) enum Event {
 pub(crate) struct Registry {
     jobs: RwLock<Vec<Arc<Job>>>,
     generation: AtomicU64,
-    bell: Mutex<u64>,
+    bell: AtomicU64,
+    bell_lock: Mutex<()>,
     cv: Condvar,
     closed: AtomicBool,
     idle: tokio::sync::Notify,
@@ -96,7 +97,8 @@ impl Registry {
         Self {
             jobs: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
-            bell: Mutex::new(0),
+            bell: AtomicU64::new(0),
+            bell_lock: Mutex::new(()),
             cv: Condvar::new(),
             closed: AtomicBool::new(false),
             idle: tokio::sync::Notify::new(),
@@ -224,20 +226,23 @@ impl Registry {
 
     /// The bell's count, to wait on without missing a ring.
     pub(crate) fn bell(&self) -> u64 {
-        *self.bell.lock().unwrap_or_else(|e| e.into_inner())
+        self.bell.load(Ordering::Acquire)
     }
 
     pub(crate) fn ring(&self) {
-        *self.bell.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        // Increment under the lock so a waiter between its check and its
+        // wait cannot miss the ring.
+        let _g = self.bell_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.bell.fetch_add(1, Ordering::AcqRel);
         self.cv.notify_all();
     }
 
     /// Waits for a ring after `seen`, at most `timeout`.
     pub(crate) fn wait(&self, seen: u64, timeout: Duration) {
-        let g = self.bell.lock().unwrap_or_else(|e| e.into_inner());
-        if *g != seen || self.is_closed() {
+        let g = self.bell_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.bell() != seen || self.is_closed() {
             return;
         }
-        let _ = self.cv.wait_timeout_while(g, timeout, |n| *n == seen && !self.is_closed());
+        let _ = self.cv.wait_timeout_while(g, timeout, |_| self.bell() == seen && !self.is_closed());
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct AloneResult {
     /// Median over the repeats.
     pub(crate) median_s: f64,
     pub(crate) runs_s: Vec<f64>,
+    /// Not run: the speed model's prediction for a class far slower than
+    /// the fastest (see `coexec bench --help`).
+    pub(crate) predicted: bool,
 }
 
 /// One device class's part of a co-executed run.

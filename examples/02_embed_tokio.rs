@@ -1,0 +1,30 @@
+//! coexec inside an existing tokio service: many tasks submit small jobs at
+//! once, served fairly, while the service's own tasks keep running.
+//!
+//! `cargo run --release --example 02_embed_tokio`
+
+use std::sync::Arc;
+
+use coexec::kernels::Synthetic;
+use coexec::{JobOrder, Runtime};
+
+#[tokio::main]
+async fn main() -> Result<(), coexec::Error> {
+    let rt = Arc::new(Runtime::builder().job_order(JobOrder::Fair).in_memory_profiles().build()?);
+    let started = std::time::Instant::now();
+    let mut requests = Vec::new();
+    for i in 0..64 {
+        let rt = rt.clone();
+        requests.push(tokio::spawn(async move {
+            let done = rt.run(Synthetic::new(2_000 + 100 * i, 100)).await?;
+            Ok::<_, coexec::Error>(done.report.makespan_s)
+        }));
+    }
+    let mut worst: f64 = 0.0;
+    for r in requests {
+        worst = worst.max(r.await.expect("task")?);
+    }
+    println!("64 jobs in {:.3}s; slowest job's makespan {worst:.4}s", started.elapsed().as_secs_f64());
+    Arc::try_unwrap(rt).expect("sole owner").shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Every item exactly once on real threads: random device mixes, policies,
+//! concurrent jobs and injected chunk failures (errors and panics).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use coexec::kernels::{Chunk, Kernel, KernelError, Synthetic};
+use coexec::{JobOptions, Runtime};
+use proptest::prelude::*;
+
+/// Synthetic, but the first attempt at every `every`-th chunk start fails:
+/// alternately with an error and a panic.
+struct Flaky {
+    inner: Synthetic,
+    every: usize,
+    failures: AtomicUsize,
+    tried: std::sync::Mutex<std::collections::HashSet<usize>>,
+}
+
+impl Kernel for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    fn items(&self) -> usize {
+        self.inner.items()
+    }
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        if chunk.lo() % self.every == 0 && self.tried.lock().unwrap().insert(chunk.lo()) {
+            let n = self.failures.fetch_add(1, Ordering::Relaxed);
+            if n % 2 == 0 {
+                return Err(KernelError::Injected(format!("chunk at {}", chunk.lo())));
+            }
+            panic!("injected panic at {}", chunk.lo());
+        }
+        self.inner.run_cpu(chunk)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+    #[test]
+    fn exactly_once_with_real_workers(
+        cpus in 1usize..3,
+        sim in proptest::option::of((1usize..3, 0.2f64..20.0, 0u64..200)),
+        policy in 0usize..8,
+        jobs in 1usize..4,
+        items in 1usize..20_000,
+        every in proptest::option::of(3usize..40),
+    ) {
+        let mut spec = format!("cpu:{cpus}");
+        if let Some((n, x, lat)) = sim {
+            spec += &format!(",sim:{n}@{x}+{lat}us");
+        }
+        let p = coexec::policy::POLICIES[policy].name();
+        if p == "accel-only" && sim.is_none() {
+            return Ok(());
+        }
+        let rt = Arc::new(Runtime::builder().devices(&spec).unwrap().in_memory_profiles().build().unwrap());
+        let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+        let results = tokio.block_on(async {
+            let mut handles = Vec::new();
+            for j in 0..jobs {
+                let rt = rt.clone();
+                let n = items + j * 7;
+                handles.push(tokio::spawn(async move {
+                    let opts = JobOptions { policy: Some(coexec::policy::by_name(p).unwrap()), ..Default::default() };
+                    let k = Flaky {
+                        inner: Synthetic::new(n, 20),
+                        every: every.unwrap_or(usize::MAX),
+                        failures: AtomicUsize::new(0),
+                        tried: Default::default(),
+                    };
+                    rt.run_with(k, opts).await.map(|d| (n, d))
+                }));
+            }
+            let mut out = Vec::new();
+            for h in handles {
+                out.push(h.await.unwrap());
+            }
+            out
+        });
+        for r in results {
+            let (n, done) = r.unwrap();
+            prop_assert_eq!(done.kernel.inner.verify(), Ok(()));
+            prop_assert_eq!(done.report.classes.iter().map(|c| c.items).sum::<usize>(), n);
+            if every.is_some() && n > 0 {
+                prop_assert!(done.report.retries >= 1);
+            }
+        }
+        Arc::try_unwrap(rt).unwrap().shutdown_now();
+    }
+}
+
+#[test]
+fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
+    struct Broken;
+    impl Kernel for Broken {
+        fn name(&self) -> &str {
+            "broken"
+        }
+        fn items(&self) -> usize {
+            100
+        }
+        fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+            if chunk.range().contains(&42) {
+                panic!("item 42 is cursed");
+            }
+            Ok(())
+        }
+    }
+    let rt = Runtime::builder().devices("cpu:2").unwrap().in_memory_profiles().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let err = tokio.block_on(rt.run(Broken)).unwrap_err().to_string();
+    assert!(err.contains("failed 4 times") && err.contains("item 42 is cursed"), "{err}");
+    // The runtime still works afterwards.
+    let done = tokio.block_on(rt.run(Synthetic::new(1000, 1))).unwrap();
+    done.kernel.verify().unwrap();
+}

@@ -1,0 +1,101 @@
+//! The command line: misuse exits 2 with one line; runs print what they did.
+
+use std::process::Command;
+
+fn coexec(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args(args)
+        .env("COEXEC_PROFILE_DIR", std::env::temp_dir().join("coexec-cli-test"))
+        .env_remove("COEXEC_DEVICES")
+        .env_remove("COEXEC_POLICY")
+        .output()
+        .expect("run coexec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn misuse_exits_2_with_one_line() {
+    let bad_file = std::env::temp_dir().join(format!("coexec-bad-{}.txt", std::process::id()));
+    std::fs::write(&bad_file, "1 2 3\n2 4 x 6\n3 1\n").unwrap();
+    let bad = bad_file.to_str().unwrap();
+    for args in [
+        vec!["run", "bogus"],
+        vec!["run", "synthetic", "--devices", "cpu:0"],
+        vec!["run", "synthetic", "--devices", "sim:1@fast"],
+        vec!["run", "synthetic", "--policy", "fastest"],
+        vec!["run", "synthetic", "--size", "0"],
+        vec!["run", "matmul", "--count", "99999999999999"],
+        vec!["run", "kmeans", "--file", "/nonexistent/points.txt"],
+        vec!["run", "kmeans", "--file", bad],
+        vec!["run", "kmeans", "--file", bad, "--clusters", "0"],
+        vec!["bench", "--repeat", "0"],
+        vec!["bench", "nosuch"],
+        vec!["frobnicate"],
+        vec!["run", "synthetic", "--size", "ten"],
+    ] {
+        let (code, _, err) = coexec(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let (_, _, err) = coexec(&["run", "kmeans", "--file", bad]);
+    assert!(err.contains(bad) && err.contains(":3:"), "names the file and line: {err}");
+}
+
+#[test]
+fn run_and_list() {
+    let (code, out, err) = coexec(&["run", "synthetic", "--devices", "cpu:1,sim:1@2", "--size", "5000", "--work", "10"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("synthetic") && out.contains("verified: true"), "{out}");
+    let (code, out, _) = coexec(&["run", "pathfinder", "--cols", "1000", "--rows", "20", "--json", "--devices", "cpu:2"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"]["sha256"].as_str().unwrap().len(), 64);
+    let (code, out, _) = coexec(&["policies"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 8);
+    let (code, out, _) = coexec(&["devices"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("cpu"));
+}
+
+#[test]
+fn the_same_bits_whatever_the_split() {
+    // 20 000 points in 8 features: many 1024-point blocks, cut differently
+    // by every device mix and policy below.
+    let file = std::env::temp_dir().join(format!("coexec-kmeans-{}.txt", std::process::id()));
+    let mut text = String::new();
+    let mut x: u64 = 12345;
+    for i in 0..20_000 {
+        text += &i.to_string();
+        for _ in 0..8 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            text += &format!(" {:.4}", (x >> 40) as f64 / (1u64 << 24) as f64 * 100.0);
+        }
+        text.push('\n');
+    }
+    std::fs::write(&file, text).unwrap();
+    let f = file.to_str().unwrap();
+    let mixes = [("cpu:2", "hybrid"), ("cpu:1,sim:1@1", "dynamic"), ("cpu:1", "static"), ("cpu:2,sim:2@3", "guided")];
+    for (workload, extra) in [
+        ("kmeans", vec!["--file", f, "--clusters", "6"]),
+        ("matmul", vec!["--count", "300", "--dim", "24"]),
+        ("nbody", vec!["--bodies", "1000", "--steps", "3"]),
+        ("pathfinder", vec!["--cols", "5000", "--rows", "60", "--pyramid", "7"]),
+    ] {
+        let mut seen = Vec::new();
+        for (devices, policy) in mixes {
+            let mut args = vec!["run", workload, "--json", "--devices", devices, "--policy", policy];
+            args.extend(extra.iter().copied());
+            let (code, out, err) = coexec(&args);
+            assert_eq!(code, 0, "{workload} {devices} {policy}: {err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            seen.push(v["result"].to_string());
+        }
+        assert!(seen.windows(2).all(|w| w[0] == w[1]), "{workload}: {seen:?}");
+    }
+}
