@@ -1,0 +1,85 @@
+//! The runtime's own cost per chunk, with metrics off and on.
+//!
+//! The empty kernel does nothing, so a job's time is all scheduling: admission,
+//! claims, completion, the report. `dynamic` cuts a job into about 16 equal
+//! chunks per worker, so `Empty::new(2 * 16)` on two CPU workers is a job of
+//! one-item chunks; criterion's throughput line (elements/s) reads as chunks
+//! per second, and µs per chunk is its inverse.
+//!
+//! Both cases run in one process, in one group, side by side: first with no
+//! recorder (every metric call is a no-op), then with the Prometheus recorder
+//! installed — once installed it stays for the process, so the order matters.
+//!
+//! ```text
+//! cargo bench -p coexec --bench overhead
+//! ```
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use coexec::kernels::Empty;
+use coexec::{JobOptions, Runtime};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// Workers, and chunks per worker under `dynamic`.
+const WORKERS: usize = 2;
+const CHUNKS_PER_WORKER: usize = 16;
+const ITEMS: usize = WORKERS * CHUNKS_PER_WORKER;
+
+fn runtime(metrics: Option<SocketAddr>) -> Runtime {
+    let mut b = Runtime::builder()
+        .devices(&format!("cpu:{WORKERS}"))
+        .expect("a valid device spec")
+        .in_memory_profiles();
+    if let Some(addr) = metrics {
+        b = b.metrics(addr);
+    }
+    b.build().expect("the runtime starts")
+}
+
+fn options() -> JobOptions {
+    JobOptions {
+        policy: Some(coexec::policy::by_name("dynamic").expect("dynamic is registered")),
+        ..JobOptions::default()
+    }
+}
+
+fn overhead(c: &mut Criterion) {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let free = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port");
+
+    let mut g = c.benchmark_group(format!(
+        "overhead/empty_{ITEMS}_items_{WORKERS}_cpu_dynamic"
+    ));
+    g.sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (label, metrics) in [("metrics_off", None), ("metrics_on", Some(free))] {
+        let rt = runtime(metrics);
+        let opts = options();
+        // Chunks per job, as the runtime cut it: the unit of the throughput line.
+        let done = tokio
+            .block_on(rt.run_with(Empty::new(ITEMS), opts.clone()))
+            .expect("the empty job runs");
+        let chunks: usize = done.report.classes.iter().map(|c| c.chunks).sum();
+        eprintln!("{label}: {chunks} chunks per job of {ITEMS} items");
+        g.throughput(Throughput::Elements(chunks as u64));
+        g.bench_function(label, |b| {
+            b.iter(|| {
+                tokio
+                    .block_on(rt.run_with(Empty::new(ITEMS), opts.clone()))
+                    .expect("the empty job runs")
+            })
+        });
+        tokio.block_on(rt.shutdown());
+    }
+    g.finish();
+}
+
+criterion_group!(benches, overhead);
+criterion_main!(benches);

@@ -1,0 +1,278 @@
+//! The Prometheus exporter, scraped over plain HTTP after a real job.
+//!
+//! The recorder is global to the process, so everything that needs it lives
+//! in this one binary and this one test.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use coexec::kernels::Synthetic;
+
+const ITEMS: usize = 12_000;
+
+/// One sample line: `name{labels} value`.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// The exposition text: `# TYPE` lines by metric name, and every sample.
+#[derive(Debug, Default)]
+struct Exposition {
+    types: BTreeMap<String, String>,
+    samples: Vec<Sample>,
+}
+
+impl Exposition {
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut out = Self::default();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| format!("bad TYPE line {line:?}"))?;
+                out.types.insert(name.to_string(), kind.trim().to_string());
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let (series, value) = line
+                .rsplit_once(' ')
+                .ok_or_else(|| format!("bad sample {line:?}"))?;
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => v
+                    .parse::<f64>()
+                    .map_err(|e| format!("bad value in {line:?}: {e}"))?,
+            };
+            let (name, labels) = match series.split_once('{') {
+                None => (series.to_string(), BTreeMap::new()),
+                Some((name, rest)) => {
+                    let body = rest
+                        .strip_suffix('}')
+                        .ok_or_else(|| format!("unclosed labels in {line:?}"))?;
+                    (name.to_string(), parse_labels(body)?)
+                }
+            };
+            out.samples.push(Sample {
+                name,
+                labels,
+                value,
+            });
+        }
+        Ok(out)
+    }
+
+    fn series<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| s.name == name)
+    }
+
+    fn sum(&self, name: &str) -> f64 {
+        self.series(name).map(|s| s.value).sum()
+    }
+}
+
+/// `a="x",b="y"` (values hold no escaped quotes here: label values are
+/// device classes, kernels, phases and policies).
+fn parse_labels(body: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = body.trim_start_matches(',');
+    while !rest.is_empty() {
+        let (key, after) = rest
+            .split_once("=\"")
+            .ok_or_else(|| format!("bad labels {body:?}"))?;
+        let (value, after) = after
+            .split_once('"')
+            .ok_or_else(|| format!("bad labels {body:?}"))?;
+        labels.insert(key.trim().to_string(), value.to_string());
+        rest = after.trim_start_matches(',');
+    }
+    Ok(labels)
+}
+
+/// `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
+fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    // The exporter's thread may still be binding: retry the connect briefly.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut stream = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("connect {addr}: {e}").into()),
+        }
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let raw = String::from_utf8(raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    let status = head
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .ok_or("no status line")?
+        .parse::<u16>()?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> Result<String, String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").ok_or("bad chunk header")?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|e| e.to_string())?;
+        if size == 0 {
+            return Ok(out);
+        }
+        out.push_str(rest.get(..size).ok_or("short chunk")?);
+        body = rest
+            .get(size..)
+            .ok_or("short chunk")?
+            .trim_start_matches("\r\n");
+    }
+}
+
+fn free_loopback_port() -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    l.local_addr()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let addr = free_loopback_port()?;
+    let rt = coexec::Runtime::builder()
+        .devices("cpu:2,sim:1@2")?
+        .in_memory_profiles()
+        .metrics(addr)
+        .build()?;
+    let done = rt.run(Synthetic::new(ITEMS, 50)).await?;
+    done.kernel.verify()?;
+    let chunks: usize = done.report.classes.iter().map(|c| c.chunks).sum();
+    assert!(chunks > 0);
+
+    // Scraping off the async workers: the client blocks.
+    let (status, text) =
+        tokio::task::spawn_blocking(move || get(addr, "/metrics").map_err(|e| e.to_string()))
+            .await??;
+    assert_eq!(status, 200, "{text}");
+    let m = Exposition::parse(&text)?;
+
+    assert_eq!(
+        m.types.get("coexec_items_total").map(String::as_str),
+        Some("counter"),
+        "{text}"
+    );
+    assert_eq!(
+        m.types.get("coexec_chunks_total").map(String::as_str),
+        Some("counter")
+    );
+    assert_eq!(
+        m.sum("coexec_items_total"),
+        ITEMS as f64,
+        "items counted once each"
+    );
+    assert_eq!(
+        m.sum("coexec_chunks_total"),
+        chunks as f64,
+        "chunks counted once each"
+    );
+    for s in m.series("coexec_items_total") {
+        assert_eq!(
+            s.labels.get("kernel").map(String::as_str),
+            Some("synthetic")
+        );
+        assert!(
+            ["cpu", "sim"].contains(&s.labels.get("device_class").map_or("", String::as_str)),
+            "{s:?}"
+        );
+    }
+    for s in m.series("coexec_chunks_total") {
+        let phase = s.labels.get("phase").map_or("", String::as_str);
+        assert!(
+            ["probe", "static", "dynamic", "retry"].contains(&phase),
+            "{s:?}"
+        );
+    }
+
+    let h = "coexec_chunk_duration_seconds";
+    assert_eq!(
+        m.types.get(h).map(String::as_str),
+        Some("histogram"),
+        "{text}"
+    );
+    let bucket_name = format!("{h}_bucket");
+    let buckets: Vec<&Sample> = m.series(&bucket_name).collect();
+    assert!(buckets.iter().all(|b| b.labels.contains_key("le")));
+    let inf: Vec<&Sample> = buckets
+        .iter()
+        .copied()
+        .filter(|b| b.labels["le"] == "+Inf")
+        .collect();
+    assert!(!inf.is_empty(), "no +Inf bucket");
+    assert!(buckets.len() > inf.len(), "only the +Inf bucket");
+    let count = m.sum(&format!("{h}_count"));
+    assert_eq!(count, chunks as f64, "one duration per chunk");
+    assert_eq!(
+        inf.iter().map(|b| b.value).sum::<f64>(),
+        count,
+        "+Inf bucket holds every chunk"
+    );
+    let sum = m.sum(&format!("{h}_sum"));
+    assert!(sum > 0.0 && sum.is_finite(), "{h}_sum = {sum}");
+    // Cumulative buckets never shrink as `le` grows, per label set.
+    let mut by_series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for b in &buckets {
+        let mut key = b.labels.clone();
+        let le = key.remove("le").unwrap_or_default();
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse()?
+        };
+        by_series
+            .entry(format!("{key:?}"))
+            .or_default()
+            .push((le, b.value));
+    }
+    for (series, mut bs) in by_series {
+        bs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(
+            bs.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{series}: buckets not cumulative: {bs:?}"
+        );
+    }
+
+    assert!(m.sum("coexec_jobs_completed_total") >= 1.0, "{text}");
+    assert!(m.sum("coexec_worker_busy_seconds") > 0.0);
+
+    let (status, _) =
+        tokio::task::spawn_blocking(move || get(addr, "/other").map_err(|e| e.to_string()))
+            .await??;
+    assert_eq!(status, 404, "only /metrics is served");
+
+    rt.shutdown().await;
+    Ok(())
+}
