@@ -93,6 +93,7 @@ proptest! {
 
 #[test]
 fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
+    #[derive(Debug)]
     struct Broken;
     impl Kernel for Broken {
         fn name(&self) -> &str {

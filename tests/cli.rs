@@ -43,7 +43,7 @@ fn misuse_exits_2_with_one_line() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     let (_, _, err) = coexec(&["run", "kmeans", "--file", bad]);
-    assert!(err.contains(bad) && err.contains(":3:"), "names the file and line: {err}");
+    assert!(err.contains(bad) && err.contains(":2:"), "names the file and line: {err}");
 }
 
 #[test]

@@ -1,63 +1,100 @@
 //! The Prometheus exporter.
 
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::Error;
 
 /// Chunk durations: 10 µs to 100 s, a few buckets a decade.
-const CHUNK_BUCKETS: &[f64] =
-    &[1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0];
+const CHUNK_BUCKETS: &[f64] = &[
+    1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
+];
+
+/// How often histograms are drained between scrapes (the exporter's default).
+const UPKEEP: Duration = Duration::from_secs(5);
 
 static INSTALLED: OnceLock<SocketAddr> = OnceLock::new();
 
 /// Serves `/metrics` on `addr` (once per process; the recorder is global).
+///
+/// The exporter crate's own listener answers every path with the metrics;
+/// a scrape endpoint should answer only its path, so a plain blocking server
+/// on its own thread does the HTTP: one request per connection, 404 elsewhere.
 pub(crate) fn install(addr: SocketAddr) -> Result<(), Error> {
     if let Some(prev) = INSTALLED.get() {
         return if *prev == addr {
             Ok(())
         } else {
-            Err(Error::Metrics(format!("already serving on {prev}; one exporter per process")))
+            Err(Error::Metrics(format!(
+                "already serving on {prev}; one exporter per process"
+            )))
         };
     }
-    let builder = PrometheusBuilder::new()
-        .with_http_listener(addr)
+    let listener = TcpListener::bind(addr).map_err(|e| Error::Metrics(format!("{addr}: {e}")))?;
+    let recorder = PrometheusBuilder::new()
         .set_buckets(CHUNK_BUCKETS)
+        .map_err(|e| Error::Metrics(e.to_string()))?
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
+    coexec_actors::metrics::describe();
+
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("coexec-metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP);
+            upkeep.run_upkeep();
+        })
         .map_err(|e| Error::Metrics(e.to_string()))?;
-    // The exporter's HTTP server needs a tokio runtime; give it its own thread
-    // so an embedding application's runtime is untouched.
-    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("coexec-metrics".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
+            for stream in listener.incoming().flatten() {
+                if let Err(e) = serve(stream, &handle) {
+                    tracing::debug!("metrics request: {e}");
                 }
-            };
-            rt.block_on(async move {
-                match builder.build() {
-                    Ok((recorder, server)) => {
-                        if let Err(e) = metrics::set_global_recorder(recorder) {
-                            let _ = tx.send(Err(e.to_string()));
-                            return;
-                        }
-                        coexec_actors::metrics::describe();
-                        let _ = tx.send(Ok(()));
-                        let _ = server.await;
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e.to_string()));
-                    }
-                }
-            });
+            }
         })
         .map_err(|e| Error::Metrics(e.to_string()))?;
-    rx.recv().map_err(|e| Error::Metrics(e.to_string()))?.map_err(Error::Metrics)?;
     let _ = INSTALLED.set(addr);
     Ok(())
+}
+
+/// Answers one request: the exposition text for `GET /metrics`, 404 for any
+/// other path, 405 for any other method.
+fn serve(stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
+    // A client that never finishes its request must not stall the next scrape.
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Headers end at the first empty line; their content is not needed.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 && !line.trim_end().is_empty() {
+        line.clear();
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", handle.render()),
+        ("GET", _) => (
+            "404 Not Found",
+            "not found; metrics are at /metrics\n".to_string(),
+        ),
+        _ => ("405 Method Not Allowed", "only GET\n".to_string()),
+    };
+    let mut out = stream;
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    out.flush()
 }

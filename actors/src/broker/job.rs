@@ -160,7 +160,7 @@ impl JobCore {
                     s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
-                    s.probe_ramp = (items / (4096 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
+                    s.probe_ramp = (items / (256 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
                 }
                 Probe::None => {}
             }
@@ -572,6 +572,11 @@ impl JobCore {
     pub(crate) fn report(&mut self) -> Result<RunReport, ActorError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
+        }
+        if self.probing {
+            // A short job can end before every class finished a probe chunk:
+            // report what the probe saw.
+            self.end_probe();
         }
         let makespan = self.st.iter().map(|s| s.finish).fold(0.0, f64::max);
         let classes: Vec<ClassReport> = self
