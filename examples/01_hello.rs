@@ -7,7 +7,10 @@ use coexec::kernels::Synthetic;
 
 #[tokio::main]
 async fn main() -> Result<(), coexec::Error> {
-    let rt = coexec::Runtime::builder().devices("cpu,sim:1@4")?.in_memory_profiles().build()?;
+    let rt = coexec::Runtime::builder()
+        .devices("cpu,sim:1@4")?
+        .in_memory_profiles()
+        .build()?;
     let done = rt.run(Synthetic::new(200_000, 200)).await?;
     done.kernel.verify().expect("every item exactly once");
     println!("{}", done.report.summary());

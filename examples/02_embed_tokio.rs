@@ -10,7 +10,12 @@ use coexec::{JobOrder, Runtime};
 
 #[tokio::main]
 async fn main() -> Result<(), coexec::Error> {
-    let rt = Arc::new(Runtime::builder().job_order(JobOrder::Fair).in_memory_profiles().build()?);
+    let rt = Arc::new(
+        Runtime::builder()
+            .job_order(JobOrder::Fair)
+            .in_memory_profiles()
+            .build()?,
+    );
     let started = std::time::Instant::now();
     let mut requests = Vec::new();
     for i in 0..64 {
@@ -24,7 +29,10 @@ async fn main() -> Result<(), coexec::Error> {
     for r in requests {
         worst = worst.max(r.await.expect("task")?);
     }
-    println!("64 jobs in {:.3}s; slowest job's makespan {worst:.4}s", started.elapsed().as_secs_f64());
+    println!(
+        "64 jobs in {:.3}s; slowest job's makespan {worst:.4}s",
+        started.elapsed().as_secs_f64()
+    );
     Arc::try_unwrap(rt).expect("sole owner").shutdown().await;
     Ok(())
 }

@@ -109,10 +109,20 @@ fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
             Ok(())
         }
     }
-    let rt = Runtime::builder().devices("cpu:2").unwrap().in_memory_profiles().build().unwrap();
-    let tokio = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = Runtime::builder()
+        .devices("cpu:2")
+        .unwrap()
+        .in_memory_profiles()
+        .build()
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let err = tokio.block_on(rt.run(Broken)).unwrap_err().to_string();
-    assert!(err.contains("failed 4 times") && err.contains("item 42 is cursed"), "{err}");
+    assert!(
+        err.contains("failed 4 times") && err.contains("item 42 is cursed"),
+        "{err}"
+    );
     // The runtime still works afterwards.
     let done = tokio.block_on(rt.run(Synthetic::new(1000, 1))).unwrap();
     done.kernel.verify().unwrap();

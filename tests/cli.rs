@@ -5,7 +5,10 @@ use std::process::Command;
 fn coexec(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_coexec"))
         .args(args)
-        .env("COEXEC_PROFILE_DIR", std::env::temp_dir().join("coexec-cli-test"))
+        .env(
+            "COEXEC_PROFILE_DIR",
+            std::env::temp_dir().join("coexec-cli-test"),
+        )
         .env_remove("COEXEC_DEVICES")
         .env_remove("COEXEC_POLICY")
         .output()
@@ -43,15 +46,40 @@ fn misuse_exits_2_with_one_line() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     let (_, _, err) = coexec(&["run", "kmeans", "--file", bad]);
-    assert!(err.contains(bad) && err.contains(":2:"), "names the file and line: {err}");
+    assert!(
+        err.contains(bad) && err.contains(":2:"),
+        "names the file and line: {err}"
+    );
 }
 
 #[test]
 fn run_and_list() {
-    let (code, out, err) = coexec(&["run", "synthetic", "--devices", "cpu:1,sim:1@2", "--size", "5000", "--work", "10"]);
+    let (code, out, err) = coexec(&[
+        "run",
+        "synthetic",
+        "--devices",
+        "cpu:1,sim:1@2",
+        "--size",
+        "5000",
+        "--work",
+        "10",
+    ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("synthetic") && out.contains("verified: true"), "{out}");
-    let (code, out, _) = coexec(&["run", "pathfinder", "--cols", "1000", "--rows", "20", "--json", "--devices", "cpu:2"]);
+    assert!(
+        out.contains("synthetic") && out.contains("verified: true"),
+        "{out}"
+    );
+    let (code, out, _) = coexec(&[
+        "run",
+        "pathfinder",
+        "--cols",
+        "1000",
+        "--rows",
+        "20",
+        "--json",
+        "--devices",
+        "cpu:2",
+    ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["result"]["sha256"].as_str().unwrap().len(), 64);
@@ -73,29 +101,50 @@ fn the_same_bits_whatever_the_split() {
     for i in 0..20_000 {
         text += &i.to_string();
         for _ in 0..8 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             text += &format!(" {:.4}", (x >> 40) as f64 / (1u64 << 24) as f64 * 100.0);
         }
         text.push('\n');
     }
     std::fs::write(&file, text).unwrap();
     let f = file.to_str().unwrap();
-    let mixes = [("cpu:2", "hybrid"), ("cpu:1,sim:1@1", "dynamic"), ("cpu:1", "static"), ("cpu:2,sim:2@3", "guided")];
+    let mixes = [
+        ("cpu:2", "hybrid"),
+        ("cpu:1,sim:1@1", "dynamic"),
+        ("cpu:1", "static"),
+        ("cpu:2,sim:2@3", "guided"),
+    ];
     for (workload, extra) in [
         ("kmeans", vec!["--file", f, "--clusters", "6"]),
         ("matmul", vec!["--count", "300", "--dim", "24"]),
         ("nbody", vec!["--bodies", "1000", "--steps", "3"]),
-        ("pathfinder", vec!["--cols", "5000", "--rows", "60", "--pyramid", "7"]),
+        (
+            "pathfinder",
+            vec!["--cols", "5000", "--rows", "60", "--pyramid", "7"],
+        ),
     ] {
         let mut seen = Vec::new();
         for (devices, policy) in mixes {
-            let mut args = vec!["run", workload, "--json", "--devices", devices, "--policy", policy];
+            let mut args = vec![
+                "run",
+                workload,
+                "--json",
+                "--devices",
+                devices,
+                "--policy",
+                policy,
+            ];
             args.extend(extra.iter().copied());
             let (code, out, err) = coexec(&args);
             assert_eq!(code, 0, "{workload} {devices} {policy}: {err}");
             let v: serde_json::Value = serde_json::from_str(&out).unwrap();
             seen.push(v["result"].to_string());
         }
-        assert!(seen.windows(2).all(|w| w[0] == w[1]), "{workload}: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0] == w[1]),
+            "{workload}: {seen:?}"
+        );
     }
 }

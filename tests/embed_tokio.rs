@@ -10,7 +10,12 @@ use coexec::{JobOptions, JobOrder, Runtime};
 
 #[tokio::main]
 async fn app() -> Result<(), coexec::Error> {
-    let rt = Arc::new(Runtime::builder().devices("cpu:2,sim:1@3")?.in_memory_profiles().build()?);
+    let rt = Arc::new(
+        Runtime::builder()
+            .devices("cpu:2,sim:1@3")?
+            .in_memory_profiles()
+            .build()?,
+    );
     // The application keeps using its own runtime while jobs run.
     let ticker = tokio::spawn(async {
         let mut n = 0;
@@ -23,7 +28,9 @@ async fn app() -> Result<(), coexec::Error> {
     let mut tasks = Vec::new();
     for i in 0..32 {
         let rt = rt.clone();
-        tasks.push(tokio::spawn(async move { rt.run(Synthetic::new(500 + i * 13, 10)).await }));
+        tasks.push(tokio::spawn(async move {
+            rt.run(Synthetic::new(500 + i * 13, 10)).await
+        }));
     }
     for t in tasks {
         let done = t.await.expect("task")?;
@@ -31,8 +38,17 @@ async fn app() -> Result<(), coexec::Error> {
     }
     assert_eq!(ticker.await.expect("ticker"), 10);
     // An iterative job: the profiler learns between its runs.
-    let data = KmeansData::from_values(400, 2, (0..800).map(|i| ((i * 7919) % 101) as f32).collect())?;
-    let (out, reports) = rt.drive(KmeansJob::new(data, KmeansConfig::new(3, 0.001)?)?, JobOptions::default()).await?;
+    let data = KmeansData::from_values(
+        400,
+        2,
+        (0..800).map(|i| ((i * 7919) % 101) as f32).collect(),
+    )?;
+    let (out, reports) = rt
+        .drive(
+            KmeansJob::new(data, KmeansConfig::new(3, 0.001)?)?,
+            JobOptions::default(),
+        )
+        .await?;
     assert_eq!(reports.len(), out.iterations);
     Arc::try_unwrap(rt).expect("sole owner").shutdown().await;
     Ok(())
@@ -45,20 +61,49 @@ fn embeds_in_a_tokio_main_program() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn works_from_a_current_thread_runtime_and_orders_by_priority() {
-    let rt = Runtime::builder().devices("cpu:1").unwrap().in_memory_profiles().job_order(JobOrder::Priority).build().unwrap();
-    let low = rt.run_with(Synthetic::new(20_000, 50), JobOptions { priority: 0, ..Default::default() });
-    let high = rt.run_with(Synthetic::new(2_000, 50), JobOptions { priority: 10, ..Default::default() });
+    let rt = Runtime::builder()
+        .devices("cpu:1")
+        .unwrap()
+        .in_memory_profiles()
+        .job_order(JobOrder::Priority)
+        .build()
+        .unwrap();
+    let low = rt.run_with(
+        Synthetic::new(20_000, 50),
+        JobOptions {
+            priority: 0,
+            ..Default::default()
+        },
+    );
+    let high = rt.run_with(
+        Synthetic::new(2_000, 50),
+        JobOptions {
+            priority: 10,
+            ..Default::default()
+        },
+    );
     let (low, high) = tokio::join!(low, high);
     let (low, high) = (low.unwrap(), high.unwrap());
     // Admitted together; the high-priority job ends first.
-    assert!(high.report.started_s + high.report.makespan_s <= low.report.started_s + low.report.makespan_s);
+    assert!(
+        high.report.started_s + high.report.makespan_s
+            <= low.report.started_s + low.report.makespan_s
+    );
     rt.shutdown().await;
 }
 
 #[test]
 fn dropping_the_runtime_cancels_cleanly() {
-    let rt = Runtime::builder().devices("cpu:2").unwrap().in_memory_profiles().build().unwrap();
-    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = Runtime::builder()
+        .devices("cpu:2")
+        .unwrap()
+        .in_memory_profiles()
+        .build()
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     tokio.block_on(async {
         let job = rt.run(Synthetic::new(50_000_000, 100));
         tokio::select! {

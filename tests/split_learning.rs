@@ -15,7 +15,12 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
     let dir = tempdir("learn");
     let n = 60_000;
     let first = {
-        let rt = Runtime::builder().devices("cpu:1,sim:1@2").unwrap().profile_dir(&dir).build().unwrap();
+        let rt = Runtime::builder()
+            .devices("cpu:1,sim:1@2")
+            .unwrap()
+            .profile_dir(&dir)
+            .build()
+            .unwrap();
         let d = rt.run(Synthetic::new(n, 200)).await.unwrap();
         assert!(rt.profile_path().unwrap().starts_with(&dir));
         rt.shutdown().await;
@@ -24,11 +29,19 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
     let p = first.probe.expect("hybrid probes");
     assert_eq!(format!("{:?}", p.kind), "Cold");
     // Another runtime, as another process would: warm start.
-    let rt = Runtime::builder().devices("cpu:1,sim:1@2").unwrap().profile_dir(&dir).build().unwrap();
+    let rt = Runtime::builder()
+        .devices("cpu:1,sim:1@2")
+        .unwrap()
+        .profile_dir(&dir)
+        .build()
+        .unwrap();
     let second = rt.run(Synthetic::new(n, 200)).await.unwrap().report;
     let p = second.probe.expect("hybrid probes");
     assert_eq!(format!("{:?}", p.kind), "Warm");
-    assert!(p.shares_before[1] > 0.5, "the stored split favours the faster sim: {p:?}");
+    assert!(
+        p.shares_before[1] > 0.5,
+        "the stored split favours the faster sim: {p:?}"
+    );
     rt.shutdown().await;
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(files.len(), 1, "one profile per machine");
@@ -37,15 +50,28 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_corrupt_profile_is_ignored_and_recalibrated() {
     let dir = tempdir("corrupt");
-    let rt = Runtime::builder().devices("cpu:1,sim:1@2").unwrap().profile_dir(&dir).build().unwrap();
+    let rt = Runtime::builder()
+        .devices("cpu:1,sim:1@2")
+        .unwrap()
+        .profile_dir(&dir)
+        .build()
+        .unwrap();
     rt.run(Synthetic::new(10_000, 10)).await.unwrap();
     let path = rt.profile_path().unwrap().to_path_buf();
     rt.shutdown().await;
     std::fs::write(&path, b"{\"version\": 1, \"fingerprint\": ").unwrap();
-    let rt = Runtime::builder().devices("cpu:1,sim:1@2").unwrap().profile_dir(&dir).build().unwrap();
+    let rt = Runtime::builder()
+        .devices("cpu:1,sim:1@2")
+        .unwrap()
+        .profile_dir(&dir)
+        .build()
+        .unwrap();
     let r = rt.run(Synthetic::new(10_000, 10)).await.unwrap().report;
     assert_eq!(format!("{:?}", r.probe.unwrap().kind), "Cold");
     rt.shutdown().await;
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok(), "rewritten whole");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&text).is_ok(),
+        "rewritten whole"
+    );
 }

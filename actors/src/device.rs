@@ -64,17 +64,26 @@ pub struct DeviceSpec {
 impl DeviceSpec {
     /// `n` CPU workers.
     pub fn cpu(n: usize) -> Self {
-        Self { kind: DeviceKind::Cpu, workers: Some(n) }
+        Self {
+            kind: DeviceKind::Cpu,
+            workers: Some(n),
+        }
     }
 
     /// `n` simulated workers, each `speed` times one CPU worker, with `latency` per chunk.
     pub fn sim(n: usize, speed: f64, latency: Duration) -> Self {
-        Self { kind: DeviceKind::Sim { speed, latency }, workers: Some(n) }
+        Self {
+            kind: DeviceKind::Sim { speed, latency },
+            workers: Some(n),
+        }
     }
 
     /// GPU `id` with `streams` workers (`None`: the default, 2).
     pub fn cuda(id: usize, streams: Option<usize>) -> Self {
-        Self { kind: DeviceKind::Cuda { id }, workers: streams }
+        Self {
+            kind: DeviceKind::Cuda { id },
+            workers: streams,
+        }
     }
 }
 
@@ -97,7 +106,10 @@ impl FromStr for DeviceList {
     type Err = ActorError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: String| ActorError::DeviceSpec { spec: s.to_string(), why };
+        let bad = |why: String| ActorError::DeviceSpec {
+            spec: s.to_string(),
+            why,
+        };
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim) {
             if part.is_empty() {
@@ -107,11 +119,17 @@ impl FromStr for DeviceList {
             let spec = match name {
                 "cpu" => DeviceSpec {
                     kind: DeviceKind::Cpu,
-                    workers: if rest.is_empty() { None } else { Some(count(rest).map_err(bad)?) },
+                    workers: if rest.is_empty() {
+                        None
+                    } else {
+                        Some(count(rest).map_err(bad)?)
+                    },
                 },
                 "sim" => {
                     let (n, model) = rest.split_once('@').ok_or_else(|| {
-                        bad(format!("`{part}`: a sim device is sim:N@SPEED[+LATENCY], e.g. sim:1@10+50us"))
+                        bad(format!(
+                            "`{part}`: a sim device is sim:N@SPEED[+LATENCY], e.g. sim:1@10+50us"
+                        ))
                     })?;
                     let (speed, lat) = match model.split_once('+') {
                         Some((sp, lat)) => (sp, Some(lat)),
@@ -126,7 +144,10 @@ impl FromStr for DeviceList {
                         Some(l) => duration(l).map_err(bad)?,
                         None => Duration::ZERO,
                     };
-                    DeviceSpec { kind: DeviceKind::Sim { speed, latency }, workers: Some(count(n).map_err(bad)?) }
+                    DeviceSpec {
+                        kind: DeviceKind::Sim { speed, latency },
+                        workers: Some(count(n).map_err(bad)?),
+                    }
                 }
                 "cuda" | "gpu" => {
                     if rest.is_empty() {
@@ -136,11 +157,15 @@ impl FromStr for DeviceList {
                         Some((id, st)) => (id, Some(count(st).map_err(bad)?)),
                         None => (rest, None),
                     };
-                    let id: usize = id.parse().map_err(|_| bad(format!("`{id}` is not a device id")))?;
+                    let id: usize = id
+                        .parse()
+                        .map_err(|_| bad(format!("`{id}` is not a device id")))?;
                     DeviceSpec::cuda(id, streams)
                 }
                 other => {
-                    return Err(bad(format!("unknown device `{other}` (expected cpu, sim or cuda)")))
+                    return Err(bad(format!(
+                        "unknown device `{other}` (expected cpu, sim or cuda)"
+                    )))
                 }
             };
             if out.iter().any(|d: &DeviceSpec| same_device(d, &spec)) {
@@ -180,7 +205,9 @@ fn duration(s: &str) -> Result<Duration, String> {
         return Err(format!("latency `{s}` needs a unit: us, ms or s"));
     };
     match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 10.0 => Ok(Duration::from_secs_f64(v * scale)),
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 10.0 => {
+            Ok(Duration::from_secs_f64(v * scale))
+        }
         _ => Err(format!("`{s}` is not a latency between 0 and 10 s")),
     }
 }
@@ -241,9 +268,17 @@ mod tests {
 
     #[test]
     fn parses_every_form() {
-        let d: DeviceList = "cpu:4, sim:2@0.5, sim:1@2500+100us,cuda:1x3".parse().unwrap();
+        let d: DeviceList = "cpu:4, sim:2@0.5, sim:1@2500+100us,cuda:1x3"
+            .parse()
+            .unwrap();
         assert_eq!(d.0.len(), 4);
-        assert_eq!(d.0[2].kind, DeviceKind::Sim { speed: 2500.0, latency: Duration::from_micros(100) });
+        assert_eq!(
+            d.0[2].kind,
+            DeviceKind::Sim {
+                speed: 2500.0,
+                latency: Duration::from_micros(100)
+            }
+        );
         assert_eq!(d.0[3], DeviceSpec::cuda(1, Some(3)));
         assert_eq!("cpu".parse::<DeviceList>().unwrap().0[0].workers, None);
     }

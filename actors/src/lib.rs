@@ -27,10 +27,10 @@ mod report;
 mod system;
 mod worker;
 
+pub use broker::registry::JobOrder;
+pub use broker::JobOptions;
 pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
-pub use broker::registry::JobOrder;
-pub use broker::JobOptions;
 pub use report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
 pub use system::{cores, gpus, resolve, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS};

@@ -7,30 +7,89 @@
 
 use std::collections::HashMap;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Unit,
+};
 
 use crate::report::Phase;
 use crate::RunReport;
 
 /// Registers every metric's help text and unit with the installed recorder.
 pub fn describe() {
-    describe_counter!("coexec_items_total", Unit::Count, "Items computed, per device class and kernel.");
-    describe_counter!("coexec_chunks_total", Unit::Count, "Chunks computed, per device class, kernel and phase.");
-    describe_histogram!("coexec_chunk_duration_seconds", Unit::Seconds, "Wall time of one chunk on its worker.");
+    describe_counter!(
+        "coexec_items_total",
+        Unit::Count,
+        "Items computed, per device class and kernel."
+    );
+    describe_counter!(
+        "coexec_chunks_total",
+        Unit::Count,
+        "Chunks computed, per device class, kernel and phase."
+    );
+    describe_histogram!(
+        "coexec_chunk_duration_seconds",
+        Unit::Seconds,
+        "Wall time of one chunk on its worker."
+    );
     // `metrics` counters are integers; seconds accumulate in gauges that only
     // ever grow (use them as counters: rate() works).
-    describe_gauge!("coexec_worker_busy_seconds", Unit::Seconds, "Seconds a worker spent running chunks (only grows).");
-    describe_gauge!("coexec_worker_idle_seconds", Unit::Seconds, "Seconds a worker waited for work (only grows).");
-    describe_counter!("coexec_chunk_retries_total", Unit::Count, "Chunks that failed on a worker and went back to the broker.");
-    describe_counter!("coexec_device_failures_total", Unit::Count, "Workers taken out of service after repeated device errors.");
-    describe_gauge!("coexec_jobs_in_flight", Unit::Count, "Jobs admitted and not yet finished (the broker's queue depth).");
-    describe_counter!("coexec_jobs_completed_total", Unit::Count, "Jobs finished with every item computed.");
+    describe_gauge!(
+        "coexec_worker_busy_seconds",
+        Unit::Seconds,
+        "Seconds a worker spent running chunks (only grows)."
+    );
+    describe_gauge!(
+        "coexec_worker_idle_seconds",
+        Unit::Seconds,
+        "Seconds a worker waited for work (only grows)."
+    );
+    describe_counter!(
+        "coexec_chunk_retries_total",
+        Unit::Count,
+        "Chunks that failed on a worker and went back to the broker."
+    );
+    describe_counter!(
+        "coexec_device_failures_total",
+        Unit::Count,
+        "Workers taken out of service after repeated device errors."
+    );
+    describe_gauge!(
+        "coexec_jobs_in_flight",
+        Unit::Count,
+        "Jobs admitted and not yet finished (the broker's queue depth)."
+    );
+    describe_counter!(
+        "coexec_jobs_completed_total",
+        Unit::Count,
+        "Jobs finished with every item computed."
+    );
     describe_counter!("coexec_jobs_failed_total", Unit::Count, "Jobs that failed.");
-    describe_histogram!("coexec_job_makespan_seconds", Unit::Seconds, "Makespan of finished jobs.");
-    describe_gauge!("coexec_split_share", Unit::Count, "Share of the last run's items per device class (0..1).");
-    describe_gauge!("coexec_imbalance", Unit::Count, "Imbalance δ of the last run of a kernel (0..1).");
-    describe_gauge!("coexec_model_fixed_seconds", Unit::Seconds, "Speed model: fixed cost per chunk (a).");
-    describe_gauge!("coexec_model_items_per_second", Unit::Count, "Speed model: items per second per worker (b).");
+    describe_histogram!(
+        "coexec_job_makespan_seconds",
+        Unit::Seconds,
+        "Makespan of finished jobs."
+    );
+    describe_gauge!(
+        "coexec_split_share",
+        Unit::Count,
+        "Share of the last run's items per device class (0..1)."
+    );
+    describe_gauge!(
+        "coexec_imbalance",
+        Unit::Count,
+        "Imbalance δ of the last run of a kernel (0..1)."
+    );
+    describe_gauge!(
+        "coexec_model_fixed_seconds",
+        Unit::Seconds,
+        "Speed model: fixed cost per chunk (a)."
+    );
+    describe_gauge!(
+        "coexec_model_items_per_second",
+        Unit::Count,
+        "Speed model: items per second per worker (b)."
+    );
 }
 
 /// One worker's handles, created once so the hot path does no lookups.
@@ -50,7 +109,10 @@ struct KernelHandles {
 
 impl WorkerLabels {
     pub(crate) fn new(class: &str, worker: usize) -> Self {
-        let labels = [("device_class", class.to_string()), ("worker", worker.to_string())];
+        let labels = [
+            ("device_class", class.to_string()),
+            ("worker", worker.to_string()),
+        ];
         Self {
             class: class.to_string(),
             busy: gauge!("coexec_worker_busy_seconds", &labels),
@@ -64,9 +126,7 @@ impl WorkerLabels {
         self.busy.increment(secs);
         let mut map = self.per_kernel.borrow_mut();
         if !map.contains_key(kernel) {
-            let l = |phase: &'static str| {
-                counter!("coexec_chunks_total", "device_class" => self.class.clone(), "kernel" => kernel.to_string(), "phase" => phase)
-            };
+            let l = |phase: &'static str| counter!("coexec_chunks_total", "device_class" => self.class.clone(), "kernel" => kernel.to_string(), "phase" => phase);
             map.insert(
                 kernel.to_string(),
                 KernelHandles {

@@ -129,7 +129,15 @@ impl RunReport {
             .classes
             .iter()
             .filter(|c| c.items > 0)
-            .map(|c| format!("{} {:.1}% ({} chunks, done {:.4}s)", c.name, 100.0 * c.share, c.chunks, c.finish_s))
+            .map(|c| {
+                format!(
+                    "{} {:.1}% ({} chunks, done {:.4}s)",
+                    c.name,
+                    100.0 * c.share,
+                    c.chunks,
+                    c.finish_s
+                )
+            })
             .collect();
         format!(
             "{} [{}] {} items in {:.4}s, imbalance {:.3}: {}",

@@ -75,18 +75,25 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("classes", &self.reg.classes).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("classes", &self.reg.classes)
+            .finish_non_exhaustive()
     }
 }
 
 /// Logical cores of this machine.
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The GPUs CUDA can see, or why there are none.
 pub fn gpus() -> Result<Vec<GpuInfo>, ActorError> {
-    cuda::devices().map_err(|e| ActorError::Device { device: "cuda".into(), source: e })
+    cuda::devices().map_err(|e| ActorError::Device {
+        device: "cuda".into(),
+        source: e,
+    })
 }
 
 /// The device classes `devices` makes on this machine (`None`: the default:
@@ -111,20 +118,42 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
             v
         }
     };
-    let sims = specs.iter().filter(|s| matches!(s.kind, DeviceKind::Sim { .. })).count();
+    let sims = specs
+        .iter()
+        .filter(|s| matches!(s.kind, DeviceKind::Sim { .. }))
+        .count();
     let mut classes = Vec::new();
     let mut used_gpus = Vec::new();
     for (index, spec) in specs.iter().enumerate() {
         let (name, key, model, workers, end) = match &spec.kind {
             DeviceKind::Cpu => {
                 let fp = Fingerprint::this_machine(vec![]);
-                ("cpu".to_string(), "cpu".to_string(), fp.cpu_model, spec.workers.unwrap_or_else(cores), End::Head)
+                (
+                    "cpu".to_string(),
+                    "cpu".to_string(),
+                    fp.cpu_model,
+                    spec.workers.unwrap_or_else(cores),
+                    End::Head,
+                )
             }
             DeviceKind::Sim { speed, latency } => {
-                let k = classes.iter().filter(|c: &&ClassInfo| matches!(c.kind, DeviceKind::Sim { .. })).count();
-                let name = if sims > 1 { format!("sim{k}") } else { "sim".into() };
+                let k = classes
+                    .iter()
+                    .filter(|c: &&ClassInfo| matches!(c.kind, DeviceKind::Sim { .. }))
+                    .count();
+                let name = if sims > 1 {
+                    format!("sim{k}")
+                } else {
+                    "sim".into()
+                };
                 let key = format!("sim@{speed}+{}us", latency.as_micros());
-                (name, key, format!("simulated, {speed}x one CPU worker"), spec.workers.unwrap_or(1), End::Tail)
+                (
+                    name,
+                    key,
+                    format!("simulated, {speed}x one CPU worker"),
+                    spec.workers.unwrap_or(1),
+                    End::Tail,
+                )
             }
             DeviceKind::Cuda { id } => {
                 let Some(g) = found.iter().find(|g| g.id == *id) else {
@@ -147,10 +176,21 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
                 )
             }
         };
-        classes.push(ClassInfo { index, name, profile_key: key, kind: spec.kind.clone(), workers, end, model });
+        classes.push(ClassInfo {
+            index,
+            name,
+            profile_key: key,
+            kind: spec.kind.clone(),
+            workers,
+            end,
+            model,
+        });
     }
     if classes.is_empty() {
-        return Err(ActorError::DeviceSpec { spec: String::new(), why: "no device".into() });
+        return Err(ActorError::DeviceSpec {
+            spec: String::new(),
+            why: "no device".into(),
+        });
     }
     Ok((classes, used_gpus))
 }
@@ -160,7 +200,8 @@ impl Engine {
     pub fn start(cfg: EngineConfig) -> Result<Self, ActorError> {
         let policy = by_name(&cfg.policy)?;
         let (classes, used_gpus) = resolve(cfg.devices.as_ref())?;
-        let fingerprint = Fingerprint::this_machine(used_gpus.iter().map(|g| g.name.clone()).collect());
+        let fingerprint =
+            Fingerprint::this_machine(used_gpus.iter().map(|g| g.name.clone()).collect());
         let store = match &cfg.profile_dir {
             ProfileDir::InMemory => ProfileStore::in_memory(fingerprint),
             ProfileDir::At(d) => ProfileStore::open(d, fingerprint),
@@ -174,10 +215,17 @@ impl Engine {
         };
         let profile_path = store.path().map(PathBuf::from);
         let classes: Arc<[ClassInfo]> = classes.into();
-        let worker_class: Arc<[usize]> =
-            classes.iter().flat_map(|c| std::iter::repeat_n(c.index, c.workers)).collect();
+        let worker_class: Arc<[usize]> = classes
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c.index, c.workers))
+            .collect();
         let (ev_tx, ev_rx) = flume::unbounded::<Event>();
-        let reg = Arc::new(Registry::new(classes.clone(), worker_class.clone(), cfg.order, ev_tx));
+        let reg = Arc::new(Registry::new(
+            classes.clone(),
+            worker_class.clone(),
+            cfg.order,
+            ev_tx,
+        ));
 
         // The actor system, on its own thread: an embedding tokio runtime is
         // never asked to host actix.
@@ -192,7 +240,15 @@ impl Engine {
                     let profiler = Profiler { store, nu: th.nu }.start();
                     let broker = Broker::create(|ctx| {
                         ctx.add_stream(ev_rx.into_stream());
-                        Broker { reg: reg2, profiler: profiler.clone(), thresholds: th, policy, trace, next_id: 0, live: 0 }
+                        Broker {
+                            reg: reg2,
+                            profiler: profiler.clone(),
+                            thresholds: th,
+                            policy,
+                            trace,
+                            next_id: 0,
+                            live: 0,
+                        }
                     });
                     let _ = tx.send((broker, profiler, actix::System::current()));
                 });
@@ -201,8 +257,9 @@ impl Engine {
                 }
             })
             .map_err(|e| ActorError::System(e.to_string()))?;
-        let (broker, profiler, system) =
-            rx.recv_timeout(Duration::from_secs(10)).map_err(|e| ActorError::System(format!("did not start: {e}")))?;
+        let (broker, profiler, system) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|e| ActorError::System(format!("did not start: {e}")))?;
 
         let mut engine = Self {
             broker,
@@ -231,7 +288,10 @@ impl Engine {
                         DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
                             Ok(stream) => Box::new(GpuExec { stream }),
                             Err(e) => {
-                                let _ = up.send(Err(ActorError::Device { device: format!("{}/s{k}", info.name), source: e }));
+                                let _ = up.send(Err(ActorError::Device {
+                                    device: format!("{}/s{k}", info.name),
+                                    source: e,
+                                }));
                                 return;
                             }
                         },
@@ -270,12 +330,20 @@ impl Engine {
     }
 
     /// Runs `kernel` to the end; every item exactly once, or an error.
-    pub async fn submit(&self, kernel: Arc<dyn Kernel>, opts: JobOptions) -> Result<RunReport, ActorError> {
+    pub async fn submit(
+        &self,
+        kernel: Arc<dyn Kernel>,
+        opts: JobOptions,
+    ) -> Result<RunReport, ActorError> {
         if self.reg.is_closed() {
             return Err(ActorError::Shutdown);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.broker.do_send(Submit { kernel, opts, reply: tx });
+        self.broker.do_send(Submit {
+            kernel,
+            opts,
+            reply: tx,
+        });
         rx.await.map_err(|_| ActorError::Shutdown)?
     }
 
@@ -286,7 +354,10 @@ impl Engine {
 
     /// Everything the profiler has stored.
     pub async fn profile(&self) -> Result<ProfileFile, ActorError> {
-        self.profiler.send(Dump).await.map_err(|e| ActorError::System(e.to_string()))
+        self.profiler
+            .send(Dump)
+            .await
+            .map_err(|e| ActorError::System(e.to_string()))
     }
 
     /// Waits until every admitted job is over.

@@ -28,7 +28,9 @@ impl<T: Copy + Default> DisjointBuf<T> {
 
     /// A buffer of `items × stride` elements, each `value`.
     pub fn filled(items: usize, stride: usize, value: T) -> Self {
-        let data = (0..items * stride).map(|_| UnsafeCell::new(value)).collect();
+        let data = (0..items * stride)
+            .map(|_| UnsafeCell::new(value))
+            .collect();
         Self { data, stride }
     }
 }
@@ -36,7 +38,10 @@ impl<T: Copy + Default> DisjointBuf<T> {
 impl<T> DisjointBuf<T> {
     /// Wraps an existing vector; its length must be a multiple of `stride`.
     pub fn from_vec(v: Vec<T>, stride: usize) -> Self {
-        assert!(stride > 0 && v.len() % stride == 0, "length not a multiple of stride");
+        assert!(
+            stride > 0 && v.len() % stride == 0,
+            "length not a multiple of stride"
+        );
         Self {
             data: v.into_iter().map(UnsafeCell::new).collect(),
             stride,
@@ -89,12 +94,18 @@ impl<T> DisjointBuf<T> {
     /// No writer may be active on any element (the job is not running).
     pub unsafe fn as_slice_shared(&self) -> &[T] {
         // SAFETY: the caller guarantees no concurrent writer.
-        unsafe { std::slice::from_raw_parts(UnsafeCell::raw_get(self.data.as_ptr()), self.data.len()) }
+        unsafe {
+            std::slice::from_raw_parts(UnsafeCell::raw_get(self.data.as_ptr()), self.data.len())
+        }
     }
 
     /// The elements as a vector.
     pub fn into_vec(self) -> Vec<T> {
-        self.data.into_vec().into_iter().map(UnsafeCell::into_inner).collect()
+        self.data
+            .into_vec()
+            .into_iter()
+            .map(UnsafeCell::into_inner)
+            .collect()
     }
 }
 

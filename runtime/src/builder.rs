@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use coexec_actors::policy::{by_name, Thresholds};
 use coexec_actors::{DeviceList, EngineConfig, JobOrder, ProfileDir};
 
-
 use crate::{Error, Runtime};
 
 /// Builds a [`Runtime`].
@@ -108,11 +107,18 @@ impl Builder {
         by_name(&self.cfg.policy)?;
         let t = &self.cfg.thresholds;
         let frac = |x: f64| (0.0..=1.0).contains(&x);
-        if !(frac(t.mu) && frac(t.nu) && frac(t.cold_probe) && frac(t.warm_probe) && frac(t.static_fraction))
+        if !(frac(t.mu)
+            && frac(t.nu)
+            && frac(t.cold_probe)
+            && frac(t.warm_probe)
+            && frac(t.static_fraction))
             || t.warm_probe + t.static_fraction > 1.0
             || t.static_chunks_per_worker == 0
         {
-            return Err(Error::Config { what: "thresholds", why: format!("{t:?} out of range") });
+            return Err(Error::Config {
+                what: "thresholds",
+                why: format!("{t:?} out of range"),
+            });
         }
         Runtime::start(self)
     }

@@ -42,7 +42,8 @@ pub mod trace;
 pub use builder::Builder;
 pub use coexec_actors::policy::Thresholds;
 pub use coexec_actors::{
-    ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport, RunReport,
+    ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport,
+    RunReport,
 };
 pub use error::Error;
 pub use runtime::{Done, Runtime};

@@ -52,7 +52,9 @@ impl Runtime {
         if let Some(addr) = b.metrics {
             crate::metrics::install(addr)?;
         }
-        Ok(Self { engine: Engine::start(b.cfg)? })
+        Ok(Self {
+            engine: Engine::start(b.cfg)?,
+        })
     }
 
     /// Runs `kernel` on every device class that can run it, under the
@@ -69,8 +71,10 @@ impl Runtime {
         let report = self.engine.submit(k.clone(), opts).await?;
         // Workers drop their handles before the job is reported over, so the
         // kernel is ours alone again.
-        let kernel = Arc::try_unwrap(k)
-            .map_err(|_| Error::Config { what: "kernel", why: "still shared after its run (a bug)".into() })?;
+        let kernel = Arc::try_unwrap(k).map_err(|_| Error::Config {
+            what: "kernel",
+            why: "still shared after its run (a bug)".into(),
+        })?;
         Ok(Done { kernel, report })
     }
 
@@ -89,7 +93,11 @@ impl Runtime {
     /// assert_eq!(reports.len(), 1);
     /// # Ok(()) }
     /// ```
-    pub async fn drive<W: Workload>(&self, mut w: W, opts: JobOptions) -> Result<(W::Output, Vec<RunReport>), Error> {
+    pub async fn drive<W: Workload>(
+        &self,
+        mut w: W,
+        opts: JobOptions,
+    ) -> Result<(W::Output, Vec<RunReport>), Error> {
         let mut reports = Vec::new();
         while let Some(step) = w.next_step()? {
             let done = self.run_with(step, opts.clone()).await?;
@@ -107,7 +115,11 @@ impl Runtime {
     /// Items computed per device class (name, items) since the runtime
     /// started: cheap to poll, for progress displays.
     pub fn progress(&self) -> Vec<(String, u64)> {
-        self.classes().iter().map(|c| c.name.clone()).zip(self.engine.progress()).collect()
+        self.classes()
+            .iter()
+            .map(|c| c.name.clone())
+            .zip(self.engine.progress())
+            .collect()
     }
 
     /// The GPUs in use.

@@ -140,7 +140,10 @@ impl JobCore {
             shares[order[0]] = 1.0;
             (vec![order[0]; k], Space::new(items, grain, &shares, &order))
         } else {
-            ((0..k).collect(), Space::new(items, grain, &adm.shares, &order))
+            (
+                (0..k).collect(),
+                Space::new(items, grain, &adm.shares, &order),
+            )
         };
         let mut st: Vec<ClassState> = (0..k)
             .map(|c| ClassState {
@@ -160,7 +163,10 @@ impl JobCore {
                     s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
-                    s.probe_ramp = (items / (256 * total_workers.max(1))).max(grain).min(s.probe_target / w).max(1);
+                    s.probe_ramp = (items / (256 * total_workers.max(1)))
+                        .max(grain)
+                        .min(s.probe_target / w)
+                        .max(1);
                 }
                 Probe::None => {}
             }
@@ -208,24 +214,42 @@ impl JobCore {
     /// The next chunk for worker `w` of class `c` at `now` (seconds since the
     /// job started), or `None` if it should take nothing from this job now.
     pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
-        if self.finished || self.failed.is_some() || !self.st[c].eligible || self.st[c].workers == 0 {
+        if self.finished || self.failed.is_some() || !self.st[c].eligible || self.st[c].workers == 0
+        {
             return None;
         }
         let kernel = self.kernel.clone()?;
         if let Some(r) = self.take_retry(w, c) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
-            let info = ChunkInfo { range: r.range, phase: Phase::Retry, attempt: r.attempts };
+            let info = ChunkInfo {
+                range: r.range,
+                phase: Phase::Retry,
+                attempt: r.attempts,
+            };
             return Some(Claimed { info, kernel });
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
         self.busy_until[w] = now + self.predict(c, range.len());
-        Some(Claimed { info: ChunkInfo { range, phase, attempt: 0 }, kernel })
+        Some(Claimed {
+            info: ChunkInfo {
+                range,
+                phase,
+                attempt: 0,
+            },
+            kernel,
+        })
     }
 
     fn take_retry(&mut self, w: usize, c: usize) -> Option<Retry> {
-        let others = self.st.iter().filter(|s| s.eligible).map(|s| s.workers).sum::<usize>() > 1;
+        let others = self
+            .st
+            .iter()
+            .filter(|s| s.eligible)
+            .map(|s| s.workers)
+            .sum::<usize>()
+            > 1;
         let _ = c;
         let i = self.retries.iter().position(|r| r.not_by != w || !others)?;
         self.retries.remove(i)
@@ -236,7 +260,11 @@ impl JobCore {
         let r = self.home[c];
         if self.space.left(r) > 0 {
             let (n, phase) = self.own_size(c);
-            let n = if phase == Phase::Dynamic { self.limit(w, c, n, now)? } else { n };
+            let n = if phase == Phase::Dynamic {
+                self.limit(w, c, n, now)?
+            } else {
+                n
+            };
             let got = self.space.take(r, end, n)?;
             let s = &mut self.st[c];
             s.claimed += got.len();
@@ -314,7 +342,9 @@ impl JobCore {
     /// With nothing of the job in flight the worker always takes something,
     /// so a job cannot stall on refusals.
     fn limit(&self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
-        let Some(b) = self.st[c].b() else { return Some(n) };
+        let Some(b) = self.st[c].b() else {
+            return Some(n);
+        };
         let a = self.st[c].model.a();
         let need = self.grain.min(self.space.total_left()).max(1);
         let progress = self.in_flight == 0;
@@ -339,7 +369,9 @@ impl JobCore {
             if v == w || !self.st[cv].eligible || self.st[cv].workers == 0 {
                 continue;
             }
-            let Some(bv) = self.st[cv].b() else { return Some(n) };
+            let Some(bv) = self.st[cv].b() else {
+                return Some(n);
+            };
             v_others += bv;
             backlog += (self.busy_until[v] - now).max(0.0) * bv;
             a_others = a_others.min(self.st[cv].model.a());
@@ -370,12 +402,20 @@ impl JobCore {
     }
 
     fn total_workers(&self) -> usize {
-        self.st.iter().filter(|s| s.eligible).map(|s| s.workers).sum()
+        self.st
+            .iter()
+            .filter(|s| s.eligible)
+            .map(|s| s.workers)
+            .sum()
     }
 
     /// Items per second of every eligible worker, if every class is known.
     fn total_speed(&self) -> Option<f64> {
-        self.st.iter().filter(|s| s.eligible && s.workers > 0).map(|s| s.b().map(|b| b * s.workers as f64)).sum()
+        self.st
+            .iter()
+            .filter(|s| s.eligible && s.workers > 0)
+            .map(|s| s.b().map(|b| b * s.workers as f64))
+            .sum()
     }
 
     fn time_left(&self, r: usize) -> f64 {
@@ -390,7 +430,14 @@ impl JobCore {
 
     /// Worker `w` of class `c` finished `chunk` in `start..end` (seconds since
     /// the job started).
-    pub(crate) fn complete(&mut self, w: usize, c: usize, chunk: &ChunkInfo, start: f64, end: f64) -> After {
+    pub(crate) fn complete(
+        &mut self,
+        w: usize,
+        c: usize,
+        chunk: &ChunkInfo,
+        start: f64,
+        end: f64,
+    ) -> After {
         let n = chunk.range.len();
         let secs = (end - start).max(1e-9);
         self.in_flight -= 1;
@@ -405,7 +452,10 @@ impl JobCore {
         if s.run_samples.len() == RUN_SAMPLES {
             s.run_samples.pop_front();
         }
-        s.run_samples.push_back(Sample { items: n as f64, secs });
+        s.run_samples.push_back(Sample {
+            items: n as f64,
+            secs,
+        });
         match chunk.phase {
             Phase::Probe => {
                 s.probe_done += n;
@@ -419,7 +469,14 @@ impl JobCore {
             _ => {}
         }
         if let Some(t) = &mut self.trace {
-            t.push(ChunkRecord { worker: w, lo: chunk.range.start, hi: chunk.range.end, start, end, phase: chunk.phase });
+            t.push(ChunkRecord {
+                worker: w,
+                lo: chunk.range.start,
+                hi: chunk.range.end,
+                start,
+                end,
+                phase: chunk.phase,
+            });
         }
         let mut after = After::default();
         if self.probing && self.probe_complete() {
@@ -440,7 +497,10 @@ impl JobCore {
         self.busy_until[w] = 0.0;
         self.retried += 1;
         let attempts = chunk.attempt + 1;
-        let mut after = After { wake: true, ..After::default() };
+        let mut after = After {
+            wake: true,
+            ..After::default()
+        };
         if attempts >= MAX_ATTEMPTS {
             self.failed = Some(ActorError::ChunkFailed {
                 kernel: self.name.clone(),
@@ -453,13 +513,18 @@ impl JobCore {
             let r = chunk.range.clone();
             // Out of device memory: try again in halves (on the grain).
             let half = (r.len() / 2).div_ceil(self.grain) * self.grain;
-            let parts = if matches!(err, KernelError::OutOfMemory { .. }) && half > 0 && half < r.len() {
-                vec![r.start..r.start + half, r.start + half..r.end]
-            } else {
-                vec![r]
-            };
+            let parts =
+                if matches!(err, KernelError::OutOfMemory { .. }) && half > 0 && half < r.len() {
+                    vec![r.start..r.start + half, r.start + half..r.end]
+                } else {
+                    vec![r]
+                };
             for range in parts {
-                self.retries.push_back(Retry { range, attempts, not_by: w });
+                self.retries.push_back(Retry {
+                    range,
+                    attempts,
+                    not_by: w,
+                });
             }
         }
         if self.failed.is_some() {
@@ -473,11 +538,17 @@ impl JobCore {
     /// Class `c` lost a worker; fails the job if nobody is left to run it.
     pub(crate) fn worker_lost(&mut self, c: usize, why: &str) -> After {
         self.st[c].workers = self.st[c].workers.saturating_sub(1);
-        let mut after = After { wake: true, ..After::default() };
+        let mut after = After {
+            wake: true,
+            ..After::default()
+        };
         if self.finished {
             return after;
         }
-        if self.adm.steal == Steal::Never && self.st[c].workers == 0 && self.space.left(self.home[c]) > 0 {
+        if self.adm.steal == Steal::Never
+            && self.st[c].workers == 0
+            && self.space.left(self.home[c]) > 0
+        {
             // Nobody else would take its region: let everyone in.
             self.adm.steal = Steal::Always;
         }
@@ -503,26 +574,49 @@ impl JobCore {
     }
 
     fn probe_complete(&self) -> bool {
-        self.st.iter().filter(|s| s.eligible && s.workers > 0).all(|s| match self.adm.probe {
-            Probe::Cold => s.probe_chunks > 0,
-            _ => s.probe_done >= s.probe_target,
-        })
+        self.st
+            .iter()
+            .filter(|s| s.eligible && s.workers > 0)
+            .all(|s| match self.adm.probe {
+                Probe::Cold => s.probe_chunks > 0,
+                _ => s.probe_done >= s.probe_target,
+            })
     }
 
     /// The probe is in: measure its imbalance and re-plan if the seed says so.
     fn end_probe(&mut self) {
         self.probing = false;
-        let probed: Vec<&ClassState> = self.st.iter().filter(|s| s.eligible && s.probe_chunks > 0).collect();
+        let probed: Vec<&ClassState> = self
+            .st
+            .iter()
+            .filter(|s| s.eligible && s.probe_chunks > 0)
+            .collect();
         let tmax = probed.iter().map(|s| s.probe_finish).fold(0.0, f64::max);
-        let tmin = probed.iter().map(|s| s.probe_finish).fold(f64::INFINITY, f64::min);
-        let imbalance = if tmax > 0.0 && probed.len() > 1 { (tmax - tmin) / tmax } else { 0.0 };
+        let tmin = probed
+            .iter()
+            .map(|s| s.probe_finish)
+            .fold(f64::INFINITY, f64::min);
+        let imbalance = if tmax > 0.0 && probed.len() > 1 {
+            (tmax - tmin) / tmax
+        } else {
+            0.0
+        };
         let rate: Vec<f64> = self
             .st
             .iter()
-            .map(|s| if s.probe_chunks > 0 && s.probe_finish > 0.0 { s.probe_done as f64 / s.probe_finish } else { 0.0 })
+            .map(|s| {
+                if s.probe_chunks > 0 && s.probe_finish > 0.0 {
+                    s.probe_done as f64 / s.probe_finish
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let total: f64 = rate.iter().sum();
-        let measured: Vec<f64> = rate.iter().map(|r| if total > 0.0 { r / total } else { 0.0 }).collect();
+        let measured: Vec<f64> = rate
+            .iter()
+            .map(|r| if total > 0.0 { r / total } else { 0.0 })
+            .collect();
         let replan = self.adm.probe == Probe::Cold || imbalance > self.th.mu;
         if replan && self.adm.probe == Probe::Warm {
             // The stored models no longer match the machine: trust the probe.
@@ -547,10 +641,18 @@ impl JobCore {
                     min_items: self.grain,
                 })
                 .collect();
-            let (shares, _) = plan_shares(left, &speeds, 1.0 + self.adm.static_chunks_per_worker as f64);
+            let (shares, _) = plan_shares(
+                left,
+                &speeds,
+                1.0 + self.adm.static_chunks_per_worker as f64,
+            );
             self.space.repartition(&shares, &self.order);
             let rest = 1.0 - self.th.warm_probe;
-            let frac = if rest > 0.0 { (self.adm.static_fraction / rest).min(1.0) } else { 0.0 };
+            let frac = if rest > 0.0 {
+                (self.adm.static_fraction / rest).min(1.0)
+            } else {
+                0.0
+            };
             for (c, s) in self.st.iter_mut().enumerate() {
                 s.claimed = 0;
                 s.probe_target = 0;
@@ -595,19 +697,36 @@ impl JobCore {
                 model_b_items_per_s: s.b().unwrap_or(0.0),
             })
             .collect();
-        let fin: Vec<f64> = classes.iter().filter(|c| c.items > 0).map(|c| c.finish_s).collect();
+        let fin: Vec<f64> = classes
+            .iter()
+            .filter(|c| c.items > 0)
+            .map(|c| c.finish_s)
+            .collect();
         let tmax = fin.iter().cloned().fold(0.0, f64::max);
         let tmin = fin.iter().cloned().fold(f64::INFINITY, f64::min);
-        let imbalance = if fin.len() > 1 && tmax > 0.0 { (tmax - tmin) / tmax } else { 0.0 };
+        let imbalance = if fin.len() > 1 && tmax > 0.0 {
+            (tmax - tmin) / tmax
+        } else {
+            0.0
+        };
         // The seed's step 4: the split the static phase would have balanced.
         let rate: Vec<f64> = self
             .st
             .iter()
-            .map(|s| if s.static_secs > 0.0 { s.workers as f64 * s.static_items as f64 / s.static_secs } else { 0.0 })
+            .map(|s| {
+                if s.static_secs > 0.0 {
+                    s.workers as f64 * s.static_items as f64 / s.static_secs
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let total: f64 = rate.iter().sum();
-        let learned_split =
-            if total > 0.0 { rate.iter().map(|r| r / total).collect() } else { self.planned.clone() };
+        let learned_split = if total > 0.0 {
+            rate.iter().map(|r| r / total).collect()
+        } else {
+            self.planned.clone()
+        };
         Ok(RunReport {
             kernel: self.name.clone(),
             policy: self.policy.clone(),
@@ -633,7 +752,10 @@ impl JobCore {
 
     /// Samples of this run per class, for the profiler.
     pub(crate) fn samples(&self) -> Vec<Vec<Sample>> {
-        self.st.iter().map(|s| s.run_samples.iter().copied().collect()).collect()
+        self.st
+            .iter()
+            .map(|s| s.run_samples.iter().copied().collect())
+            .collect()
     }
 }
 

@@ -8,14 +8,19 @@ pub(crate) mod space;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseActFuture, StreamHandler, WrapFuture};
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseActFuture,
+    StreamHandler, WrapFuture,
+};
 use coexec_kernels::Kernel;
 
 use self::job::JobCore;
 use self::registry::{Event, Job, Registry, Reply};
 use crate::device::DeviceKind;
 use crate::metrics as m;
-use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds};
+use crate::policy::{
+    Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds,
+};
 use crate::profiler::{Lookup, Observe, Profiler};
 use crate::SpeedModel;
 
@@ -40,7 +45,14 @@ pub struct JobOptions {
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { policy: None, priority: 0, weight: 1.0, trace: false, classes: None, chunk: None }
+        Self {
+            policy: None,
+            priority: 0,
+            weight: 1.0,
+            trace: false,
+            classes: None,
+            chunk: None,
+        }
     }
 }
 
@@ -82,7 +94,11 @@ pub(crate) struct Submit {
 
 impl Broker {
     fn class_keys(&self) -> Vec<String> {
-        self.reg.classes.iter().map(|c| c.profile_key.clone()).collect()
+        self.reg
+            .classes
+            .iter()
+            .map(|c| c.profile_key.clone())
+            .collect()
     }
 
     fn admit(&mut self, m: Submit, models: Vec<SpeedModel>) {
@@ -94,7 +110,11 @@ impl Broker {
             .classes
             .iter()
             .map(|c| {
-                let allowed = m.opts.classes.as_ref().is_none_or(|only| only.contains(&c.index));
+                let allowed = m
+                    .opts
+                    .classes
+                    .as_ref()
+                    .is_none_or(|only| only.contains(&c.index));
                 allowed
                     && match c.kind {
                         DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
@@ -102,7 +122,9 @@ impl Broker {
                     }
             })
             .collect();
-        let in_service: Vec<usize> = (0..self.reg.classes.len()).map(|c| self.reg.in_service(c)).collect();
+        let in_service: Vec<usize> = (0..self.reg.classes.len())
+            .map(|c| self.reg.in_service(c))
+            .collect();
         let speeds: Vec<ClassSpeed> = models
             .iter()
             .zip(&eligible)
@@ -125,7 +147,10 @@ impl Broker {
         let mut adm = policy.admit(&ctx);
         if let Some(n) = m.opts.chunk {
             adm = Admission {
-                shares: speeds.iter().map(|s| if s.eligible { 1.0 } else { 0.0 }).collect(),
+                shares: speeds
+                    .iter()
+                    .map(|s| if s.eligible { 1.0 } else { 0.0 })
+                    .collect(),
                 pool: true,
                 probe: Probe::None,
                 static_fraction: 0.0,
@@ -169,12 +194,20 @@ impl Handler<Submit> for Broker {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, m: Submit, _: &mut Context<Self>) -> Self::Result {
-        let lookup = Lookup { key: m.kernel.profile_key(), classes: self.class_keys() };
+        let lookup = Lookup {
+            key: m.kernel.profile_key(),
+            classes: self.class_keys(),
+        };
         let n = self.reg.classes.len();
-        Box::pin(self.profiler.send(lookup).into_actor(self).map(move |models, act, _| {
-            let models = models.unwrap_or_else(|_| vec![SpeedModel::default(); n]);
-            act.admit(m, models);
-        }))
+        Box::pin(
+            self.profiler
+                .send(lookup)
+                .into_actor(self)
+                .map(move |models, act, _| {
+                    let models = models.unwrap_or_else(|_| vec![SpeedModel::default(); n]);
+                    act.admit(m, models);
+                }),
+        )
     }
 }
 

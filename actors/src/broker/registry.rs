@@ -52,7 +52,9 @@ impl Job {
     fn rank(&self, order: JobOrder, now: Instant) -> f64 {
         match order {
             JobOrder::Fifo => self.id as f64,
-            JobOrder::Priority => -(self.priority as f64 + now.duration_since(self.start).as_secs_f64()),
+            JobOrder::Priority => {
+                -(self.priority as f64 + now.duration_since(self.start).as_secs_f64())
+            }
             JobOrder::Fair => self.service_ns.load(Ordering::Relaxed) as f64 / self.weight,
         }
     }
@@ -63,7 +65,11 @@ pub(crate) enum Event {
     /// A job is over (done or failed).
     JobDone(Arc<Job>),
     /// A worker was taken out of service.
-    WorkerLost { worker: usize, class: usize, why: String },
+    WorkerLost {
+        worker: usize,
+        class: usize,
+        why: String,
+    },
 }
 
 /// Every live job, and the bell idle workers wait on.
@@ -92,7 +98,10 @@ impl Registry {
         order: JobOrder,
         events: flume::Sender<Event>,
     ) -> Self {
-        let in_service = classes.iter().map(|c| AtomicUsize::new(c.workers)).collect();
+        let in_service = classes
+            .iter()
+            .map(|c| AtomicUsize::new(c.workers))
+            .collect();
         let done = classes.iter().map(|_| AtomicU64::new(0)).collect();
         Self {
             jobs: RwLock::new(Vec::new()),
@@ -124,7 +133,10 @@ impl Registry {
 
     /// Items computed per class since the runtime started.
     pub(crate) fn progress(&self) -> Vec<u64> {
-        self.done.iter().map(|d| d.load(Ordering::Relaxed)).collect()
+        self.done
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .collect()
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -137,7 +149,10 @@ impl Registry {
             self.finish(&job);
             return;
         }
-        self.jobs.write().unwrap_or_else(|e| e.into_inner()).push(job);
+        self.jobs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.ring();
     }
@@ -145,7 +160,13 @@ impl Registry {
     /// The live jobs in the order workers should serve them.
     pub(crate) fn snapshot(&self, into: &mut Vec<Arc<Job>>) {
         into.clear();
-        into.extend(self.jobs.read().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+        into.extend(
+            self.jobs
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
     }
 
     /// Sorts `jobs` by this registry's order.
@@ -197,13 +218,21 @@ impl Registry {
                 self.finish(&job);
             }
         }
-        let _ = self.events.send(Event::WorkerLost { worker: w, class: c, why });
+        let _ = self.events.send(Event::WorkerLost {
+            worker: w,
+            class: c,
+            why,
+        });
         self.ring();
     }
 
     /// Whether any job is live.
     pub(crate) fn busy(&self) -> bool {
-        !self.jobs.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self
+            .jobs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Stops the workers; with `cancel`, fails every live job.
@@ -243,6 +272,8 @@ impl Registry {
         if self.bell() != seen || self.is_closed() {
             return;
         }
-        let _ = self.cv.wait_timeout_while(g, timeout, |_| self.bell() == seen && !self.is_closed());
+        let _ = self
+            .cv
+            .wait_timeout_while(g, timeout, |_| self.bell() == seen && !self.is_closed());
     }
 }

@@ -81,7 +81,8 @@ impl Space {
 
     /// Cuts everything unclaimed anew by `shares`, regions laid out in `order`.
     pub(crate) fn repartition(&mut self, shares: &[f64], order: &[usize]) {
-        let mut all: Vec<Range<usize>> = self.regions.iter_mut().flat_map(|q| q.drain(..)).collect();
+        let mut all: Vec<Range<usize>> =
+            self.regions.iter_mut().flat_map(|q| q.drain(..)).collect();
         all.sort_by_key(|r| r.start);
         self.left.iter_mut().for_each(|l| *l = 0);
         self.total_left = 0;

@@ -44,7 +44,12 @@ pub struct SpeedModel {
 impl SpeedModel {
     /// A model with the given parameters and no samples.
     pub fn with_params(a: f64, b: f64) -> Self {
-        Self { a: a.max(0.0), b, samples: Vec::new(), observed: 0 }
+        Self {
+            a: a.max(0.0),
+            b,
+            samples: Vec::new(),
+            observed: 0,
+        }
     }
 
     /// Fixed seconds per chunk.
@@ -124,7 +129,10 @@ fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
     if samples.len() < 8 || !(b.is_finite() && b > 0.0) {
         return samples.to_vec();
     }
-    let resid: Vec<f64> = samples.iter().map(|s| (s.secs - (a + s.items / b)) / s.secs).collect();
+    let resid: Vec<f64> = samples
+        .iter()
+        .map(|s| (s.secs - (a + s.items / b)) / s.secs)
+        .collect();
     let med = median(&resid);
     let mad = median(&resid.iter().map(|r| (r - med).abs()).collect::<Vec<_>>()).max(0.02);
     samples

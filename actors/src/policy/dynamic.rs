@@ -12,7 +12,11 @@ impl Policy for Dynamic {
     }
     fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
         Admission {
-            shares: ctx.speeds.iter().map(|s| if s.eligible { 1.0 } else { 0.0 }).collect(),
+            shares: ctx
+                .speeds
+                .iter()
+                .map(|s| if s.eligible { 1.0 } else { 0.0 })
+                .collect(),
             pool: true,
             probe: Probe::None,
             static_fraction: 0.0,

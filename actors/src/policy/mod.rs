@@ -73,12 +73,20 @@ pub struct PlanContext<'a> {
 impl PlanContext<'_> {
     /// Whether every eligible class has a speed model.
     pub fn all_known(&self) -> bool {
-        self.speeds.iter().filter(|s| s.eligible && s.workers > 0).all(|s| s.b.is_some())
+        self.speeds
+            .iter()
+            .filter(|s| s.eligible && s.workers > 0)
+            .all(|s| s.b.is_some())
     }
 
     /// Shares from the models (see [`plan_shares`]).
     pub fn model_shares(&self) -> Vec<f64> {
-        plan_shares(self.items, self.speeds, 1.0 + self.thresholds.static_chunks_per_worker as f64).0
+        plan_shares(
+            self.items,
+            self.speeds,
+            1.0 + self.thresholds.static_chunks_per_worker as f64,
+        )
+        .0
     }
 
     /// Speeds with eligibility narrowed by `keep`.
@@ -86,7 +94,10 @@ impl PlanContext<'_> {
         self.speeds
             .iter()
             .zip(self.classes)
-            .map(|(s, c)| ClassSpeed { eligible: s.eligible && keep(c), ..*s })
+            .map(|(s, c)| ClassSpeed {
+                eligible: s.eligible && keep(c),
+                ..*s
+            })
             .collect()
     }
 }
@@ -210,8 +221,15 @@ impl Policy for PolicyRef {
 
 /// Equal fixed chunks for `ctx`: about `per_worker` chunks per worker.
 fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
-    let workers: usize = ctx.speeds.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
-    (ctx.items / (workers.max(1) * per_worker)).max(ctx.grain).max(1)
+    let workers: usize = ctx
+        .speeds
+        .iter()
+        .filter(|s| s.eligible)
+        .map(|s| s.workers)
+        .sum();
+    (ctx.items / (workers.max(1) * per_worker))
+        .max(ctx.grain)
+        .max(1)
 }
 
 /// The seed's hybrid among the classes `keep` admits: used by `hybrid`
@@ -219,8 +237,14 @@ fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
 /// `accel-only`.
 fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Admission {
     let speeds = ctx.only(keep);
-    let narrowed = PlanContext { speeds: &speeds, ..ctx.clone() };
-    let active = speeds.iter().filter(|s| s.eligible && s.workers > 0).count();
+    let narrowed = PlanContext {
+        speeds: &speeds,
+        ..ctx.clone()
+    };
+    let active = speeds
+        .iter()
+        .filter(|s| s.eligible && s.workers > 0)
+        .count();
     let probe = if active < 2 {
         Probe::None
     } else if narrowed.all_known() {
@@ -232,8 +256,21 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         narrowed.model_shares()
     } else {
         // Unknown speeds: regions by worker count until the probe re-plans.
-        let w: f64 = speeds.iter().filter(|s| s.eligible).map(|s| s.workers as f64).sum();
-        speeds.iter().map(|s| if s.eligible { s.workers as f64 / w } else { 0.0 }).collect()
+        let w: f64 = speeds
+            .iter()
+            .filter(|s| s.eligible)
+            .map(|s| s.workers as f64)
+            .sum();
+        speeds
+            .iter()
+            .map(|s| {
+                if s.eligible {
+                    s.workers as f64 / w
+                } else {
+                    0.0
+                }
+            })
+            .collect()
     };
     Admission {
         shares,
@@ -258,6 +295,8 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), 8);
-        assert!(POLICIES.iter().all(|p| !p.describe().is_empty() && !p.describe().contains('\n')));
+        assert!(POLICIES
+            .iter()
+            .all(|p| !p.describe().is_empty() && !p.describe().contains('\n')));
     }
 }

@@ -34,10 +34,25 @@ pub struct ClassSpeed {
 /// let (shares, t) = plan_shares(1000, &[cpu, gpu], 4.0);
 /// assert!((shares[0] - 0.25).abs() < 1e-9 && (t - 2.5).abs() < 1e-6);
 /// ```
-pub fn plan_shares(items: usize, classes: &[ClassSpeed], chunks_per_worker: f64) -> (Vec<f64>, f64) {
-    let known: Vec<f64> = classes.iter().filter(|c| c.eligible && c.workers > 0).filter_map(|c| c.b).collect();
-    let fallback = if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
-    let mut active: Vec<bool> = classes.iter().map(|c| c.eligible && c.workers > 0).collect();
+pub fn plan_shares(
+    items: usize,
+    classes: &[ClassSpeed],
+    chunks_per_worker: f64,
+) -> (Vec<f64>, f64) {
+    let known: Vec<f64> = classes
+        .iter()
+        .filter(|c| c.eligible && c.workers > 0)
+        .filter_map(|c| c.b)
+        .collect();
+    let fallback = if known.is_empty() {
+        1.0
+    } else {
+        known.iter().sum::<f64>() / known.len() as f64
+    };
+    let mut active: Vec<bool> = classes
+        .iter()
+        .map(|c| c.eligible && c.workers > 0)
+        .collect();
     let s = items as f64;
     loop {
         let speed = |c: &ClassSpeed| c.workers as f64 * c.b.unwrap_or(fallback);
@@ -55,14 +70,23 @@ pub fn plan_shares(items: usize, classes: &[ClassSpeed], chunks_per_worker: f64)
         let (mut lo, mut hi) = (0.0, hi);
         for _ in 0..200 {
             let mid = 0.5 * (lo + hi);
-            let got: f64 = classes.iter().zip(&active).filter(|(_, a)| **a).map(|(c, _)| alloc(mid, c)).sum();
+            let got: f64 = classes
+                .iter()
+                .zip(&active)
+                .filter(|(_, a)| **a)
+                .map(|(c, _)| alloc(mid, c))
+                .sum();
             if got >= s {
                 hi = mid;
             } else {
                 lo = mid;
             }
         }
-        let n: Vec<f64> = classes.iter().zip(&active).map(|(c, a)| if *a { alloc(hi, c) } else { 0.0 }).collect();
+        let n: Vec<f64> = classes
+            .iter()
+            .zip(&active)
+            .map(|(c, a)| if *a { alloc(hi, c) } else { 0.0 })
+            .collect();
         // Drop the class furthest below its smallest useful chunk, then re-plan.
         let worst = classes
             .iter()
@@ -73,7 +97,10 @@ pub fn plan_shares(items: usize, classes: &[ClassSpeed], chunks_per_worker: f64)
             Some((i, _)) if active.iter().filter(|a| **a).count() > 1 => active[i] = false,
             _ => {
                 let total: f64 = n.iter().sum();
-                let shares = n.iter().map(|x| if total > 0.0 { x / total } else { 0.0 }).collect();
+                let shares = n
+                    .iter()
+                    .map(|x| if total > 0.0 { x / total } else { 0.0 })
+                    .collect();
                 return (shares, hi);
             }
         }
@@ -85,7 +112,13 @@ mod tests {
     use super::*;
 
     fn c(workers: usize, a: f64, b: Option<f64>) -> ClassSpeed {
-        ClassSpeed { workers, a, b, eligible: true, min_items: 1 }
+        ClassSpeed {
+            workers,
+            a,
+            b,
+            eligible: true,
+            min_items: 1,
+        }
     }
 
     #[test]
@@ -105,7 +138,10 @@ mod tests {
     #[test]
     fn a_device_that_cannot_help_gets_nothing() {
         // The paper's N-body: the accelerator is 2500x faster.
-        let cpu = ClassSpeed { min_items: 4, ..c(1, 0.0, Some(1.0)) };
+        let cpu = ClassSpeed {
+            min_items: 4,
+            ..c(1, 0.0, Some(1.0))
+        };
         let (s, t) = plan_shares(8192, &[cpu, c(1, 0.0, Some(2500.0))], 4.0);
         assert_eq!(s, vec![0.0, 1.0]);
         assert!((t - 8192.0 / 2500.0).abs() < 1e-6);
@@ -115,7 +151,10 @@ mod tests {
     fn unknown_and_ineligible_classes() {
         let (s, _) = plan_shares(100, &[c(1, 0.0, None), c(3, 0.0, None)], 1.0);
         assert!((s[0] - 0.25).abs() < 1e-9);
-        let off = ClassSpeed { eligible: false, ..c(8, 0.0, Some(1e9)) };
+        let off = ClassSpeed {
+            eligible: false,
+            ..c(8, 0.0, Some(1e9))
+        };
         let (s, _) = plan_shares(100, &[c(1, 0.0, Some(1.0)), off], 1.0);
         assert_eq!(s, vec![1.0, 0.0]);
         let (s, t) = plan_shares(100, &[off], 1.0);

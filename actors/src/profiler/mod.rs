@@ -52,8 +52,14 @@ pub(crate) struct Observe {
 impl Handler<Observe> for Profiler {
     type Result = actix::MessageResult<Observe>;
     fn handle(&mut self, m: Observe, _: &mut Context<Self>) -> Self::Result {
-        let learned = self.store.observe(&m.key, &m.classes, &m.samples, &m.learned_split, self.nu);
-        let res = if learned.split_replaced { self.store.save() } else { self.store.save_debounced(SAVE_EVERY) };
+        let learned = self
+            .store
+            .observe(&m.key, &m.classes, &m.samples, &m.learned_split, self.nu);
+        let res = if learned.split_replaced {
+            self.store.save()
+        } else {
+            self.store.save_debounced(SAVE_EVERY)
+        };
         if let Err(e) = res {
             tracing::warn!("could not save the profile: {e}");
         }

@@ -34,8 +34,14 @@ impl Fingerprint {
                     .map(|(_, v)| v.trim().to_string())
             })
             .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        Self { cpu_model, cores, accelerators }
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        Self {
+            cpu_model,
+            cores,
+            accelerators,
+        }
     }
 
     /// A short stable hash, for the file name.
@@ -96,7 +102,11 @@ impl ProfileStore {
     pub fn in_memory(fingerprint: Fingerprint) -> Self {
         Self {
             path: None,
-            file: ProfileFile { version: PROFILE_VERSION, fingerprint, kernels: BTreeMap::new() },
+            file: ProfileFile {
+                version: PROFILE_VERSION,
+                fingerprint,
+                kernels: BTreeMap::new(),
+            },
             dirty: false,
             last_save: None,
         }
@@ -110,7 +120,9 @@ impl ProfileStore {
         let mut store = Self::in_memory(fingerprint);
         match std::fs::read_to_string(&path) {
             Ok(text) => match serde_json::from_str::<ProfileFile>(&text) {
-                Ok(f) if f.version == PROFILE_VERSION && f.fingerprint == store.file.fingerprint => {
+                Ok(f)
+                    if f.version == PROFILE_VERSION && f.fingerprint == store.file.fingerprint =>
+                {
                     store.file = f;
                 }
                 Ok(f) if f.version != PROFILE_VERSION => tracing::warn!(
@@ -118,8 +130,12 @@ impl ProfileStore {
                     "profile has format version {}, expected {PROFILE_VERSION}: ignored, recalibrating",
                     f.version
                 ),
-                Ok(_) => tracing::warn!(path = %path.display(), "profile was learned on another machine: ignored, recalibrating"),
-                Err(e) => tracing::warn!(path = %path.display(), "profile is corrupt ({e}): ignored, recalibrating"),
+                Ok(_) => {
+                    tracing::warn!(path = %path.display(), "profile was learned on another machine: ignored, recalibrating")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "profile is corrupt ({e}): ignored, recalibrating")
+                }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(path = %path.display(), "profile unreadable ({e}): ignored"),
@@ -136,7 +152,10 @@ impl ProfileStore {
     /// The stored models of kernel `key` for the given class keys.
     pub fn models(&self, key: &str, classes: &[String]) -> Vec<SpeedModel> {
         let k = self.file.kernels.get(key);
-        classes.iter().map(|c| k.and_then(|k| k.models.get(c)).cloned().unwrap_or_default()).collect()
+        classes
+            .iter()
+            .map(|c| k.and_then(|k| k.models.get(c)).cloned().unwrap_or_default())
+            .collect()
     }
 
     /// Everything stored.
@@ -146,7 +165,14 @@ impl ProfileStore {
 
     /// Folds a run's samples into the models and applies the seed's ν rule to
     /// the split.
-    pub fn observe(&mut self, key: &str, classes: &[String], samples: &[Vec<Sample>], learned: &[f64], nu: f64) -> Learned {
+    pub fn observe(
+        &mut self,
+        key: &str,
+        classes: &[String],
+        samples: &[Vec<Sample>],
+        learned: &[f64],
+        nu: f64,
+    ) -> Learned {
         let k = self.file.kernels.entry(key.to_string()).or_default();
         for (c, s) in classes.iter().zip(samples) {
             if s.is_empty() {
@@ -158,24 +184,42 @@ impl ProfileStore {
             }
         }
         k.runs += 1;
-        let stored: Vec<f64> = classes.iter().map(|c| k.split.get(c).copied().unwrap_or(f64::NAN)).collect();
+        let stored: Vec<f64> = classes
+            .iter()
+            .map(|c| k.split.get(c).copied().unwrap_or(f64::NAN))
+            .collect();
         let delta = stored
             .iter()
             .zip(learned)
-            .map(|(p, q)| if p.is_finite() { (p - q).abs() / p.max(1e-9) } else { f64::INFINITY })
+            .map(|(p, q)| {
+                if p.is_finite() {
+                    (p - q).abs() / p.max(1e-9)
+                } else {
+                    f64::INFINITY
+                }
+            })
             .filter(|d| !d.is_nan())
             .fold(0.0, f64::max);
         let split_replaced = delta > nu && learned.iter().sum::<f64>() > 0.0;
         if split_replaced {
-            k.split = classes.iter().cloned().zip(learned.iter().copied()).collect();
+            k.split = classes
+                .iter()
+                .cloned()
+                .zip(learned.iter().copied())
+                .collect();
         }
         self.dirty = true;
-        Learned { delta, split_replaced }
+        Learned {
+            delta,
+            split_replaced,
+        }
     }
 
     /// Writes the file if anything changed (atomically: temp file, rename).
     pub fn save(&mut self) -> std::io::Result<()> {
-        let Some(path) = &self.path else { return Ok(()) };
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         if !self.dirty {
             return Ok(());
         }
@@ -206,7 +250,11 @@ mod tests {
     use super::*;
 
     fn fp() -> Fingerprint {
-        Fingerprint { cpu_model: "Test CPU".into(), cores: 2, accelerators: vec![] }
+        Fingerprint {
+            cpu_model: "Test CPU".into(),
+            cores: 2,
+            accelerators: vec![],
+        }
     }
 
     fn tempdir(tag: &str) -> PathBuf {
@@ -220,7 +268,16 @@ mod tests {
         let dir = tempdir("rt");
         let classes = vec!["cpu".to_string(), "sim@2".to_string()];
         let mut s = ProfileStore::open(&dir, fp());
-        let samples = vec![vec![Sample { items: 100.0, secs: 0.01 }], vec![Sample { items: 100.0, secs: 0.005 }]];
+        let samples = vec![
+            vec![Sample {
+                items: 100.0,
+                secs: 0.01,
+            }],
+            vec![Sample {
+                items: 100.0,
+                secs: 0.005,
+            }],
+        ];
         let l = s.observe("k", &classes, &samples, &[1.0 / 3.0, 2.0 / 3.0], 0.05);
         assert!(l.split_replaced);
         s.save().unwrap();
@@ -243,7 +300,16 @@ mod tests {
         assert!(s.file().kernels.is_empty());
         // Foreign: a file with another fingerprint under this name.
         let mut other = ProfileStore::in_memory(Fingerprint { cores: 64, ..fp() });
-        other.observe("k", &["cpu".into()], &[vec![Sample { items: 1.0, secs: 1.0 }]], &[1.0], 0.05);
+        other.observe(
+            "k",
+            &["cpu".into()],
+            &[vec![Sample {
+                items: 1.0,
+                secs: 1.0,
+            }]],
+            &[1.0],
+            0.05,
+        );
         std::fs::write(&path, serde_json::to_string(other.file()).unwrap()).unwrap();
         let s = ProfileStore::open(&dir, fp());
         assert!(s.file().kernels.is_empty());

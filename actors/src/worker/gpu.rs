@@ -11,7 +11,10 @@ pub(crate) struct GpuExec {
 impl Executor for GpuExec {
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
         let Some(k) = kernel.cuda() else {
-            return Err(KernelError::Unsupported { kernel: kernel.name().to_string(), device: "CUDA" });
+            return Err(KernelError::Unsupported {
+                kernel: kernel.name().to_string(),
+                device: "CUDA",
+            });
         };
         guarded(|| self.stream.run(k, chunk))
     }

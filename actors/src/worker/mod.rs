@@ -59,14 +59,19 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         let mut ran = false;
         for job in &jobs {
             let now = job.start.elapsed().as_secs_f64();
-            let Some(claimed) = job.core().claim(w, c, now) else { continue };
+            let Some(claimed) = job.core().claim(w, c, now) else {
+                continue;
+            };
             ran = true;
             let chunk = Chunk::new(claimed.info.range.clone());
             let t0 = job.start.elapsed().as_secs_f64();
             let res = exec.run(&*claimed.kernel, &chunk);
             let t1 = job.start.elapsed().as_secs_f64();
             drop(claimed.kernel);
-            job.service_ns.fetch_add(((t1 - t0) * 1e9) as u64, std::sync::atomic::Ordering::Relaxed);
+            job.service_ns.fetch_add(
+                ((t1 - t0) * 1e9) as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let after = match &res {
                 Ok(()) => {
                     strikes = 0;
@@ -102,7 +107,11 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
             // While jobs are live, look again soon: a refusal by the
             // earliest-finish guard can turn into a claim as others slow down.
             let t0 = std::time::Instant::now();
-            let timeout = if reg.busy() { Duration::from_millis(1) } else { Duration::from_millis(200) };
+            let timeout = if reg.busy() {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(200)
+            };
             reg.wait(seen, timeout);
             labels.idle(t0.elapsed().as_secs_f64());
         }

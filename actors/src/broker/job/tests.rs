@@ -15,9 +15,17 @@ fn classes(spec: &[(usize, bool)]) -> Arc<[ClassInfo]> {
         .enumerate()
         .map(|(i, &(workers, accel))| ClassInfo {
             index: i,
-            name: if accel { format!("acc{i}") } else { "cpu".into() },
+            name: if accel {
+                format!("acc{i}")
+            } else {
+                "cpu".into()
+            },
             profile_key: format!("k{i}"),
-            kind: if accel { DeviceKind::Cuda { id: i } } else { DeviceKind::Cpu },
+            kind: if accel {
+                DeviceKind::Cuda { id: i }
+            } else {
+                DeviceKind::Cpu
+            },
             workers,
             end: if accel { End::Tail } else { End::Head },
             model: String::new(),
@@ -43,12 +51,22 @@ struct Outcome {
 impl Sim {
     fn run(&self, policy: &str, items: usize, grain: usize) -> Result<Outcome, ActorError> {
         let cls = classes(&self.spec.iter().map(|s| (s.0, s.3)).collect::<Vec<_>>());
-        let worker_class: Arc<[usize]> =
-            self.spec.iter().enumerate().flat_map(|(c, s)| std::iter::repeat_n(c, s.0)).collect();
+        let worker_class: Arc<[usize]> = self
+            .spec
+            .iter()
+            .enumerate()
+            .flat_map(|(c, s)| std::iter::repeat_n(c, s.0))
+            .collect();
         let models: Vec<SpeedModel> = self
             .spec
             .iter()
-            .map(|s| if self.known { SpeedModel::with_params(s.1, s.2) } else { SpeedModel::default() })
+            .map(|s| {
+                if self.known {
+                    SpeedModel::with_params(s.1, s.2)
+                } else {
+                    SpeedModel::default()
+                }
+            })
             .collect();
         let speeds: Vec<ClassSpeed> = self
             .spec
@@ -63,7 +81,13 @@ impl Sim {
             })
             .collect();
         let th = Thresholds::default();
-        let ctx = PlanContext { items, grain, classes: &cls, speeds: &speeds, thresholds: th };
+        let ctx = PlanContext {
+            items,
+            grain,
+            classes: &cls,
+            speeds: &speeds,
+            thresholds: th,
+        };
         let p = by_name(policy)?;
         let adm = p.admit(&ctx);
         let kernel: Arc<dyn coexec_kernels::Kernel> = Arc::new(Grained(Empty::new(items), grain));
@@ -99,18 +123,26 @@ impl Sim {
             }
             // Next completion.
             let Some(w) = (0..nw).filter(|&w| running[w].is_some()).min_by(|&x, &y| {
-                running[x].as_ref().unwrap().1.total_cmp(&running[y].as_ref().unwrap().1)
+                running[x]
+                    .as_ref()
+                    .unwrap()
+                    .1
+                    .total_cmp(&running[y].as_ref().unwrap().1)
             }) else {
                 panic!("no worker running and the job is not over: deadlock at t={now}");
             };
             let (start, end, ch) = running[w].take().unwrap();
             now = end;
             let c = worker_class[w];
-            let fail = self.fail_every.is_some_and(|k| ch.info.attempt == 0 && ch.info.range.start % k == 0);
+            let fail = self
+                .fail_every
+                .is_some_and(|k| ch.info.attempt == 0 && ch.info.range.start % k == 0);
             if fail {
                 job.fail(w, &ch.info, &KernelError::Injected("test".into()));
             } else {
-                ch.kernel.run_cpu(&Chunk::new(ch.info.range.clone())).unwrap();
+                ch.kernel
+                    .run_cpu(&Chunk::new(ch.info.range.clone()))
+                    .unwrap();
                 for i in ch.info.range.clone() {
                     counts[i] += 1;
                 }
@@ -119,7 +151,11 @@ impl Sim {
         }
         let report = job.report()?;
         assert!((report.makespan_s - now).abs() < 1e-9);
-        Ok(Outcome { makespan: now, report, counts })
+        Ok(Outcome {
+            makespan: now,
+            report,
+            counts,
+        })
     }
 
     fn alone(&self, c: usize, items: usize) -> f64 {
@@ -128,7 +164,9 @@ impl Sim {
     }
 
     fn ideal(&self, items: usize) -> f64 {
-        1.0 / (0..self.spec.len()).map(|c| 1.0 / self.alone(c, items)).sum::<f64>()
+        1.0 / (0..self.spec.len())
+            .map(|c| 1.0 / self.alone(c, items))
+            .sum::<f64>()
     }
 }
 
@@ -152,11 +190,19 @@ impl coexec_kernels::Kernel for Grained {
 #[test]
 fn hybrid_balances_a_cold_start() {
     for speed in [0.5, 2.0, 10.0] {
-        let sim = Sim { spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)], known: false, fail_every: None };
+        let sim = Sim {
+            spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)],
+            known: false,
+            fail_every: None,
+        };
         let items = 1_000_000;
         let out = sim.run("hybrid", items, 1).unwrap();
         let e = sim.ideal(items) / out.makespan;
-        assert!(e >= 0.95, "X={speed}: efficiency {e:.3}, {}", out.report.summary());
+        assert!(
+            e >= 0.95,
+            "X={speed}: efficiency {e:.3}, {}",
+            out.report.summary()
+        );
         assert!(out.counts.iter().all(|&c| c == 1));
         let probe = out.report.probe.unwrap();
         assert!(probe.replanned);
@@ -165,7 +211,11 @@ fn hybrid_balances_a_cold_start() {
 
 #[test]
 fn warm_start_probe_is_balanced() {
-    let sim = Sim { spec: vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)], known: true, fail_every: None };
+    let sim = Sim {
+        spec: vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)],
+        known: true,
+        fail_every: None,
+    };
     let out = sim.run("hybrid", 2_000_000, 1).unwrap();
     let probe = out.report.probe.clone().unwrap();
     assert!(probe.imbalance <= Thresholds::default().mu, "{probe:?}");
@@ -177,14 +227,26 @@ fn warm_start_probe_is_balanced() {
 #[test]
 fn a_far_faster_accelerator_does_it_alone() {
     // The paper's N-body: the accelerator is 2500x faster than a CPU worker.
-    let sim = Sim { spec: vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)], known: true, fail_every: None };
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)],
+        known: true,
+        fail_every: None,
+    };
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
-    assert!(out.makespan <= 1.01 * sim.alone(1, 1_000_000), "{}", out.report.summary());
+    assert!(
+        out.makespan <= 1.01 * sim.alone(1, 1_000_000),
+        "{}",
+        out.report.summary()
+    );
 }
 
 #[test]
 fn static_never_crosses_its_split() {
-    let sim = Sim { spec: vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)], known: true, fail_every: None };
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)],
+        known: true,
+        fail_every: None,
+    };
     let out = sim.run("static", 1000, 1).unwrap();
     assert_eq!(out.report.classes[0].items, 500);
     assert_eq!(out.report.classes[0].chunks, 1);
@@ -192,7 +254,11 @@ fn static_never_crosses_its_split() {
 
 #[test]
 fn every_policy_finishes_everything_once() {
-    let sim = Sim { spec: vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)], known: true, fail_every: Some(7) };
+    let sim = Sim {
+        spec: vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)],
+        known: true,
+        fail_every: Some(7),
+    };
     for p in crate::policy::POLICIES {
         let out = sim.run(p.name(), 10_007, 4).unwrap();
         assert!(out.counts.iter().all(|&c| c == 1), "{}", p.name());
@@ -202,12 +268,28 @@ fn every_policy_finishes_everything_once() {
 
 #[test]
 fn a_chunk_that_always_fails_fails_the_job() {
-    let sim = Sim { spec: vec![(2, 0.0, 1e6, false)], known: false, fail_every: None };
+    let sim = Sim {
+        spec: vec![(2, 0.0, 1e6, false)],
+        known: false,
+        fail_every: None,
+    };
     let _ = sim;
     let cls = classes(&[(1, false)]);
-    let ctx_speeds = [ClassSpeed { workers: 1, a: 0.0, b: None, eligible: true, min_items: 1 }];
+    let ctx_speeds = [ClassSpeed {
+        workers: 1,
+        a: 0.0,
+        b: None,
+        eligible: true,
+        min_items: 1,
+    }];
     let th = Thresholds::default();
-    let ctx = PlanContext { items: 10, grain: 1, classes: &cls, speeds: &ctx_speeds, thresholds: th };
+    let ctx = PlanContext {
+        items: 10,
+        grain: 1,
+        classes: &cls,
+        speeds: &ctx_speeds,
+        thresholds: th,
+    };
     let adm = by_name("dynamic").unwrap().admit(&ctx);
     let mut job = JobCore::new(
         Arc::new(Empty::new(10)),

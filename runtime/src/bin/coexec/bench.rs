@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use coexec::{JobOptions, RunReport, Runtime};
 
 use crate::report::{
-    AloneResult, BenchReport, Baseline, ClassResult, LearningRun, Machine, Overhead, PolicyResult, WorkloadBench,
+    AloneResult, Baseline, BenchReport, ClassResult, LearningRun, Machine, Overhead, PolicyResult,
+    WorkloadBench,
 };
 use crate::workload::{Prepared, WorkloadArgs, BENCHMARKS, NAMES};
 use crate::{build, speed_sum, Common, Failure};
@@ -39,28 +40,47 @@ pub(crate) async fn bench(
     json: Option<PathBuf>,
 ) -> Result<(), Failure> {
     if repeat == 0 || repeat > 1000 {
-        return Err(Failure::Usage(format!("--repeat {repeat}: expected 1..=1000")));
+        return Err(Failure::Usage(format!(
+            "--repeat {repeat}: expected 1..=1000"
+        )));
     }
     if names.is_empty() {
         names = BENCHMARKS.iter().map(|s| s.to_string()).collect();
     }
     for n in &names {
         if n != "overhead" && !NAMES.contains(&n.as_str()) {
-            return Err(Failure::Usage(format!("unknown workload `{n}`; expected overhead or one of {}", NAMES.join(", "))));
+            return Err(Failure::Usage(format!(
+                "unknown workload `{n}`; expected overhead or one of {}",
+                NAMES.join(", ")
+            )));
         }
     }
-    let policy_list: Vec<String> = policies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let policy_list: Vec<String> = policies
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     for p in &policy_list {
         coexec::policy::by_name(p).map_err(|e| Failure::Usage(e.to_string()))?;
     }
     let rt = build(common, None, true)?;
     let classes: Vec<String> = rt.classes().iter().map(|c| c.name.clone()).collect();
-    if rt.gpus().is_empty() && !rt.classes().iter().any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. })) {
+    if rt.gpus().is_empty()
+        && !rt
+            .classes()
+            .iter()
+            .any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. }))
+    {
         if let Err(e) = coexec_actors::gpus() {
             eprintln!("no CUDA device ({e}): benchmarking the CPU classes");
         }
     }
-    let devices = rt.classes().iter().map(|c| format!("{}x{}", c.name, c.workers)).collect::<Vec<_>>().join(",");
+    let devices = rt
+        .classes()
+        .iter()
+        .map(|c| format!("{}x{}", c.name, c.workers))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut report = BenchReport {
         machine: machine(&rt),
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -92,8 +112,10 @@ pub(crate) async fn bench(
     }
     rt.shutdown().await;
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.to_string()))?;
-        std::fs::write(&path, text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+        let text =
+            serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.to_string()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
     }
     Ok(())
 }
@@ -114,39 +136,76 @@ async fn bench_one(
     // class predicted to take more than SLOW_FACTOR times the fastest alone
     // is not run alone (the paper's N-body CPU would take hours): its time
     // is the model's prediction, and says so.
-    let warm = w.run(rt, JobOptions { policy: Some(hybrid.clone()), ..Default::default() }).await?.1;
+    let warm = w
+        .run(
+            rt,
+            JobOptions {
+                policy: Some(hybrid.clone()),
+                ..Default::default()
+            },
+        )
+        .await?
+        .1;
     let predicted: Vec<f64> = (0..classes.len())
         .map(|c| {
             warm.iter()
                 .map(|r| {
                     let k = &r.classes[c];
-                    if k.model_b_items_per_s > 0.0 { r.items as f64 / (k.model_b_items_per_s * k.workers.max(1) as f64) } else { f64::NAN }
+                    if k.model_b_items_per_s > 0.0 {
+                        r.items as f64 / (k.model_b_items_per_s * k.workers.max(1) as f64)
+                    } else {
+                        f64::NAN
+                    }
                 })
                 .sum::<f64>()
         })
         .collect();
-    let fastest = predicted.iter().cloned().filter(|x| x.is_finite()).fold(f64::INFINITY, f64::min);
+    let fastest = predicted
+        .iter()
+        .cloned()
+        .filter(|x| x.is_finite())
+        .fold(f64::INFINITY, f64::min);
     let mut alone = Vec::new();
     for (c, cname) in classes.iter().enumerate() {
         if predicted[c].is_finite() && predicted[c] > SLOW_FACTOR * fastest {
-            alone.push(AloneResult { class: cname.clone(), median_s: predicted[c], runs_s: Vec::new(), predicted: true });
+            alone.push(AloneResult {
+                class: cname.clone(),
+                median_s: predicted[c],
+                runs_s: Vec::new(),
+                predicted: true,
+            });
             continue;
         }
-        let opts = JobOptions { policy: Some(hybrid.clone()), classes: Some(vec![c]), ..Default::default() };
+        let opts = JobOptions {
+            policy: Some(hybrid.clone()),
+            classes: Some(vec![c]),
+            ..Default::default()
+        };
         w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
         let mut runs = Vec::new();
         for _ in 0..repeat {
             runs.push(job_time(&w.run(rt, opts.clone()).await?.1));
         }
-        alone.push(AloneResult { class: cname.clone(), median_s: median(&runs), runs_s: runs, predicted: false });
+        alone.push(AloneResult {
+            class: cname.clone(),
+            median_s: median(&runs),
+            runs_s: runs,
+            predicted: false,
+        });
     }
     let ideal = 1.0 / alone.iter().map(|a| 1.0 / a.median_s).sum::<f64>();
-    let best = alone.iter().min_by(|a, b| a.median_s.total_cmp(&b.median_s)).cloned();
+    let best = alone
+        .iter()
+        .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
+        .cloned();
     let (best_class, best_s) = best.map(|b| (b.class, b.median_s)).unwrap_or_default();
     let mut results = Vec::new();
     for p in policies {
         let policy = coexec::policy::by_name(p).map_err(|e| Failure::Run(e.to_string()))?;
-        let opts = JobOptions { policy: Some(policy), ..Default::default() };
+        let opts = JobOptions {
+            policy: Some(policy),
+            ..Default::default()
+        };
         let mut runs: Vec<(f64, Vec<RunReport>)> = Vec::new();
         for _ in 0..repeat {
             let reports = w.run(rt, opts.clone()).await?.1;
@@ -154,13 +213,24 @@ async fn bench_one(
         }
         let times: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let med = median(&times);
-        let (t, reports) = runs.iter().min_by(|a, b| (a.0 - med).abs().total_cmp(&(b.0 - med).abs())).cloned().unwrap_or_default();
+        let (t, reports) = runs
+            .iter()
+            .min_by(|a, b| (a.0 - med).abs().total_cmp(&(b.0 - med).abs()))
+            .cloned()
+            .unwrap_or_default();
         results.push(policy_result(p, t, &reports, times, ideal, best_s));
     }
     // Learning: a cold profile, then the same job again from what it stored.
     let mut learning = Vec::new();
     if classes.len() > 1 {
-        let fresh = build(&Common { profile_dir: None, ..common.clone() }, None, true)?;
+        let fresh = build(
+            &Common {
+                profile_dir: None,
+                ..common.clone()
+            },
+            None,
+            true,
+        )?;
         for run in 1..=2 {
             let reports = w.run(&fresh, JobOptions::default()).await?.1;
             let first = reports.first();
@@ -168,12 +238,17 @@ async fn bench_one(
             let t = job_time(&reports);
             learning.push(LearningRun {
                 run,
-                probe: probe.as_ref().map(|p| format!("{:?}", p.kind).to_lowercase()).unwrap_or_else(|| "none".into()),
+                probe: probe
+                    .as_ref()
+                    .map(|p| format!("{:?}", p.kind).to_lowercase())
+                    .unwrap_or_else(|| "none".into()),
                 probe_imbalance: probe.as_ref().map(|p| p.imbalance).unwrap_or(0.0),
                 replanned: probe.as_ref().is_some_and(|p| p.replanned),
                 makespan_s: t,
                 efficiency: ideal / t,
-                split: first.map(|r| r.classes.iter().map(|c| c.share).collect()).unwrap_or_default(),
+                split: first
+                    .map(|r| r.classes.iter().map(|c| c.share).collect())
+                    .unwrap_or_default(),
             });
         }
         fresh.shutdown().await;
@@ -185,7 +260,10 @@ async fn bench_one(
                 .num_threads(cpu.workers)
                 .build()
                 .map_err(|e| Failure::Run(e.to_string()))?;
-            let opts = JobOptions { classes: Some(vec![cpu.index]), ..Default::default() };
+            let opts = JobOptions {
+                classes: Some(vec![cpu.index]),
+                ..Default::default()
+            };
             let (mut ray, mut co) = (Vec::new(), Vec::new());
             w.run_rayon(&pool)?;
             for _ in 0..repeat {
@@ -196,7 +274,12 @@ async fn bench_one(
                 co.push(t0.elapsed().as_secs_f64());
             }
             let (r, c) = (median(&ray), median(&co));
-            Some(Baseline { threads: cpu.workers, rayon_s: r, coexec_cpu_s: c, ratio: r / c })
+            Some(Baseline {
+                threads: cpu.workers,
+                rayon_s: r,
+                coexec_cpu_s: c,
+                ratio: r / c,
+            })
         }
         _ => None,
     };
@@ -214,14 +297,26 @@ async fn bench_one(
     })
 }
 
-fn policy_result(p: &str, t: f64, reports: &[RunReport], runs: Vec<f64>, ideal: f64, best: f64) -> PolicyResult {
+fn policy_result(
+    p: &str,
+    t: f64,
+    reports: &[RunReport],
+    runs: Vec<f64>,
+    ideal: f64,
+    best: f64,
+) -> PolicyResult {
     // Per class over all runs of the job: items, and the latest finish.
     let mut classes: Vec<ClassResult> = Vec::new();
     let total: usize = reports.iter().map(|r| r.items).sum();
     for r in reports {
         for (i, c) in r.classes.iter().enumerate() {
             if classes.len() <= i {
-                classes.push(ClassResult { name: c.name.clone(), items: 0, finish_s: 0.0, share: 0.0 });
+                classes.push(ClassResult {
+                    name: c.name.clone(),
+                    items: 0,
+                    finish_s: 0.0,
+                    share: 0.0,
+                });
             }
             classes[i].items += c.items;
             classes[i].finish_s += c.finish_s;
@@ -230,9 +325,20 @@ fn policy_result(p: &str, t: f64, reports: &[RunReport], runs: Vec<f64>, ideal: 
     for c in &mut classes {
         c.share = c.items as f64 / total.max(1) as f64;
     }
-    let fin: Vec<f64> = classes.iter().filter(|c| c.items > 0).map(|c| c.finish_s).collect();
-    let (mx, mn) = (fin.iter().cloned().fold(0.0, f64::max), fin.iter().cloned().fold(f64::INFINITY, f64::min));
-    let imbalance = if fin.len() > 1 && mx > 0.0 { (mx - mn) / mx } else { 0.0 };
+    let fin: Vec<f64> = classes
+        .iter()
+        .filter(|c| c.items > 0)
+        .map(|c| c.finish_s)
+        .collect();
+    let (mx, mn) = (
+        fin.iter().cloned().fold(0.0, f64::max),
+        fin.iter().cloned().fold(f64::INFINITY, f64::min),
+    );
+    let imbalance = if fin.len() > 1 && mx > 0.0 {
+        (mx - mn) / mx
+    } else {
+        0.0
+    };
     PolicyResult {
         policy: p.to_string(),
         makespan_s: t,
@@ -248,13 +354,25 @@ fn policy_result(p: &str, t: f64, reports: &[RunReport], runs: Vec<f64>, ideal: 
 fn print_table(w: &WorkloadBench) {
     println!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
     for a in &w.alone {
-        let note = if a.predicted { "  (predicted by its speed model: too slow to run alone)" } else { "" };
+        let note = if a.predicted {
+            "  (predicted by its speed model: too slow to run alone)"
+        } else {
+            ""
+        };
         println!("  T alone {:<14} {:>9.4} s{note}", a.class, a.median_s);
     }
     println!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
-    println!("  {:<16} {:>9} {:>7} {:>9} {:>7}  split", "policy", "T (s)", "E", "speed-up", "δ");
+    println!(
+        "  {:<16} {:>9} {:>7} {:>9} {:>7}  split",
+        "policy", "T (s)", "E", "speed-up", "δ"
+    );
     for p in &w.policies {
-        let split = p.classes.iter().map(|c| format!("{} {:.1}%", c.name, 100.0 * c.share)).collect::<Vec<_>>().join(", ");
+        let split = p
+            .classes
+            .iter()
+            .map(|c| format!("{} {:.1}%", c.name, 100.0 * c.share))
+            .collect::<Vec<_>>()
+            .join(", ");
         println!(
             "  {:<16} {:>9.4} {:>7.3} {:>8.3}x {:>7.3}  {}",
             p.policy, p.makespan_s, p.efficiency, p.speedup_vs_best, p.imbalance, split
@@ -282,27 +400,39 @@ fn print_table(w: &WorkloadBench) {
 /// The scheduler's cost per chunk: the empty kernel, one item per chunk, on
 /// the CPU workers; then the same with a Prometheus recorder installed.
 async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
-    let rt = build(common, Some(common.devices.as_deref().unwrap_or("cpu:2")), true)?;
+    let rt = build(
+        common,
+        Some(common.devices.as_deref().unwrap_or("cpu:2")),
+        true,
+    )?;
     let workers: usize = rt.classes().iter().map(|c| c.workers).sum();
     let chunks = 1_000_000;
-    let opts = JobOptions { chunk: Some(1), ..Default::default() };
+    let opts = JobOptions {
+        chunk: Some(1),
+        ..Default::default()
+    };
     let mut plain = Vec::new();
     for _ in 0..repeat {
-        let d = rt.run_with(coexec::kernels::Empty::new(chunks), opts.clone()).await?;
+        let d = rt
+            .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
+            .await?;
         plain.push(d.report.makespan_s);
     }
     let secs = median(&plain);
-    let with_metrics = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
-        Ok(_handle) => {
-            let mut m = Vec::new();
-            for _ in 0..repeat {
-                let d = rt.run_with(coexec::kernels::Empty::new(chunks), opts.clone()).await?;
-                m.push(d.report.makespan_s);
+    let with_metrics =
+        match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+            Ok(_handle) => {
+                let mut m = Vec::new();
+                for _ in 0..repeat {
+                    let d = rt
+                        .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
+                        .await?;
+                    m.push(d.report.makespan_s);
+                }
+                Some(median(&m) / chunks as f64 * 1e6)
             }
-            Some(median(&m) / chunks as f64 * 1e6)
-        }
-        Err(_) => None,
-    };
+            Err(_) => None,
+        };
     rt.shutdown().await;
     Ok(Overhead {
         workers,
@@ -315,9 +445,19 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
 }
 
 fn machine(rt: &Runtime) -> Machine {
-    let fp = coexec_actors::profiler::Fingerprint::this_machine(rt.gpus().iter().map(|g| g.name.clone()).collect());
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    Machine { cpu_model: fp.cpu_model, cores: fp.cores, gpus: fp.accelerators, date: format_utc(secs) }
+    let fp = coexec_actors::profiler::Fingerprint::this_machine(
+        rt.gpus().iter().map(|g| g.name.clone()).collect(),
+    );
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Machine {
+        cpu_model: fp.cpu_model,
+        cores: fp.cores,
+        gpus: fp.accelerators,
+        date: format_utc(secs),
+    }
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days).
@@ -333,5 +473,10 @@ fn format_utc(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

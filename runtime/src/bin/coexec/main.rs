@@ -128,19 +128,40 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { ExitCode::from(2) } else { ExitCode::SUCCESS };
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
             }
             let text = e.to_string();
-            let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+            let line = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments");
             eprintln!("coexec: {}", line.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("coexec: cannot start tokio: {e}");
@@ -161,7 +182,11 @@ fn main() -> ExitCode {
 }
 
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
-pub(crate) fn build(common: &Common, devices: Option<&str>, in_memory: bool) -> Result<Runtime, Failure> {
+pub(crate) fn build(
+    common: &Common,
+    devices: Option<&str>,
+    in_memory: bool,
+) -> Result<Runtime, Failure> {
     let mut b = Runtime::builder().policy(&common.policy);
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
@@ -183,10 +208,21 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Cmd::Run { workload, common, args, json, print } => run(&workload, &common, &args, json, print).await,
-        Cmd::Bench { workloads, common, args, policies, repeat, json } => {
-            bench::bench(workloads, &common, &args, &policies, repeat, json).await
-        }
+        Cmd::Run {
+            workload,
+            common,
+            args,
+            json,
+            print,
+        } => run(&workload, &common, &args, json, print).await,
+        Cmd::Bench {
+            workloads,
+            common,
+            args,
+            policies,
+            repeat,
+            json,
+        } => bench::bench(workloads, &common, &args, &policies, repeat, json).await,
     }
 }
 
@@ -194,7 +230,8 @@ fn devices(json: bool) -> Result<(), Failure> {
     let (classes, gpus) = coexec_actors::resolve(None).map_err(|e| Failure::Run(e.to_string()))?;
     let why_no_gpu = coexec_actors::gpus().err().map(|e| e.to_string());
     if json {
-        let v = serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
+        let v =
+            serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
@@ -218,7 +255,13 @@ fn devices(json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn run(name: &str, common: &Common, args: &WorkloadArgs, json: bool, print: bool) -> Result<(), Failure> {
+async fn run(
+    name: &str,
+    common: &Common,
+    args: &WorkloadArgs,
+    json: bool,
+    print: bool,
+) -> Result<(), Failure> {
     let rt = build(common, None, false)?;
     let speed_sum = speed_sum(&rt);
     let w = Prepared::new(name, args, false, speed_sum)?;
@@ -239,13 +282,20 @@ async fn run(name: &str, common: &Common, args: &WorkloadArgs, json: bool, print
     } else if !print {
         let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
         let last = reports.last();
-        let mut line = format!("{name}: {} run(s), {} items each, {total:.4}s", reports.len(), w.items());
+        let mut line = format!(
+            "{name}: {} run(s), {} items each, {total:.4}s",
+            reports.len(),
+            w.items()
+        );
         if let Some(r) = last {
             line += &format!("; last run: {}", r.summary());
         }
         println!("{line}");
         if let Some(o) = result.as_object() {
-            for (k, v) in o.iter().filter(|(k, _)| *k != "row_text" && *k != "membership") {
+            for (k, v) in o
+                .iter()
+                .filter(|(k, _)| *k != "row_text" && *k != "membership")
+            {
                 println!("  {k}: {v}");
             }
         }

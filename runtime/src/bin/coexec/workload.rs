@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use coexec::kernels::workloads::busy_ns_per_round;
 use coexec::kernels::workloads::{
     KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
     PathfinderJob, PathfinderProblem,
 };
-use coexec::kernels::workloads::busy_ns_per_round;
 use coexec::kernels::{Empty, KernelError, Synthetic};
 use coexec::{JobOptions, RunReport, Runtime};
 use serde_json::{json, Value};
@@ -54,7 +54,14 @@ pub(crate) struct WorkloadArgs {
 }
 
 /// The names `run` and `bench` accept.
-pub(crate) const NAMES: &[&str] = &["synthetic", "empty", "matmul", "kmeans", "pathfinder", "nbody"];
+pub(crate) const NAMES: &[&str] = &[
+    "synthetic",
+    "empty",
+    "matmul",
+    "kmeans",
+    "pathfinder",
+    "nbody",
+];
 
 /// The four benchmarks of the method's paper.
 pub(crate) const BENCHMARKS: &[&str] = &["matmul", "kmeans", "pathfinder", "nbody"];
@@ -84,7 +91,10 @@ fn nonzero(what: &'static str, v: usize) -> Result<usize, KernelError> {
     if v == 0 {
         Err(KernelError::invalid(what, "must be at least 1"))
     } else if v > MAX_ITEMS {
-        Err(KernelError::invalid(what, format!("{v} is absurdly large (max {MAX_ITEMS})")))
+        Err(KernelError::invalid(
+            what,
+            format!("{v} is absurdly large (max {MAX_ITEMS})"),
+        ))
     } else {
         Ok(v)
     }
@@ -94,7 +104,12 @@ impl Prepared {
     /// Builds `name` from `a`; `bench` sizes apply when a size is not given.
     /// `sim_speedup`: Σ speeds of the devices relative to one CPU worker, to
     /// size synthetic runs to about `target_s` of ideal time.
-    pub(crate) fn new(name: &str, a: &WorkloadArgs, bench: bool, speed_sum: f64) -> Result<Self, KernelError> {
+    pub(crate) fn new(
+        name: &str,
+        a: &WorkloadArgs,
+        bench: bool,
+        speed_sum: f64,
+    ) -> Result<Self, KernelError> {
         Ok(match name {
             "synthetic" => {
                 let items = match a.size {
@@ -106,11 +121,21 @@ impl Prepared {
                         ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
                     }
                 };
-                Prepared::Synthetic { items, work: a.work }
+                Prepared::Synthetic {
+                    items,
+                    work: a.work,
+                }
             }
-            "empty" => Prepared::Empty { items: nonzero("--size", a.size.unwrap_or(1_000_000))? },
+            "empty" => Prepared::Empty {
+                items: nonzero("--size", a.size.unwrap_or(1_000_000))?,
+            },
             "matmul" => {
-                let count = nonzero("--count", a.count.or(a.size).unwrap_or(if bench { 20_000 } else { 2_000 }))?;
+                let count = nonzero(
+                    "--count",
+                    a.count
+                        .or(a.size)
+                        .unwrap_or(if bench { 20_000 } else { 2_000 }),
+                )?;
                 Prepared::Matmul(MatmulProblem::new(count, nonzero("--dim", a.dim)?)?)
             }
             "kmeans" => {
@@ -121,13 +146,22 @@ impl Prepared {
                     return Err(KernelError::Input {
                         path,
                         line: 0,
-                        why: format!("{} clusters but only {} points", cfg.clusters, data.points()),
+                        why: format!(
+                            "{} clusters but only {} points",
+                            cfg.clusters,
+                            data.points()
+                        ),
                     });
                 }
                 Prepared::Kmeans(Arc::new(data), cfg)
             }
             "pathfinder" => {
-                let cols = nonzero("--cols", a.cols.or(a.size).unwrap_or(if bench { 1_000_000 } else { 100_000 }))?;
+                let cols = nonzero(
+                    "--cols",
+                    a.cols
+                        .or(a.size)
+                        .unwrap_or(if bench { 1_000_000 } else { 100_000 }),
+                )?;
                 let rows = nonzero("--rows", a.rows.unwrap_or(if bench { 1000 } else { 100 }))?;
                 let mut p = PathfinderProblem::new(cols, rows)?;
                 if let Some(h) = a.pyramid {
@@ -136,12 +170,20 @@ impl Prepared {
                 Prepared::Pathfinder(PathfinderJob::new(p)?)
             }
             "nbody" => {
-                let bodies = nonzero("--bodies", a.bodies.or(a.size).unwrap_or(if bench { 16_384 } else { 4096 }))?;
+                let bodies = nonzero(
+                    "--bodies",
+                    a.bodies
+                        .or(a.size)
+                        .unwrap_or(if bench { 16_384 } else { 4096 }),
+                )?;
                 let steps = nonzero("--steps", a.steps.unwrap_or(if bench { 10 } else { 4 }))?;
                 Prepared::Nbody(NbodyProblem::new(bodies, steps)?)
             }
             other => {
-                return Err(KernelError::invalid("workload", format!("unknown `{other}`; expected one of {}", NAMES.join(", "))))
+                return Err(KernelError::invalid(
+                    "workload",
+                    format!("unknown `{other}`; expected one of {}", NAMES.join(", ")),
+                ))
             }
         })
     }
@@ -165,26 +207,44 @@ impl Prepared {
             Prepared::Matmul(p) => format!("--count {} --dim {}", p.count(), p.dim()),
             Prepared::Kmeans(d, c) => format!(
                 "--file {} --clusters {} --threshold {}",
-                d.source().map(|p| p.display().to_string()).unwrap_or_else(|| default_kmeans_file().display().to_string()),
+                d.source()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| default_kmeans_file().display().to_string()),
                 c.clusters,
                 a.threshold
             ),
             Prepared::Pathfinder(j) => {
                 let p = j.problem();
-                format!("--cols {} --rows {} --pyramid {}", p.cols(), p.rows(), p.pyramid())
+                format!(
+                    "--cols {} --rows {} --pyramid {}",
+                    p.cols(),
+                    p.rows(),
+                    p.pyramid()
+                )
             }
             Prepared::Nbody(p) => format!("--bodies {} --steps {}", p.bodies(), p.steps()),
         }
     }
 
     /// Runs once on `rt`: the result as JSON and every run's report.
-    pub(crate) async fn run(&self, rt: &Runtime, opts: JobOptions) -> Result<(Value, Vec<RunReport>), coexec::Error> {
+    pub(crate) async fn run(
+        &self,
+        rt: &Runtime,
+        opts: JobOptions,
+    ) -> Result<(Value, Vec<RunReport>), coexec::Error> {
         match self {
             Prepared::Synthetic { items, work } => {
-                let (k, reports) = rt.drive(OneShot::new(Synthetic::new(*items, *work)), opts).await?;
-                let verified = k.map(|k| k.verify()).unwrap_or_else(|| Err("no kernel came back".into()));
+                let (k, reports) = rt
+                    .drive(OneShot::new(Synthetic::new(*items, *work)), opts)
+                    .await?;
+                let verified = k
+                    .map(|k| k.verify())
+                    .unwrap_or_else(|| Err("no kernel came back".into()));
                 if let Err(e) = &verified {
-                    return Err(coexec::Error::Kernel(KernelError::invalid("synthetic result", e.clone())));
+                    return Err(coexec::Error::Kernel(KernelError::invalid(
+                        "synthetic result",
+                        e.clone(),
+                    )));
                 }
                 Ok((json!({ "verified": true }), reports))
             }
@@ -197,17 +257,25 @@ impl Prepared {
                 Ok((json!({ "checksum": out.checksum() }), reports))
             }
             Prepared::Kmeans(d, c) => {
-                let (out, reports) = rt.drive(KmeansJob::new(d.clone(), c.clone())?, opts).await?;
+                let (out, reports) = rt
+                    .drive(KmeansJob::new(d.clone(), c.clone())?, opts)
+                    .await?;
                 Ok((serde_json::to_value(&out).unwrap_or(Value::Null), reports))
             }
             Prepared::Pathfinder(j) => {
                 let (out, reports) = rt.drive(j.restart()?, opts).await?;
-                Ok((json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() }), reports))
+                Ok((
+                    json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() }),
+                    reports,
+                ))
             }
             Prepared::Nbody(p) => {
                 let (out, reports) = rt.drive(NbodyJob::new(*p)?, opts).await?;
                 let b = &out.bodies;
-                Ok((json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }), reports))
+                Ok((
+                    json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }),
+                    reports,
+                ))
             }
         }
     }
@@ -251,5 +319,9 @@ impl Prepared {
 /// Sum of every position and velocity component, in f64: equal results give
 /// equal sums.
 fn bodies_checksum(b: &coexec::kernels::workloads::Bodies) -> f64 {
-    [&b.x, &b.y, &b.z, &b.vx, &b.vy, &b.vz].iter().flat_map(|v| v.iter()).map(|&x| x as f64).sum()
+    [&b.x, &b.y, &b.z, &b.vx, &b.vy, &b.vz]
+        .iter()
+        .flat_map(|v| v.iter())
+        .map(|&x| x as f64)
+        .sum()
 }
