@@ -51,7 +51,7 @@ fi
 # --- GPU == CPU, bit for bit ----------------------------------------------------
 if [ -x .bin/cuda_equals_cpu ]; then
   # One test at a time so the GPU timings and failures are easy to read.
-  timeout 240 .bin/cuda_equals_cpu --nocapture --test-threads=1 >"$OUT/cuda_equals_cpu.txt" 2>&1
+  timeout 240 .bin/cuda_equals_cpu --include-ignored --nocapture --test-threads=1 >"$OUT/cuda_equals_cpu.txt" 2>&1
   rc=$?
   res=$(grep -E '^test result' "$OUT/cuda_equals_cpu.txt" | tail -1)
   skipped=$(grep -c 'SKIPPED' "$OUT/cuda_equals_cpu.txt")

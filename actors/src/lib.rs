@@ -32,5 +32,5 @@ pub use broker::JobOptions;
 pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
-pub use report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
+pub use report::{imbalance, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
 pub use system::{cores, gpus, resolve, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS};

@@ -4,6 +4,31 @@ use serde::Serialize;
 
 use crate::policy::Probe;
 
+/// δ: the spread of finish times over the latest, `(max − min) / max`, as
+/// the seed defines it; 0 with fewer than two.
+///
+/// ```
+/// assert_eq!(coexec_actors::imbalance(&[1.0, 0.75]), 0.25);
+/// assert_eq!(coexec_actors::imbalance(&[2.0]), 0.0);
+/// ```
+pub fn imbalance(finish: &[f64]) -> f64 {
+    let max = finish.iter().cloned().fold(0.0, f64::max);
+    let min = finish.iter().cloned().fold(f64::INFINITY, f64::min);
+    if finish.len() > 1 && max > 0.0 {
+        (max - min) / max
+    } else {
+        0.0
+    }
+}
+
+/// `v` scaled to sum to 1; all zeros when it sums to 0.
+pub(crate) fn normalized(v: &[f64]) -> Vec<f64> {
+    let total: f64 = v.iter().sum();
+    v.iter()
+        .map(|x| if total > 0.0 { x / total } else { 0.0 })
+        .collect()
+}
+
 /// Which part of the method handed out a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -148,6 +148,7 @@ fn devices_lists_or_explains() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn synthetic_cuda_equals_cpu() {
     let test = "synthetic_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };
@@ -159,6 +160,7 @@ fn synthetic_cuda_equals_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn matmul_cuda_equals_cpu() {
     let test = "matmul_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };
@@ -178,6 +180,7 @@ fn matmul_cuda_equals_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn pathfinder_cuda_equals_cpu() {
     let test = "pathfinder_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };
@@ -202,6 +205,7 @@ fn pathfinder_cuda_equals_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn nbody_cuda_equals_cpu() {
     let test = "nbody_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };
@@ -226,6 +230,7 @@ fn nbody_cuda_equals_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn kmeans_cuda_equals_cpu() {
     let test = "kmeans_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };

@@ -13,7 +13,9 @@ use super::space::Space;
 use crate::device::{ClassInfo, End};
 use crate::perfmodel::{Sample, SpeedModel};
 use crate::policy::{plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds};
-use crate::report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
+use crate::report::{
+    imbalance, normalized, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport,
+};
 use crate::ActorError;
 
 /// Attempts a chunk gets before its job fails.
@@ -219,7 +221,7 @@ impl JobCore {
             return None;
         }
         let kernel = self.kernel.clone()?;
-        if let Some(r) = self.take_retry(w, c) {
+        if let Some(r) = self.take_retry(w) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
             let info = ChunkInfo {
@@ -242,15 +244,12 @@ impl JobCore {
         })
     }
 
-    fn take_retry(&mut self, w: usize, c: usize) -> Option<Retry> {
-        let others = self
-            .st
-            .iter()
-            .filter(|s| s.eligible)
-            .map(|s| s.workers)
-            .sum::<usize>()
-            > 1;
-        let _ = c;
+    fn take_retry(&mut self, w: usize) -> Option<Retry> {
+        if self.retries.is_empty() {
+            return None;
+        }
+        // The worker that failed a chunk retries it only if it is alone.
+        let others = self.total_workers() > 1;
         let i = self.retries.iter().position(|r| r.not_by != w || !others)?;
         self.retries.remove(i)
     }
@@ -586,21 +585,13 @@ impl JobCore {
     /// The probe is in: measure its imbalance and re-plan if the seed says so.
     fn end_probe(&mut self) {
         self.probing = false;
-        let probed: Vec<&ClassState> = self
+        let finish: Vec<f64> = self
             .st
             .iter()
             .filter(|s| s.eligible && s.probe_chunks > 0)
-            .collect();
-        let tmax = probed.iter().map(|s| s.probe_finish).fold(0.0, f64::max);
-        let tmin = probed
-            .iter()
             .map(|s| s.probe_finish)
-            .fold(f64::INFINITY, f64::min);
-        let imbalance = if tmax > 0.0 && probed.len() > 1 {
-            (tmax - tmin) / tmax
-        } else {
-            0.0
-        };
+            .collect();
+        let imbalance = imbalance(&finish);
         let rate: Vec<f64> = self
             .st
             .iter()
@@ -612,11 +603,7 @@ impl JobCore {
                 }
             })
             .collect();
-        let total: f64 = rate.iter().sum();
-        let measured: Vec<f64> = rate
-            .iter()
-            .map(|r| if total > 0.0 { r / total } else { 0.0 })
-            .collect();
+        let measured = normalized(&rate);
         let replan = self.adm.probe == Probe::Cold || imbalance > self.th.mu;
         if replan && self.adm.probe == Probe::Warm {
             // The stored models no longer match the machine: trust the probe.
@@ -702,13 +689,7 @@ impl JobCore {
             .filter(|c| c.items > 0)
             .map(|c| c.finish_s)
             .collect();
-        let tmax = fin.iter().cloned().fold(0.0, f64::max);
-        let tmin = fin.iter().cloned().fold(f64::INFINITY, f64::min);
-        let imbalance = if fin.len() > 1 && tmax > 0.0 {
-            (tmax - tmin) / tmax
-        } else {
-            0.0
-        };
+        let imbalance = imbalance(&fin);
         // The seed's step 4: the split the static phase would have balanced.
         let rate: Vec<f64> = self
             .st
@@ -721,9 +702,8 @@ impl JobCore {
                 }
             })
             .collect();
-        let total: f64 = rate.iter().sum();
-        let learned_split = if total > 0.0 {
-            rate.iter().map(|r| r / total).collect()
+        let learned_split = if rate.iter().sum::<f64>() > 0.0 {
+            normalized(&rate)
         } else {
             self.planned.clone()
         };

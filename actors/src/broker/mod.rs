@@ -18,9 +18,7 @@ use self::job::JobCore;
 use self::registry::{Event, Job, Registry, Reply};
 use crate::device::DeviceKind;
 use crate::metrics as m;
-use crate::policy::{
-    Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds,
-};
+use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Thresholds};
 use crate::profiler::{Lookup, Observe, Profiler};
 use crate::SpeedModel;
 
@@ -146,19 +144,7 @@ impl Broker {
         };
         let mut adm = policy.admit(&ctx);
         if let Some(n) = m.opts.chunk {
-            adm = Admission {
-                shares: speeds
-                    .iter()
-                    .map(|s| if s.eligible { 1.0 } else { 0.0 })
-                    .collect(),
-                pool: true,
-                probe: Probe::None,
-                static_fraction: 0.0,
-                static_chunks_per_worker: 1,
-                chunking: Chunking::Fixed(n.max(1)),
-                steal: Steal::Always,
-                guard: false,
-            };
+            adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
         }
         let core = JobCore::new(
             kernel.clone(),

@@ -30,7 +30,7 @@ impl Space {
             total_left: 0,
             grain: grain.max(1),
         };
-        s.fill(&[0..items], shares, order);
+        s.fill(std::slice::from_ref(&(0..items)), shares, order);
         s
     }
 
@@ -93,7 +93,7 @@ impl Space {
         let total: usize = intervals.iter().map(|r| r.len()).sum();
         let sum: f64 = order.iter().map(|&r| shares[r].max(0.0)).sum();
         let g = self.grain;
-        let mut ivs = intervals.iter().cloned().filter(|r| !r.is_empty());
+        let mut ivs = intervals.iter().filter(|r| !r.is_empty()).cloned();
         let mut cur = ivs.next();
         let mut placed = 0usize;
         let mut cum = 0.0;

@@ -1,4 +1,4 @@
-use super::{Admission, Chunking, PlanContext, Policy, Probe, Steal};
+use super::{Admission, Chunking, PlanContext, Policy};
 
 /// Guided self-scheduling weighted by speed: each claim takes the worker's
 /// share of half of what is left.
@@ -12,19 +12,6 @@ impl Policy for Guided {
         "guided self-scheduling: chunk = remaining x worker's speed share / 2"
     }
     fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
-        Admission {
-            shares: ctx
-                .speeds
-                .iter()
-                .map(|s| if s.eligible { 1.0 } else { 0.0 })
-                .collect(),
-            pool: true,
-            probe: Probe::None,
-            static_fraction: 0.0,
-            static_chunks_per_worker: 1,
-            chunking: Chunking::Guided,
-            steal: Steal::Always,
-            guard: false,
-        }
+        Admission::pool(ctx.speeds, Chunking::Guided)
     }
 }

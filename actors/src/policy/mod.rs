@@ -168,6 +168,26 @@ pub struct Admission {
     pub guard: bool,
 }
 
+impl Admission {
+    /// One pool that every eligible class eats from its own end, in chunks
+    /// sized by `chunking`: no probe, no static part, no guard.
+    pub fn pool(speeds: &[ClassSpeed], chunking: Chunking) -> Self {
+        Self {
+            shares: speeds
+                .iter()
+                .map(|s| if s.eligible { 1.0 } else { 0.0 })
+                .collect(),
+            pool: true,
+            probe: Probe::None,
+            static_fraction: 0.0,
+            static_chunks_per_worker: 1,
+            chunking,
+            steal: Steal::Always,
+            guard: false,
+        }
+    }
+}
+
 /// A scheduling policy.
 pub trait Policy: Send + Sync {
     /// Name, as given to `--policy`.

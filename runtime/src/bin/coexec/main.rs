@@ -101,21 +101,15 @@ pub(crate) enum Failure {
 impl From<coexec::Error> for Failure {
     fn from(e: coexec::Error) -> Self {
         use coexec::kernels::KernelError as K;
+        use coexec_actors::ActorError as A;
         match &e {
             coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
+            | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
             | coexec::Error::Config { .. } => Failure::Usage(e.to_string()),
-            coexec::Error::Actor(a) => match a {
-                coexec_actors_error::DeviceSpec { .. } | coexec_actors_error::UnknownPolicy(_) => {
-                    Failure::Usage(e.to_string())
-                }
-                _ => Failure::Run(e.to_string()),
-            },
             _ => Failure::Run(e.to_string()),
         }
     }
 }
-
-use coexec_actors::ActorError as coexec_actors_error;
 
 impl From<coexec::kernels::KernelError> for Failure {
     fn from(e: coexec::kernels::KernelError) -> Self {

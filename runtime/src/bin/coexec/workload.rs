@@ -257,9 +257,7 @@ impl Prepared {
                 Ok((json!({ "checksum": out.checksum() }), reports))
             }
             Prepared::Kmeans(d, c) => {
-                let (out, reports) = rt
-                    .drive(KmeansJob::new(d.clone(), c.clone())?, opts)
-                    .await?;
+                let (out, reports) = rt.drive(KmeansJob::new(d.clone(), *c)?, opts).await?;
                 Ok((serde_json::to_value(&out).unwrap_or(Value::Null), reports))
             }
             Prepared::Pathfinder(j) => {
@@ -297,7 +295,7 @@ impl Prepared {
                 return Ok(t0.elapsed().as_secs_f64());
             }
             Prepared::Kmeans(d, c) => {
-                crate::baseline::run_rayon(pool, KmeansJob::new(d.clone(), c.clone())?)?;
+                crate::baseline::run_rayon(pool, KmeansJob::new(d.clone(), *c)?)?;
             }
             Prepared::Pathfinder(j) => {
                 let job = j.restart()?;
