@@ -5,11 +5,14 @@
 //! bounded: `device_class` and `worker` by the device spec, `kernel` by the
 //! kernels the program runs, `policy` by the registry, `phase` by the method.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
-    Gauge, Histogram, Unit,
+    Gauge, Unit,
 };
 
 use crate::report::Phase;
@@ -26,11 +29,6 @@ pub fn describe() {
         "coexec_chunks_total",
         Unit::Count,
         "Chunks computed, per device class, kernel and phase."
-    );
-    describe_histogram!(
-        "coexec_chunk_duration_seconds",
-        Unit::Seconds,
-        "Wall time of one chunk on its worker."
     );
     // `metrics` counters are integers; seconds accumulate in gauges that only
     // ever grow (use them as counters: rate() works).
@@ -92,19 +90,126 @@ pub fn describe() {
     );
 }
 
-/// One worker's handles, created once so the hot path does no lookups.
+/// One worker's handles and what it has not reported yet.
+///
+/// Counting on every chunk into handles that all workers of a class share
+/// would make the workers contend for them; instead each worker adds up
+/// locally and flushes every [`FLUSH_CHUNKS`] chunks, every
+/// [`FLUSH_BUSY_S`] seconds of work, and whenever it runs out of chunks.
 pub(crate) struct WorkerLabels {
     class: String,
     busy: Gauge,
     idle: Gauge,
     retries: Counter,
-    per_kernel: std::cell::RefCell<HashMap<String, KernelHandles>>,
+    per_kernel: HashMap<String, KernelHandles>,
+    pending: Pending,
+}
+
+/// Chunks a worker batches before reporting them.
+pub(crate) const FLUSH_CHUNKS: usize = 256;
+/// Seconds of work a worker batches before reporting them.
+pub(crate) const FLUSH_BUSY_S: f64 = 0.1;
+
+#[derive(Default)]
+struct Pending {
+    kernel: String,
+    items: u64,
+    chunks: [u64; 4],
+    busy: f64,
+    /// Chunk durations, bucketed here (not cumulative; the last is +Inf).
+    buckets: [u64; CHUNK_BUCKETS.len() + 1],
+    sum_ns: u64,
+    count: usize,
 }
 
 struct KernelHandles {
     items: Counter,
-    duration: Histogram,
+    duration: Arc<ChunkHistogram>,
     chunks: [Counter; 4],
+}
+
+/// Upper bounds of the chunk-duration buckets: 10 µs to 100 s.
+pub const CHUNK_BUCKETS: [f64; 15] = [
+    1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
+];
+
+/// A Prometheus histogram of chunk durations for one (device class,
+/// kernel), bucketed by the workers themselves.
+///
+/// The `metrics` facade keeps every observation until the exporter drains it,
+/// which at a microsecond per chunk would cost more than the chunk; workers
+/// count buckets locally instead and add them here when they flush, and
+/// [`render_chunk_histograms`] writes the exposition text.
+#[derive(Default)]
+struct ChunkHistogram {
+    buckets: [AtomicU64; CHUNK_BUCKETS.len() + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+static HISTOGRAMS_ON: AtomicBool = AtomicBool::new(false);
+
+/// Chunk-duration histograms by (device class, kernel).
+type Histograms = Mutex<BTreeMap<(String, String), Arc<ChunkHistogram>>>;
+
+fn histograms() -> &'static Histograms {
+    static H: OnceLock<Histograms> = OnceLock::new();
+    H.get_or_init(Default::default)
+}
+
+/// Starts counting chunk-duration histograms (the exporter calls this when it
+/// installs its recorder).
+pub fn enable_chunk_histograms() {
+    HISTOGRAMS_ON.store(true, Ordering::Release);
+}
+
+fn chunk_histogram(class: &str, kernel: &str) -> Arc<ChunkHistogram> {
+    let mut h = histograms().lock().unwrap_or_else(|e| e.into_inner());
+    h.entry((class.to_string(), kernel.to_string()))
+        .or_default()
+        .clone()
+}
+
+/// `coexec_chunk_duration_seconds` in Prometheus' text format, for appending
+/// to the recorder's own output.
+pub fn render_chunk_histograms() -> String {
+    let h = histograms().lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = String::new();
+    if h.is_empty() {
+        return out;
+    }
+    let name = "coexec_chunk_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} Wall time of one chunk on its worker.");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for ((class, kernel), hist) in h.iter() {
+        let labels = format!(
+            "device_class=\"{}\",kernel=\"{}\"",
+            escape(class),
+            escape(kernel)
+        );
+        let mut cumulative = 0;
+        for (i, b) in hist.buckets.iter().enumerate() {
+            cumulative += b.load(Ordering::Relaxed);
+            let le = CHUNK_BUCKETS
+                .get(i)
+                .map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let sum = hist.sum_ns.load(Ordering::Relaxed) as f64 * 1e-9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(
+            out,
+            "{name}_count{{{labels}}} {}",
+            hist.count.load(Ordering::Relaxed)
+        );
+    }
+    out
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl WorkerLabels {
@@ -118,29 +223,69 @@ impl WorkerLabels {
             busy: gauge!("coexec_worker_busy_seconds", &labels),
             idle: gauge!("coexec_worker_idle_seconds", &labels),
             retries: counter!("coexec_chunk_retries_total", "device_class" => class.to_string()),
-            per_kernel: Default::default(),
+            per_kernel: HashMap::new(),
+            pending: Pending::default(),
         }
     }
 
-    pub(crate) fn chunk_done(&self, kernel: &str, phase: Phase, items: usize, secs: f64) {
-        self.busy.increment(secs);
-        let mut map = self.per_kernel.borrow_mut();
-        if !map.contains_key(kernel) {
-            let l = |phase: &'static str| counter!("coexec_chunks_total", "device_class" => self.class.clone(), "kernel" => kernel.to_string(), "phase" => phase);
-            map.insert(
-                kernel.to_string(),
-                KernelHandles {
-                    items: counter!("coexec_items_total", "device_class" => self.class.clone(), "kernel" => kernel.to_string()),
-                    duration: histogram!("coexec_chunk_duration_seconds", "device_class" => self.class.clone(), "kernel" => kernel.to_string()),
-                    chunks: [l("probe"), l("static"), l("dynamic"), l("retry")],
-                },
-            );
+    pub(crate) fn chunk_done(&mut self, kernel: &str, phase: Phase, items: usize, secs: f64) {
+        if self.pending.kernel != kernel {
+            self.flush();
+            self.pending.kernel.clear();
+            self.pending.kernel.push_str(kernel);
         }
-        if let Some(h) = map.get(kernel) {
-            h.items.increment(items as u64);
-            h.duration.record(secs);
-            h.chunks[phase as usize].increment(1);
+        let p = &mut self.pending;
+        p.items += items as u64;
+        p.chunks[phase as usize] += 1;
+        p.busy += secs;
+        p.buckets[CHUNK_BUCKETS.partition_point(|&b| b < secs)] += 1;
+        p.sum_ns += (secs * 1e9) as u64;
+        p.count += 1;
+        if p.count >= FLUSH_CHUNKS || p.busy >= FLUSH_BUSY_S {
+            self.flush();
         }
+    }
+
+    /// Reports everything batched so far.
+    pub(crate) fn flush(&mut self) {
+        let p = &mut self.pending;
+        if p.count == 0 {
+            return;
+        }
+        self.busy.increment(p.busy);
+        let class = &self.class;
+        let h = self.per_kernel.entry(p.kernel.clone()).or_insert_with(|| {
+            let kernel = p.kernel.clone();
+            let l = |phase: &'static str| counter!("coexec_chunks_total", "device_class" => class.clone(), "kernel" => kernel.clone(), "phase" => phase);
+            KernelHandles {
+                items: counter!("coexec_items_total", "device_class" => class.clone(), "kernel" => kernel.clone()),
+                duration: chunk_histogram(class, &kernel),
+                chunks: [l("probe"), l("static"), l("dynamic"), l("retry")],
+            }
+        });
+        h.items.increment(p.items);
+        for (counter, n) in h.chunks.iter().zip(p.chunks) {
+            if n > 0 {
+                counter.increment(n);
+            }
+        }
+        if HISTOGRAMS_ON.load(Ordering::Relaxed) {
+            for (total, n) in h.duration.buckets.iter().zip(p.buckets) {
+                if n > 0 {
+                    total.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+            h.duration.sum_ns.fetch_add(p.sum_ns, Ordering::Relaxed);
+            h.duration
+                .count
+                .fetch_add(p.count as u64, Ordering::Relaxed);
+        }
+        p.items = 0;
+        p.chunks = [0; 4];
+        p.busy = 0.0;
+        p.buckets = Default::default();
+        p.sum_ns = 0;
+        p.count = 0;
     }
 
     pub(crate) fn chunk_failed(&self) {
@@ -149,6 +294,12 @@ impl WorkerLabels {
 
     pub(crate) fn idle(&self, secs: f64) {
         self.idle.increment(secs);
+    }
+}
+
+impl Drop for WorkerLabels {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -9,10 +9,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::Error;
 
-/// Chunk durations: 10 µs to 100 s, a few buckets a decade.
-const CHUNK_BUCKETS: &[f64] = &[
-    1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
-];
+use coexec_actors::metrics::{enable_chunk_histograms, render_chunk_histograms, CHUNK_BUCKETS};
 
 /// How often histograms are drained between scrapes (the exporter's default).
 const UPKEEP: Duration = Duration::from_secs(5);
@@ -36,12 +33,13 @@ pub(crate) fn install(addr: SocketAddr) -> Result<(), Error> {
     }
     let listener = TcpListener::bind(addr).map_err(|e| Error::Metrics(format!("{addr}: {e}")))?;
     let recorder = PrometheusBuilder::new()
-        .set_buckets(CHUNK_BUCKETS)
+        .set_buckets(&CHUNK_BUCKETS)
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
     coexec_actors::metrics::describe();
+    enable_chunk_histograms();
 
     let upkeep = handle.clone();
     std::thread::Builder::new()
@@ -83,7 +81,7 @@ fn serve(stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     let (status, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", handle.render()),
+        ("GET", "/metrics") => ("200 OK", handle.render() + &render_chunk_histograms()),
         ("GET", _) => (
             "404 Not Found",
             "not found; metrics are at /metrics\n".to_string(),

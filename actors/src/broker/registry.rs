@@ -60,6 +60,11 @@ impl Job {
     }
 }
 
+/// A counter alone on its cache line, so workers do not contend for it.
+#[derive(Default)]
+#[repr(align(64))]
+struct Padded(AtomicU64);
+
 /// Events from workers to the broker actor.
 pub(crate) enum Event {
     /// A job is over (done or failed).
@@ -87,7 +92,8 @@ pub(crate) struct Registry {
     pub(crate) classes: Arc<[ClassInfo]>,
     pub(crate) worker_class: Arc<[usize]>,
     in_service: Vec<AtomicUsize>,
-    done: Vec<AtomicU64>,
+    /// Items computed per worker, each on its own cache line.
+    done: Vec<Padded>,
     events: flume::Sender<Event>,
 }
 
@@ -102,7 +108,7 @@ impl Registry {
             .iter()
             .map(|c| AtomicUsize::new(c.workers))
             .collect();
-        let done = classes.iter().map(|_| AtomicU64::new(0)).collect();
+        let done = worker_class.iter().map(|_| Padded::default()).collect();
         Self {
             jobs: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -126,17 +132,18 @@ impl Registry {
         self.in_service[c].load(Ordering::Acquire)
     }
 
-    /// Counts items computed by class `c` (for progress displays).
-    pub(crate) fn add_done(&self, c: usize, items: usize) {
-        self.done[c].fetch_add(items as u64, Ordering::Relaxed);
+    /// Counts items computed by worker `w` (for progress displays).
+    pub(crate) fn add_done(&self, w: usize, items: usize) {
+        self.done[w].0.fetch_add(items as u64, Ordering::Relaxed);
     }
 
     /// Items computed per class since the runtime started.
     pub(crate) fn progress(&self) -> Vec<u64> {
-        self.done
-            .iter()
-            .map(|d| d.load(Ordering::Relaxed))
-            .collect()
+        let mut per_class = vec![0; self.classes.len()];
+        for (d, &c) in self.done.iter().zip(self.worker_class.iter()) {
+            per_class[c] += d.0.load(Ordering::Relaxed);
+        }
+        per_class
     }
 
     pub(crate) fn generation(&self) -> u64 {

@@ -67,7 +67,7 @@ impl SpeedModel {
         self.b.is_finite() && self.b > 0.0
     }
 
-    /// The recent samples.
+    /// The recent samples (the last [`WINDOW`] chunks, in no particular order).
     pub fn samples(&self) -> &[Sample] {
         &self.samples
     }
@@ -87,10 +87,13 @@ impl SpeedModel {
         if !(items.is_finite() && secs.is_finite() && items > 0.0 && secs > 0.0) {
             return;
         }
-        if self.samples.len() == WINDOW {
-            self.samples.remove(0);
+        // A ring: the fit does not depend on the samples' order.
+        let sample = Sample { items, secs };
+        if self.samples.len() < WINDOW {
+            self.samples.push(sample);
+        } else {
+            self.samples[self.observed as usize % WINDOW] = sample;
         }
-        self.samples.push(Sample { items, secs });
         self.observed += 1;
         // A refit sorts the window twice: do it on every sample while the
         // model is young, then on every fourth (the hot path calls this per chunk).
@@ -178,14 +181,18 @@ fn fit(s: &[Sample]) -> Option<(f64, f64)> {
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
+        return 0.0;
+    }
+    // Selection, not a sort: this runs on the hot path every few chunks.
+    let (lower, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *hi;
+    if n % 2 == 1 {
+        hi
     } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
+        let lo = lower.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        0.5 * (lo + hi)
     }
 }
 

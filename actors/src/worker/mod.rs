@@ -5,6 +5,7 @@ mod cpu;
 mod gpu;
 mod sim;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ pub(crate) use cpu::CpuExec;
 pub(crate) use gpu::GpuExec;
 pub(crate) use sim::SimExec;
 
-use crate::broker::registry::{Job, Registry};
+use crate::broker::job::Claimed;
+use crate::broker::registry::{Job, JobOrder, Registry};
 use crate::metrics as m;
 
 /// Consecutive device errors after which a worker is taken out of service.
@@ -41,79 +43,107 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T
 }
 
 /// The worker loop: claim, run, report, until the registry closes.
+///
+/// The hot path takes the job's lock once per chunk: completing a chunk and
+/// claiming the next from the same job happen together while that job is
+/// still first in line and nothing else changed (no ring, no new job).
 pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
     let c = reg.worker_class[w];
     let class = reg.classes[c].name.clone();
+    let fair = reg.order == JobOrder::Fair;
     let mut strikes = 0u32;
     let mut jobs: Vec<Arc<Job>> = Vec::new();
     let mut generation = u64::MAX;
-    let labels = m::WorkerLabels::new(&class, w);
+    let mut labels = m::WorkerLabels::new(&class, w);
+    // A chunk claimed together with the previous completion.
+    let mut next: Option<(Arc<Job>, Claimed, f64)> = None;
     while !reg.is_closed() {
         let seen = reg.bell();
-        let g = reg.generation();
-        if g != generation {
-            reg.snapshot(&mut jobs);
-            generation = g;
-        }
-        reg.sort(&mut jobs);
-        let mut ran = false;
-        for job in &jobs {
-            let now = job.start.elapsed().as_secs_f64();
-            let Some(claimed) = job.core().claim(w, c, now) else {
-                continue;
-            };
-            ran = true;
-            let chunk = Chunk::new(claimed.info.range.clone());
-            let t0 = job.start.elapsed().as_secs_f64();
-            let res = exec.run(&*claimed.kernel, &chunk);
-            let t1 = job.start.elapsed().as_secs_f64();
-            drop(claimed.kernel);
-            job.service_ns.fetch_add(
-                ((t1 - t0) * 1e9) as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            let after = match &res {
-                Ok(()) => {
-                    strikes = 0;
-                    reg.add_done(c, chunk.len());
-                    let mut core = job.core();
-                    labels.chunk_done(core.name(), claimed.info.phase, chunk.len(), t1 - t0);
-                    core.complete(w, c, &claimed.info, t0, t1)
+        let (job, claimed, t0) = match next.take() {
+            Some(n) => n,
+            None => {
+                let g = reg.generation();
+                if g != generation {
+                    reg.snapshot(&mut jobs);
+                    generation = g;
                 }
-                Err(e) => {
-                    tracing::warn!(worker = w, class = %class, items = ?chunk.range(), error = %e, "chunk failed; it goes back to the broker");
-                    labels.chunk_failed();
-                    if matches!(e, KernelError::Cuda(_)) {
-                        strikes += 1;
+                reg.sort(&mut jobs);
+                let found = jobs.iter().find_map(|job| {
+                    let now = job.start.elapsed().as_secs_f64();
+                    let claimed = job.core().claim(w, c, now)?;
+                    Some((job.clone(), claimed, now))
+                });
+                match found {
+                    Some(f) => f,
+                    None => {
+                        // Nothing to claim now: sleep until a job arrives or
+                        // changes. While jobs are live, look again soon: a
+                        // refusal by the earliest-finish guard can turn into a
+                        // claim as others slow down.
+                        let t = std::time::Instant::now();
+                        let timeout = if reg.busy() {
+                            Duration::from_millis(1)
+                        } else {
+                            Duration::from_millis(200)
+                        };
+                        reg.wait(seen, timeout);
+                        labels.idle(t.elapsed().as_secs_f64());
+                        continue;
                     }
-                    job.core().fail(w, &claimed.info, e)
                 }
-            };
-            if after.finished {
-                reg.finish(job);
-            } else if after.wake {
-                reg.ring();
             }
-            break;
+        };
+        let Claimed { info, kernel } = claimed;
+        let chunk = Chunk::new(info.range.clone());
+        let res = exec.run(&*kernel, &chunk);
+        let t1 = job.start.elapsed().as_secs_f64();
+        drop(kernel);
+        if fair {
+            job.service_ns
+                .fetch_add(((t1 - t0) * 1e9) as u64, Ordering::Relaxed);
+        }
+        let mut core = job.core();
+        let after = match &res {
+            Ok(()) => {
+                strikes = 0;
+                reg.add_done(w, chunk.len());
+                labels.chunk_done(core.name(), info.phase, chunk.len(), t1 - t0);
+                core.complete(w, c, &info, t0, t1)
+            }
+            Err(e) => {
+                tracing::warn!(worker = w, class = %class, items = ?chunk.range(), error = %e, "chunk failed; it goes back to the broker");
+                labels.chunk_failed();
+                if matches!(e, KernelError::Cuda(_)) {
+                    strikes += 1;
+                }
+                core.fail(w, &info, e)
+            }
+        };
+        let unchanged = !after.finished
+            && !after.wake
+            && strikes == 0
+            && reg.bell() == seen
+            && reg.generation() == generation
+            && jobs.first().is_some_and(|j| Arc::ptr_eq(j, &job));
+        if unchanged && !fair && reg.order == JobOrder::Fifo {
+            next = core.claim(w, c, t1).map(|cl| (job.clone(), cl, t1));
+        }
+        if next.is_none() {
+            // Out of chunks here: report the batched metrics while still
+            // holding the job, so they are out before it can be reported over.
+            labels.flush();
+        }
+        drop(core);
+        if after.finished {
+            reg.finish(&job);
+        } else if after.wake {
+            reg.ring();
         }
         if strikes >= DEVICE_STRIKES {
             let why = format!("{DEVICE_STRIKES} device errors in a row");
             tracing::error!(worker = w, class = %class, "taking the worker out of service: {why}");
             reg.worker_lost(w, c, why);
             return;
-        }
-        if !ran {
-            // Nothing to claim now: sleep until a job arrives or changes.
-            // While jobs are live, look again soon: a refusal by the
-            // earliest-finish guard can turn into a claim as others slow down.
-            let t0 = std::time::Instant::now();
-            let timeout = if reg.busy() {
-                Duration::from_millis(1)
-            } else {
-                Duration::from_millis(200)
-            };
-            reg.wait(seen, timeout);
-            labels.idle(t0.elapsed().as_secs_f64());
         }
     }
 }

@@ -330,15 +330,6 @@ fn policy_result(
         .filter(|c| c.items > 0)
         .map(|c| c.finish_s)
         .collect();
-    let (mx, mn) = (
-        fin.iter().cloned().fold(0.0, f64::max),
-        fin.iter().cloned().fold(f64::INFINITY, f64::min),
-    );
-    let imbalance = if fin.len() > 1 && mx > 0.0 {
-        (mx - mn) / mx
-    } else {
-        0.0
-    };
     PolicyResult {
         policy: p.to_string(),
         makespan_s: t,
@@ -346,7 +337,7 @@ fn policy_result(
         ideal_s: ideal,
         efficiency: ideal / t,
         speedup_vs_best: best / t,
-        imbalance,
+        imbalance: coexec_actors::imbalance(&fin),
         classes,
     }
 }
@@ -398,50 +389,63 @@ fn print_table(w: &WorkloadBench) {
 }
 
 /// The scheduler's cost per chunk: the empty kernel, one item per chunk, on
-/// the CPU workers; then the same with a Prometheus recorder installed.
+/// the CPU workers. Measured side by side with the Prometheus recorder: a
+/// runtime whose metric handles were registered before the recorder was
+/// installed (so they are no-ops) alternates with one built after it.
 async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
-    let rt = build(
-        common,
-        Some(common.devices.as_deref().unwrap_or("cpu:2")),
-        true,
-    )?;
-    let workers: usize = rt.classes().iter().map(|c| c.workers).sum();
+    let devices = common.devices.as_deref().unwrap_or("cpu:2");
+    let plain = build(common, Some(devices), true)?;
+    let workers: usize = plain.classes().iter().map(|c| c.workers).sum();
     let chunks = 1_000_000;
     let opts = JobOptions {
         chunk: Some(1),
         ..Default::default()
     };
-    let mut plain = Vec::new();
+    once(&plain, &opts, chunks).await?; // warm-up; registers this runtime's handles as no-ops
+                                        // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
+    let metered = match Runtime::builder()
+        .devices(devices)?
+        .in_memory_profiles()
+        .metrics(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .build()
+    {
+        Ok(rt) => {
+            once(&rt, &opts, chunks).await?;
+            Some(rt)
+        }
+        Err(e) => {
+            eprintln!("no Prometheus exporter ({e}): measuring without metrics only");
+            None
+        }
+    };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat {
-        let d = rt
-            .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
-            .await?;
-        plain.push(d.report.makespan_s);
+        off.push(once(&plain, &opts, chunks).await?);
+        if let Some(rt) = &metered {
+            on.push(once(rt, &opts, chunks).await?);
+        }
     }
-    let secs = median(&plain);
-    let with_metrics =
-        match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
-            Ok(_handle) => {
-                let mut m = Vec::new();
-                for _ in 0..repeat {
-                    let d = rt
-                        .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
-                        .await?;
-                    m.push(d.report.makespan_s);
-                }
-                Some(median(&m) / chunks as f64 * 1e6)
-            }
-            Err(_) => None,
-        };
-    rt.shutdown().await;
+    plain.shutdown().await;
+    if let Some(rt) = metered {
+        rt.shutdown().await;
+    }
+    let secs = median(&off);
     Ok(Overhead {
         workers,
         chunks,
         seconds: secs,
         us_per_chunk: secs / chunks as f64 * 1e6,
         chunks_per_second: chunks as f64 / secs,
-        with_metrics_us_per_chunk: with_metrics,
+        with_metrics_us_per_chunk: (!on.is_empty()).then(|| median(&on) / chunks as f64 * 1e6),
     })
+}
+
+/// One run of the empty kernel; its makespan.
+async fn once(rt: &Runtime, opts: &JobOptions, chunks: usize) -> Result<f64, Failure> {
+    let done = rt
+        .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
+        .await?;
+    Ok(done.report.makespan_s)
 }
 
 fn machine(rt: &Runtime) -> Machine {
