@@ -38,6 +38,7 @@ pub(crate) async fn bench(
     policies: &str,
     repeat: usize,
     json: Option<PathBuf>,
+    plot: Option<PathBuf>,
 ) -> Result<(), Failure> {
     if repeat == 0 || repeat > 1000 {
         return Err(Failure::Usage(format!(
@@ -63,7 +64,7 @@ pub(crate) async fn bench(
     for p in &policy_list {
         coexec::policy::by_name(p).map_err(|e| Failure::Usage(e.to_string()))?;
     }
-    let rt = build(common, None, true)?;
+    let rt = std::sync::Arc::new(build(common, None, true)?);
     let classes: Vec<String> = rt.classes().iter().map(|c| c.name.clone()).collect();
     if rt.gpus().is_empty()
         && !rt
@@ -95,7 +96,11 @@ pub(crate) async fn bench(
             continue;
         }
         let w = Prepared::new(name, args, true, speed_sum(&rt))?;
-        let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, repeat, common).await?;
+        // Bars per class; the bench runs the job many times, so they grow.
+        let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
+        let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, repeat, common).await;
+        bars.finish();
+        let wb = wb?;
         print_table(&wb);
         report.workloads.push(wb);
     }
@@ -110,7 +115,16 @@ pub(crate) async fn bench(
                 .unwrap_or_default()
         );
     }
-    rt.shutdown().await;
+    if let Ok(rt) = std::sync::Arc::try_unwrap(rt) {
+        rt.shutdown().await;
+    }
+    if let Some(path) = plot {
+        if report.workloads.is_empty() {
+            eprintln!("nothing to plot: no workload was benchmarked");
+        } else {
+            crate::plot::plot_bench(&path, &report).map_err(Failure::Run)?;
+        }
+    }
     if let Some(path) = json {
         let text =
             serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.to_string()))?;

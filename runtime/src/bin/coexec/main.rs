@@ -2,6 +2,8 @@
 //! stream at once.
 
 mod bench;
+mod plot;
+mod progress;
 mod report;
 mod workload;
 
@@ -51,6 +53,9 @@ enum Cmd {
         /// pathfinder: print the result row as Rodinia does.
         #[arg(long)]
         print: bool,
+        /// Write every chunk as a Chrome trace (opens in Perfetto).
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
     /// Run workloads on each device class alone and co-executed under each
     /// policy, and print the method's table.
@@ -71,6 +76,9 @@ enum Cmd {
         /// Write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Draw the results as SVG (and the learning runs beside them).
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -87,7 +95,10 @@ struct Common {
     /// `bench` keeps them in memory unless this is given).
     #[arg(long)]
     profile_dir: Option<PathBuf>,
-    /// Less output.
+    /// Serve Prometheus metrics at this address while running (`/metrics`).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Less output: no progress bars.
     #[arg(long, short)]
     quiet: bool,
 }
@@ -185,6 +196,9 @@ pub(crate) fn build(
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
     }
+    if let Some(addr) = common.metrics {
+        b = b.metrics(addr);
+    }
     b = match &common.profile_dir {
         Some(d) => b.profile_dir(d),
         None if in_memory => b.in_memory_profiles(),
@@ -208,7 +222,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             args,
             json,
             print,
-        } => run(&workload, &common, &args, json, print).await,
+            trace,
+        } => run(&workload, &common, &args, json, print, trace).await,
         Cmd::Bench {
             workloads,
             common,
@@ -216,7 +231,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             policies,
             repeat,
             json,
-        } => bench::bench(workloads, &common, &args, &policies, repeat, json).await,
+            plot,
+        } => bench::bench(workloads, &common, &args, &policies, repeat, json, plot).await,
     }
 }
 
@@ -255,11 +271,22 @@ async fn run(
     args: &WorkloadArgs,
     json: bool,
     print: bool,
+    trace: Option<PathBuf>,
 ) -> Result<(), Failure> {
-    let rt = build(common, None, false)?;
+    let rt = std::sync::Arc::new(build(common, None, false)?);
     let speed_sum = speed_sum(&rt);
     let w = Prepared::new(name, args, false, speed_sum)?;
-    let (result, reports) = w.run(&rt, JobOptions::default()).await?;
+    let opts = JobOptions {
+        trace: trace.is_some(),
+        ..Default::default()
+    };
+    let bars = progress::start(rt.clone(), w.items() as u64, common.quiet || json || print);
+    let outcome = w.run(&rt, opts).await;
+    bars.finish();
+    let (result, reports) = outcome?;
+    if let Some(path) = &trace {
+        coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
+    }
     if print {
         if let Some(text) = result.get("row_text").and_then(|v| v.as_str()) {
             let mut out = std::io::stdout().lock();
@@ -294,7 +321,14 @@ async fn run(
             }
         }
     }
-    rt.shutdown().await;
+    match std::sync::Arc::try_unwrap(rt) {
+        Ok(rt) => rt.shutdown().await,
+        Err(_) => {
+            return Err(Failure::Run(
+                "the runtime is still shared after the run".into(),
+            ))
+        }
+    }
     Ok(())
 }
 
