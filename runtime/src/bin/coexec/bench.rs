@@ -159,7 +159,7 @@ async fn bench_one(
             },
         )
         .await?
-        .1;
+        .reports;
     let predicted: Vec<f64> = (0..classes.len())
         .map(|c| {
             warm.iter()
@@ -198,7 +198,7 @@ async fn bench_one(
         w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
         let mut runs = Vec::new();
         for _ in 0..repeat {
-            runs.push(job_time(&w.run(rt, opts.clone()).await?.1));
+            runs.push(job_time(&w.run(rt, opts.clone()).await?.reports));
         }
         alone.push(AloneResult {
             class: cname.clone(),
@@ -222,7 +222,7 @@ async fn bench_one(
         };
         let mut runs: Vec<(f64, Vec<RunReport>)> = Vec::new();
         for _ in 0..repeat {
-            let reports = w.run(rt, opts.clone()).await?.1;
+            let reports = w.run(rt, opts.clone()).await?.reports;
             runs.push((job_time(&reports), reports));
         }
         let times: Vec<f64> = runs.iter().map(|r| r.0).collect();
@@ -246,7 +246,7 @@ async fn bench_one(
             true,
         )?;
         for run in 1..=2 {
-            let reports = w.run(&fresh, JobOptions::default()).await?.1;
+            let reports = w.run(&fresh, JobOptions::default()).await?.reports;
             let first = reports.first();
             let probe = first.and_then(|r| r.probe.clone());
             let t = job_time(&reports);
@@ -281,11 +281,10 @@ async fn bench_one(
             let (mut ray, mut co) = (Vec::new(), Vec::new());
             w.run_rayon(&pool)?;
             for _ in 0..repeat {
-                // Side by side, alternating, wall time of the whole job.
+                // Side by side, alternating; both timed from built inputs
+                // to the job's output, host steps included.
                 ray.push(w.run_rayon(&pool)?);
-                let t0 = std::time::Instant::now();
-                w.run(rt, opts.clone()).await?;
-                co.push(t0.elapsed().as_secs_f64());
+                co.push(w.run(rt, opts.clone()).await?.wall_s);
             }
             let (r, c) = (median(&ray), median(&co));
             Some(Baseline {

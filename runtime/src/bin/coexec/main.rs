@@ -283,7 +283,8 @@ async fn run(
     let bars = progress::start(rt.clone(), w.items() as u64, common.quiet || json || print);
     let outcome = w.run(&rt, opts).await;
     bars.finish();
-    let (result, reports) = outcome?;
+    let ran = outcome?;
+    let (result, reports) = (ran.result, ran.reports);
     if let Some(path) = &trace {
         coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
     }

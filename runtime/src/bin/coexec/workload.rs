@@ -6,7 +6,7 @@ use std::sync::Arc;
 use coexec::kernels::workloads::busy_ns_per_round;
 use coexec::kernels::workloads::{
     KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
-    PathfinderJob, PathfinderProblem,
+    PathfinderJob, PathfinderProblem, Workload,
 };
 use coexec::kernels::{Empty, KernelError, Synthetic};
 use coexec::{JobOptions, RunReport, Runtime};
@@ -226,92 +226,117 @@ impl Prepared {
         }
     }
 
-    /// Runs once on `rt`: the result as JSON and every run's report.
-    pub(crate) async fn run(
-        &self,
-        rt: &Runtime,
-        opts: JobOptions,
-    ) -> Result<(Value, Vec<RunReport>), coexec::Error> {
-        match self {
+    /// Runs once on `rt`: the result as JSON, every run's report, and the
+    /// wall seconds of the job itself (from its built inputs to its output).
+    pub(crate) async fn run(&self, rt: &Runtime, opts: JobOptions) -> Result<Ran, coexec::Error> {
+        Ok(match self {
             Prepared::Synthetic { items, work } => {
-                let (k, reports) = rt
-                    .drive(OneShot::new(Synthetic::new(*items, *work)), opts)
-                    .await?;
+                let (k, reports, wall_s) =
+                    drive(rt, OneShot::new(Synthetic::new(*items, *work)), opts).await?;
                 let verified = k
                     .map(|k| k.verify())
                     .unwrap_or_else(|| Err("no kernel came back".into()));
-                if let Err(e) = &verified {
+                if let Err(e) = verified {
                     return Err(coexec::Error::Kernel(KernelError::invalid(
                         "synthetic result",
-                        e.clone(),
+                        e,
                     )));
                 }
-                Ok((json!({ "verified": true }), reports))
+                Ran {
+                    result: json!({ "verified": true }),
+                    reports,
+                    wall_s,
+                }
             }
             Prepared::Empty { items } => {
-                let (_, reports) = rt.drive(OneShot::new(Empty::new(*items)), opts).await?;
-                Ok((json!({}), reports))
+                let (_, reports, wall_s) =
+                    drive(rt, OneShot::new(Empty::new(*items)), opts).await?;
+                Ran {
+                    result: json!({}),
+                    reports,
+                    wall_s,
+                }
             }
             Prepared::Matmul(p) => {
-                let (out, reports) = rt.drive(MatmulJob::new(*p)?, opts).await?;
-                Ok((json!({ "checksum": out.checksum() }), reports))
+                let (out, reports, wall_s) = drive(rt, MatmulJob::new(*p)?, opts).await?;
+                Ran {
+                    result: json!({ "checksum": out.checksum() }),
+                    reports,
+                    wall_s,
+                }
             }
             Prepared::Kmeans(d, c) => {
-                let (out, reports) = rt.drive(KmeansJob::new(d.clone(), *c)?, opts).await?;
-                Ok((serde_json::to_value(&out).unwrap_or(Value::Null), reports))
+                let (out, reports, wall_s) =
+                    drive(rt, KmeansJob::new(d.clone(), *c)?, opts).await?;
+                Ran {
+                    result: serde_json::to_value(&out).unwrap_or(Value::Null),
+                    reports,
+                    wall_s,
+                }
             }
             Prepared::Pathfinder(j) => {
-                let (out, reports) = rt.drive(j.restart()?, opts).await?;
-                Ok((
-                    json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() }),
+                let (out, reports, wall_s) = drive(rt, j.restart()?, opts).await?;
+                let result = json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() });
+                Ran {
+                    result,
                     reports,
-                ))
+                    wall_s,
+                }
             }
             Prepared::Nbody(p) => {
-                let (out, reports) = rt.drive(NbodyJob::new(*p)?, opts).await?;
+                let (out, reports, wall_s) = drive(rt, NbodyJob::new(*p)?, opts).await?;
                 let b = &out.bodies;
-                Ok((
-                    json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }),
+                Ran {
+                    result: json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }),
                     reports,
-                ))
+                    wall_s,
+                }
             }
-        }
+        })
     }
 
-    /// Runs once on a rayon pool of `threads` (the baseline); wall seconds.
+    /// Runs once on a rayon pool (the baseline): the wall seconds of the job
+    /// itself, timed exactly as [`Prepared::run`] times coexec's.
     pub(crate) fn run_rayon(&self, pool: &rayon::ThreadPool) -> Result<f64, KernelError> {
-        let t = std::time::Instant::now();
-        match self {
+        Ok(match self {
             Prepared::Synthetic { items, work } => {
-                crate::baseline::run_rayon(pool, OneShot::new(Synthetic::new(*items, *work)))?;
+                rayon_timed(pool, OneShot::new(Synthetic::new(*items, *work)))?
             }
-            Prepared::Empty { items } => {
-                crate::baseline::run_rayon(pool, OneShot::new(Empty::new(*items)))?;
-            }
-            Prepared::Matmul(p) => {
-                let job = MatmulJob::new(*p)?;
-                let t0 = std::time::Instant::now();
-                crate::baseline::run_rayon(pool, job)?;
-                return Ok(t0.elapsed().as_secs_f64());
-            }
-            Prepared::Kmeans(d, c) => {
-                crate::baseline::run_rayon(pool, KmeansJob::new(d.clone(), *c)?)?;
-            }
-            Prepared::Pathfinder(j) => {
-                let job = j.restart()?;
-                let t0 = std::time::Instant::now();
-                crate::baseline::run_rayon(pool, job)?;
-                return Ok(t0.elapsed().as_secs_f64());
-            }
-            Prepared::Nbody(p) => {
-                let job = NbodyJob::new(*p)?;
-                let t0 = std::time::Instant::now();
-                crate::baseline::run_rayon(pool, job)?;
-                return Ok(t0.elapsed().as_secs_f64());
-            }
-        }
-        Ok(t.elapsed().as_secs_f64())
+            Prepared::Empty { items } => rayon_timed(pool, OneShot::new(Empty::new(*items)))?,
+            Prepared::Matmul(p) => rayon_timed(pool, MatmulJob::new(*p)?)?,
+            Prepared::Kmeans(d, c) => rayon_timed(pool, KmeansJob::new(d.clone(), *c)?)?,
+            Prepared::Pathfinder(j) => rayon_timed(pool, j.restart()?)?,
+            Prepared::Nbody(p) => rayon_timed(pool, NbodyJob::new(*p)?)?,
+        })
     }
+}
+
+/// One run of a workload on coexec.
+pub(crate) struct Ran {
+    /// The result, as JSON.
+    pub(crate) result: Value,
+    /// Every run's report.
+    pub(crate) reports: Vec<RunReport>,
+    /// Wall seconds of the job, inputs already built.
+    pub(crate) wall_s: f64,
+}
+
+/// `rt.drive(w)`, timed from the built workload to its output.
+async fn drive<W: Workload>(
+    rt: &Runtime,
+    w: W,
+    opts: JobOptions,
+) -> Result<(W::Output, Vec<RunReport>, f64), coexec::Error> {
+    let t = std::time::Instant::now();
+    let (out, reports) = rt.drive(w, opts).await?;
+    Ok((out, reports, t.elapsed().as_secs_f64()))
+}
+
+/// The rayon baseline on `w`, timed the same way.
+fn rayon_timed<W: Workload>(pool: &rayon::ThreadPool, w: W) -> Result<f64, KernelError> {
+    let t = std::time::Instant::now();
+    crate::baseline::run_rayon(pool, w)?;
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// Sum of every position and velocity component, in f64: equal results give
