@@ -68,8 +68,10 @@ async fn works_from_a_current_thread_runtime_and_orders_by_priority() {
         .job_order(JobOrder::Priority)
         .build()
         .unwrap();
+    // The low-priority job is long (~0.25 s on one core), so the small
+    // high-priority one is surely admitted while it runs.
     let low = rt.run_with(
-        Synthetic::new(20_000, 50),
+        Synthetic::new(2_000_000, 50),
         JobOptions {
             priority: 0,
             ..Default::default()

@@ -238,6 +238,7 @@ impl Engine {
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
                     let profiler = Profiler { store, nu: th.nu }.start();
+                    let _ = reg2.profiler.set(profiler.clone());
                     let broker = Broker::create(|ctx| {
                         ctx.add_stream(ev_rx.into_stream());
                         Broker {
@@ -247,7 +248,6 @@ impl Engine {
                             policy,
                             trace,
                             next_id: 0,
-                            live: 0,
                         }
                     });
                     let _ = tx.send((broker, profiler, actix::System::current()));
@@ -339,6 +339,7 @@ impl Engine {
             return Err(ActorError::Shutdown);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
+        self.reg.owe();
         self.broker.do_send(Submit {
             kernel,
             opts,
@@ -360,7 +361,7 @@ impl Engine {
             .map_err(|e| ActorError::System(e.to_string()))
     }
 
-    /// Waits until every admitted job is over.
+    /// Waits until every submitted job is over and answered.
     pub async fn drain(&self) {
         self.reg.drained().await
     }
@@ -379,8 +380,6 @@ impl Engine {
         let (done, wait) = std::sync::mpsc::channel();
         self.profiler.do_send(Flush { done });
         let _ = wait.recv_timeout(Duration::from_secs(5));
-        // Let the broker deliver the replies of jobs that just ended.
-        std::thread::sleep(Duration::from_millis(1));
         if let Some(sys) = self.system.take() {
             sys.stop();
         }

@@ -112,6 +112,8 @@ pub(crate) struct JobCore {
     failed: Option<ActorError>,
     finished: bool,
     trace: Option<Vec<ChunkRecord>>,
+    /// The split stored for this kernel when the job was admitted.
+    stored_split: Vec<f64>,
 }
 
 impl JobCore {
@@ -126,6 +128,7 @@ impl JobCore {
         th: Thresholds,
         classes: Arc<[ClassInfo]>,
         models: Vec<SpeedModel>,
+        stored_split: Vec<f64>,
         eligible: Vec<bool>,
         in_service: Vec<usize>,
         worker_class: Arc<[usize]>,
@@ -205,6 +208,7 @@ impl JobCore {
             finished: items == 0 || failed.is_some(),
             failed,
             trace: trace.then(Vec::new),
+            stored_split,
         }
     }
 
@@ -707,6 +711,9 @@ impl JobCore {
         } else {
             self.planned.clone()
         };
+        // The seed's ν rule, as the profiler will apply it to these numbers.
+        let split_delta = crate::profiler::split_delta(&self.stored_split, &learned_split);
+        let split_stored = split_delta > self.th.nu && learned_split.iter().sum::<f64>() > 0.0;
         Ok(RunReport {
             kernel: self.name.clone(),
             policy: self.policy.clone(),
@@ -718,8 +725,8 @@ impl JobCore {
             learned_split,
             probe: self.probe_report.clone(),
             retries: self.retried,
-            split_delta: None,
-            split_stored: false,
+            split_delta: Some(split_delta),
+            split_stored,
             classes,
             chunks: self.trace.take().unwrap_or_default(),
         })

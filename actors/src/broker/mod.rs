@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseActFuture,
-    StreamHandler, WrapFuture,
+    Actor, ActorFutureExt, Addr, Context, Handler, Message, ResponseActFuture, StreamHandler,
+    WrapFuture,
 };
 use coexec_kernels::Kernel;
 
@@ -19,7 +19,7 @@ use self::registry::{Event, Job, Registry, Reply};
 use crate::device::DeviceKind;
 use crate::metrics as m;
 use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Thresholds};
-use crate::profiler::{Lookup, Observe, Profiler};
+use crate::profiler::{Lookup, Profiler, Stored};
 use crate::SpeedModel;
 
 /// Per-job settings.
@@ -74,7 +74,6 @@ pub(crate) struct Broker {
     pub(crate) policy: Arc<dyn Policy>,
     pub(crate) trace: bool,
     pub(crate) next_id: u64,
-    pub(crate) live: usize,
 }
 
 impl Actor for Broker {
@@ -99,7 +98,8 @@ impl Broker {
             .collect()
     }
 
-    fn admit(&mut self, m: Submit, models: Vec<SpeedModel>) {
+    fn admit(&mut self, m: Submit, stored: Stored) {
+        let Stored { models, split } = stored;
         let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
         let kernel = m.kernel;
         let grain = kernel.grain().max(1);
@@ -146,13 +146,18 @@ impl Broker {
         if let Some(n) = m.opts.chunk {
             adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
         }
+        let profile_key = kernel.profile_key();
+        // The kernel moves into the job: once the registry has it, a worker
+        // may finish and answer it at once, and the caller then needs to be
+        // its only owner.
         let core = JobCore::new(
-            kernel.clone(),
+            kernel,
             policy.name(),
             adm,
             self.thresholds,
             self.reg.classes.clone(),
             models,
+            split,
             eligible,
             in_service,
             self.reg.worker_class.clone(),
@@ -164,14 +169,12 @@ impl Broker {
             priority: m.opts.priority,
             weight: m.opts.weight.max(1e-9),
             start: Instant::now(),
-            profile_key: kernel.profile_key(),
+            profile_key,
             core: Mutex::new(core),
             reply: Mutex::new(Some(m.reply)),
             service_ns: Default::default(),
             closed: Default::default(),
         });
-        self.live += 1;
-        m::jobs_in_flight(self.live);
         self.reg.admit(job);
     }
 }
@@ -189,60 +192,20 @@ impl Handler<Submit> for Broker {
             self.profiler
                 .send(lookup)
                 .into_actor(self)
-                .map(move |models, act, _| {
-                    let models = models.unwrap_or_else(|_| vec![SpeedModel::default(); n]);
-                    act.admit(m, models);
+                .map(move |stored, act, _| {
+                    let stored = stored.unwrap_or_else(|_| Stored {
+                        models: vec![SpeedModel::default(); n],
+                        split: vec![f64::NAN; n],
+                    });
+                    act.admit(m, stored);
                 }),
         )
     }
 }
 
 impl StreamHandler<Event> for Broker {
-    fn handle(&mut self, ev: Event, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ev: Event, _: &mut Context<Self>) {
         match ev {
-            Event::JobDone(job) => {
-                self.live = self.live.saturating_sub(1);
-                m::jobs_in_flight(self.live);
-                let (result, samples) = {
-                    let mut core = job.core();
-                    (core.report(), core.samples())
-                };
-                let reply = job.reply.lock().unwrap_or_else(|e| e.into_inner()).take();
-                match result {
-                    Err(e) => {
-                        tracing::warn!(job = job.id, "job failed: {e}");
-                        m::job_finished(&job.profile_key, "", Err(()));
-                        if let Some(r) = reply {
-                            let _ = r.send(Err(e));
-                        }
-                    }
-                    Ok(mut report) => {
-                        report.started_s = job.start.duration_since(self.reg.epoch).as_secs_f64();
-                        m::job_finished(&report.kernel, &report.policy, Ok(&report));
-                        let observe = Observe {
-                            key: job.profile_key.clone(),
-                            classes: self.class_keys(),
-                            samples,
-                            learned_split: report.learned_split.clone(),
-                        };
-                        // Reply once the profiler has learned from the run,
-                        // so the caller's next run starts from it.
-                        ctx.spawn(self.profiler.send(observe).into_actor(self).map(move |learned, _, _| {
-                            if let Ok(l) = learned {
-                                report.split_delta = Some(l.delta);
-                                report.split_stored = l.split_replaced;
-                            }
-                            tracing::info!(
-                                kernel = %report.kernel, items = report.items, makespan_s = report.makespan_s,
-                                imbalance = report.imbalance, policy = %report.policy, "run finished"
-                            );
-                            if let Some(r) = reply {
-                                let _ = r.send(Ok(report));
-                            }
-                        }));
-                    }
-                }
-            }
             Event::WorkerLost { worker, class, why } => {
                 let name = &self.reg.classes[class].name;
                 tracing::error!(worker, class = %name, "worker out of service: {why}");

@@ -6,8 +6,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use actix::Addr;
+
 use super::job::JobCore;
 use crate::device::ClassInfo;
+use crate::metrics as m;
+use crate::profiler::{Observe, Profiler};
 use crate::{ActorError, RunReport};
 
 /// Which job a free worker serves first.
@@ -67,8 +71,6 @@ struct Padded(AtomicU64);
 
 /// Events from workers to the broker actor.
 pub(crate) enum Event {
-    /// A job is over (done or failed).
-    JobDone(Arc<Job>),
     /// A worker was taken out of service.
     WorkerLost {
         worker: usize,
@@ -85,6 +87,10 @@ pub(crate) struct Registry {
     bell_lock: Mutex<()>,
     cv: Condvar,
     closed: AtomicBool,
+    /// The profiler, once the actor system is up.
+    pub(crate) profiler: std::sync::OnceLock<Addr<Profiler>>,
+    /// Submitters still waiting for a reply; `idle` rings when none are.
+    owed: AtomicUsize,
     idle: tokio::sync::Notify,
     pub(crate) order: JobOrder,
     /// When the runtime started.
@@ -116,6 +122,8 @@ impl Registry {
             bell_lock: Mutex::new(()),
             cv: Condvar::new(),
             closed: AtomicBool::new(false),
+            profiler: std::sync::OnceLock::new(),
+            owed: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             order,
             epoch: Instant::now(),
@@ -156,10 +164,10 @@ impl Registry {
             self.finish(&job);
             return;
         }
-        self.jobs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(job);
+        let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
+        jobs.push(job);
+        m::jobs_in_flight(jobs.len());
+        drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.ring();
     }
@@ -184,30 +192,76 @@ impl Registry {
         }
     }
 
-    /// Removes a finished job and hands it to the broker, once.
+    /// Closes a job that is over, once: removes it, hands its samples to the
+    /// profiler, and answers its submitter, on the calling thread (the worker
+    /// that finished it) with no hop through the broker.
     pub(crate) fn finish(&self, job: &Arc<Job>) {
         if job.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
         jobs.retain(|j| j.id != job.id);
-        let empty = jobs.is_empty();
+        m::jobs_in_flight(jobs.len());
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let _ = self.events.send(Event::JobDone(job.clone()));
-        if empty {
-            self.idle.notify_waiters();
-        }
         self.ring();
+        let (result, samples) = {
+            let mut core = job.core();
+            (core.report(), core.samples())
+        };
+        match result {
+            Err(e) => {
+                tracing::warn!(job = job.id, "job failed: {e}");
+                m::job_finished(&job.profile_key, "", Err(()));
+                self.reply(job, Err(e));
+            }
+            Ok(mut report) => {
+                report.started_s = job.start.duration_since(self.epoch).as_secs_f64();
+                m::job_finished(&report.kernel, &report.policy, Ok(&report));
+                tracing::info!(
+                    kernel = %report.kernel, items = report.items, makespan_s = report.makespan_s,
+                    imbalance = report.imbalance, policy = %report.policy, "run finished"
+                );
+                // First into the profiler's mailbox, then the answer: the
+                // submitter's next run looks its models up behind this.
+                if let Some(p) = self.profiler.get() {
+                    p.do_send(Observe {
+                        key: job.profile_key.clone(),
+                        classes: self.classes.iter().map(|c| c.profile_key.clone()).collect(),
+                        samples,
+                        learned_split: report.learned_split.clone(),
+                    });
+                }
+                self.reply(job, Ok(report));
+            }
+        }
     }
 
-    /// Waits until no job is live.
+    /// A submitter now waits for a reply (counted from submission, before
+    /// the broker has even admitted the job).
+    pub(crate) fn owe(&self) {
+        self.owed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Answers `job`'s submitter, once: whoever comes first (the broker with
+    /// the report, or a cancelling shutdown) answers; later calls do nothing.
+    pub(crate) fn reply(&self, job: &Job, result: Result<RunReport, ActorError>) {
+        let Some(tx) = job.reply.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let _ = tx.send(result);
+        if self.owed.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until every submitted job has been answered.
     pub(crate) async fn drained(&self) {
         loop {
             let n = self.idle.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            if !self.busy() {
+            if self.owed.load(Ordering::Acquire) == 0 {
                 return;
             }
             n.await;
@@ -249,6 +303,7 @@ impl Registry {
             self.snapshot(&mut jobs);
             for job in jobs {
                 job.core().cancel(ActorError::Shutdown);
+                self.reply(&job, Err(ActorError::Shutdown));
                 self.finish(&job);
             }
         }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use actix::{Actor, Context, Handler, Message};
 
-pub use store::{Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore, PROFILE_VERSION};
+pub use store::{
+    split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore, PROFILE_VERSION,
+};
 
 use crate::perfmodel::{Sample, SpeedModel};
 
@@ -24,22 +26,33 @@ impl Actor for Profiler {
     type Context = Context<Self>;
 }
 
-/// The stored models of a kernel for the given classes.
+/// The stored models and split of a kernel for the given classes.
 #[derive(Message)]
-#[rtype(result = "Vec<SpeedModel>")]
+#[rtype(result = "Stored")]
 pub(crate) struct Lookup {
     pub(crate) key: String,
     pub(crate) classes: Vec<String>,
 }
 
+/// What [`Lookup`] answers.
+pub(crate) struct Stored {
+    pub(crate) models: Vec<SpeedModel>,
+    pub(crate) split: Vec<f64>,
+}
+
 impl Handler<Lookup> for Profiler {
-    type Result = Vec<SpeedModel>;
+    type Result = actix::MessageResult<Lookup>;
     fn handle(&mut self, m: Lookup, _: &mut Context<Self>) -> Self::Result {
-        self.store.models(&m.key, &m.classes)
+        actix::MessageResult(Stored {
+            models: self.store.models(&m.key, &m.classes),
+            split: self.store.split(&m.key, &m.classes),
+        })
     }
 }
 
-/// A finished run's samples.
+/// A finished run's samples. Sent by the worker that finished the run before
+/// it answers the run's submitter, so the submitter's next run (whose
+/// [`Lookup`] queues behind it in this mailbox) starts from them.
 #[derive(Message)]
 #[rtype(result = "Learned")]
 pub(crate) struct Observe {

@@ -79,6 +79,30 @@ pub struct ProfileFile {
     pub kernels: BTreeMap<String, KernelProfile>,
 }
 
+/// Δ of the seed's step 4: the largest relative change of a class's share
+/// between the stored split and a run's; infinite where nothing is stored.
+///
+/// ```
+/// use coexec_actors::profiler::split_delta;
+///
+/// assert!((split_delta(&[0.5, 0.5], &[0.4, 0.6]) - 0.2).abs() < 1e-12);
+/// assert!(split_delta(&[f64::NAN, 0.5], &[0.5, 0.5]).is_infinite());
+/// ```
+pub fn split_delta(stored: &[f64], learned: &[f64]) -> f64 {
+    stored
+        .iter()
+        .zip(learned)
+        .map(|(p, q)| {
+            if p.is_finite() {
+                (p - q).abs() / p.max(1e-9)
+            } else {
+                f64::INFINITY
+            }
+        })
+        .filter(|d| !d.is_nan())
+        .fold(0.0, f64::max)
+}
+
 /// The profiler's memory: models per kernel and class, and where they live.
 #[derive(Debug)]
 pub struct ProfileStore {
@@ -158,6 +182,15 @@ impl ProfileStore {
             .collect()
     }
 
+    /// The stored split of kernel `key` per class (NaN where none is stored).
+    pub fn split(&self, key: &str, classes: &[String]) -> Vec<f64> {
+        let k = self.file.kernels.get(key);
+        classes
+            .iter()
+            .map(|c| k.and_then(|k| k.split.get(c)).copied().unwrap_or(f64::NAN))
+            .collect()
+    }
+
     /// Everything stored.
     pub fn file(&self) -> &ProfileFile {
         &self.file
@@ -188,18 +221,7 @@ impl ProfileStore {
             .iter()
             .map(|c| k.split.get(c).copied().unwrap_or(f64::NAN))
             .collect();
-        let delta = stored
-            .iter()
-            .zip(learned)
-            .map(|(p, q)| {
-                if p.is_finite() {
-                    (p - q).abs() / p.max(1e-9)
-                } else {
-                    f64::INFINITY
-                }
-            })
-            .filter(|d| !d.is_nan())
-            .fold(0.0, f64::max);
+        let delta = split_delta(&stored, learned);
         let split_replaced = delta > nu && learned.iter().sum::<f64>() > 0.0;
         if split_replaced {
             k.split = classes

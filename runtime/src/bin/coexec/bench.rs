@@ -234,38 +234,41 @@ async fn bench_one(
             .unwrap_or_default();
         results.push(policy_result(p, t, &reports, times, ideal, best_s));
     }
-    // Learning: a cold profile, then the same job again from what it stored.
+    // Learning: a cold profile, then the same job again from what it stored;
+    // `repeat` such pairs, each on a fresh profile, compared by their medians.
     let mut learning = Vec::new();
     if classes.len() > 1 {
-        let fresh = build(
-            &Common {
-                profile_dir: None,
-                ..common.clone()
-            },
-            None,
-            true,
-        )?;
-        for run in 1..=2 {
-            let reports = w.run(&fresh, JobOptions::default()).await?.reports;
-            let first = reports.first();
-            let probe = first.and_then(|r| r.probe.clone());
-            let t = job_time(&reports);
-            learning.push(LearningRun {
-                run,
-                probe: probe
-                    .as_ref()
-                    .map(|p| format!("{:?}", p.kind).to_lowercase())
-                    .unwrap_or_else(|| "none".into()),
-                probe_imbalance: probe.as_ref().map(|p| p.imbalance).unwrap_or(0.0),
-                replanned: probe.as_ref().is_some_and(|p| p.replanned),
-                makespan_s: t,
-                efficiency: ideal / t,
-                split: first
-                    .map(|r| r.classes.iter().map(|c| c.share).collect())
-                    .unwrap_or_default(),
-            });
+        for pair in 0..repeat {
+            let fresh = build(
+                &Common {
+                    profile_dir: None,
+                    ..common.clone()
+                },
+                None,
+                true,
+            )?;
+            for second in [false, true] {
+                let reports = w.run(&fresh, JobOptions::default()).await?.reports;
+                let first = reports.first();
+                let probe = first.and_then(|r| r.probe.clone());
+                let t = job_time(&reports);
+                learning.push(LearningRun {
+                    run: 2 * pair + 1 + usize::from(second),
+                    probe: probe
+                        .as_ref()
+                        .map(|p| format!("{:?}", p.kind).to_lowercase())
+                        .unwrap_or_else(|| "none".into()),
+                    probe_imbalance: probe.as_ref().map(|p| p.imbalance).unwrap_or(0.0),
+                    replanned: probe.as_ref().is_some_and(|p| p.replanned),
+                    makespan_s: t,
+                    efficiency: ideal / t,
+                    split: first
+                        .map(|r| r.classes.iter().map(|c| c.share).collect())
+                        .unwrap_or_default(),
+                });
+            }
+            fresh.shutdown().await;
         }
-        fresh.shutdown().await;
     }
     // coexec on the CPU class alone against the rayon baseline on as many threads.
     let baseline = match rt.classes().iter().find(|c| !c.is_accel()) {
@@ -382,15 +385,24 @@ fn print_table(w: &WorkloadBench) {
             p.policy, p.makespan_s, p.efficiency, p.speedup_vs_best, p.imbalance, split
         );
     }
-    for l in &w.learning {
+    if !w.learning.is_empty() {
+        // Odd runs start cold, even runs from the profile the odd run stored.
+        let pick = |warm: bool, f: fn(&LearningRun) -> f64| {
+            median(
+                &w.learning
+                    .iter()
+                    .filter(|l| (l.run % 2 == 0) == warm)
+                    .map(f)
+                    .collect::<Vec<_>>(),
+            )
+        };
         println!(
-            "  learning run {}: {} probe, probe δ' {:.3}{}, T {:.4} s, E {:.3}",
-            l.run,
-            l.probe,
-            l.probe_imbalance,
-            if l.replanned { " (re-planned)" } else { "" },
-            l.makespan_s,
-            l.efficiency
+            "  learning ({} pairs, medians): cold run probe δ' {:.3}, E {:.3}  →  second run probe δ' {:.3}, E {:.3}",
+            w.learning.len() / 2,
+            pick(false, |l| l.probe_imbalance),
+            pick(false, |l| l.efficiency),
+            pick(true, |l| l.probe_imbalance),
+            pick(true, |l| l.efficiency),
         );
     }
     if let Some(b) = &w.baseline {
