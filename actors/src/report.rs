@@ -125,6 +125,11 @@ pub struct RunReport {
     pub started_s: f64,
     /// Seconds from admission to the last chunk's end.
     pub makespan_s: f64,
+    /// T* as this run's speed models predict it: every class the plan gave
+    /// items busy to the end with no overhead (`items / Σ workers·b`).
+    /// `ideal_s / makespan_s` estimates the efficiency E without running
+    /// each class alone.
+    pub ideal_s: f64,
     /// δ: spread of the classes' finish times over the latest, among classes
     /// that computed anything.
     pub imbalance: f64,

@@ -220,7 +220,8 @@ impl Registry {
                 m::job_finished(&report.kernel, &report.policy, Ok(&report));
                 tracing::info!(
                     kernel = %report.kernel, items = report.items, makespan_s = report.makespan_s,
-                    imbalance = report.imbalance, policy = %report.policy, "run finished"
+                    efficiency_est = report.ideal_s / report.makespan_s, imbalance = report.imbalance,
+                    policy = %report.policy, "run finished"
                 );
                 // First into the profiler's mailbox, then the answer: the
                 // submitter's next run looks its models up behind this.

@@ -108,6 +108,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
                 strikes = 0;
                 reg.add_done(w, chunk.len());
                 labels.chunk_done(core.name(), info.phase, chunk.len(), t1 - t0);
+                tracing::debug!(worker = w, class = %class, lo = chunk.lo(), hi = chunk.hi(), phase = info.phase.as_str(), secs = t1 - t0, "chunk");
                 core.complete(w, c, &info, t0, t1)
             }
             Err(e) => {
