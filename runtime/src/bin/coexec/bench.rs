@@ -179,34 +179,57 @@ async fn bench_one(
         .cloned()
         .filter(|x| x.is_finite())
         .fold(f64::INFINITY, f64::min);
-    let mut alone = Vec::new();
-    for (c, cname) in classes.iter().enumerate() {
-        if predicted[c].is_finite() && predicted[c] > SLOW_FACTOR * fastest {
-            alone.push(AloneResult {
+    // The configurations: each class alone (unless predicted), then each
+    // policy co-executed. Every round runs each once, so that a machine
+    // whose speed drifts (a shared VM, turbo, another tenant) shifts them
+    // all alike instead of whichever ran in the slow minute.
+    let hybrid_alone = |c: usize| JobOptions {
+        policy: Some(hybrid.clone()),
+        classes: Some(vec![c]),
+        ..Default::default()
+    };
+    let measured: Vec<usize> = (0..classes.len())
+        .filter(|&c| !(predicted[c].is_finite() && predicted[c] > SLOW_FACTOR * fastest))
+        .collect();
+    let mut configs: Vec<JobOptions> = measured.iter().map(|&c| hybrid_alone(c)).collect();
+    for p in policies {
+        let policy = coexec::policy::by_name(p).map_err(|e| Failure::Run(e.to_string()))?;
+        configs.push(JobOptions {
+            policy: Some(policy),
+            ..Default::default()
+        });
+    }
+    for opts in &configs[..measured.len()] {
+        w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
+    }
+    let mut runs: Vec<Vec<(f64, Vec<RunReport>)>> = vec![Vec::new(); configs.len()];
+    for _ in 0..repeat {
+        for (k, opts) in configs.iter().enumerate() {
+            let reports = w.run(rt, opts.clone()).await?.reports;
+            runs[k].push((job_time(&reports), reports));
+        }
+    }
+    let alone: Vec<AloneResult> = classes
+        .iter()
+        .enumerate()
+        .map(|(c, cname)| match measured.iter().position(|&m| m == c) {
+            Some(k) => {
+                let times: Vec<f64> = runs[k].iter().map(|r| r.0).collect();
+                AloneResult {
+                    class: cname.clone(),
+                    median_s: median(&times),
+                    runs_s: times,
+                    predicted: false,
+                }
+            }
+            None => AloneResult {
                 class: cname.clone(),
                 median_s: predicted[c],
                 runs_s: Vec::new(),
                 predicted: true,
-            });
-            continue;
-        }
-        let opts = JobOptions {
-            policy: Some(hybrid.clone()),
-            classes: Some(vec![c]),
-            ..Default::default()
-        };
-        w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
-        let mut runs = Vec::new();
-        for _ in 0..repeat {
-            runs.push(job_time(&w.run(rt, opts.clone()).await?.reports));
-        }
-        alone.push(AloneResult {
-            class: cname.clone(),
-            median_s: median(&runs),
-            runs_s: runs,
-            predicted: false,
-        });
-    }
+            },
+        })
+        .collect();
     let ideal = 1.0 / alone.iter().map(|a| 1.0 / a.median_s).sum::<f64>();
     let best = alone
         .iter()
@@ -214,19 +237,10 @@ async fn bench_one(
         .cloned();
     let (best_class, best_s) = best.map(|b| (b.class, b.median_s)).unwrap_or_default();
     let mut results = Vec::new();
-    for p in policies {
-        let policy = coexec::policy::by_name(p).map_err(|e| Failure::Run(e.to_string()))?;
-        let opts = JobOptions {
-            policy: Some(policy),
-            ..Default::default()
-        };
-        let mut runs: Vec<(f64, Vec<RunReport>)> = Vec::new();
-        for _ in 0..repeat {
-            let reports = w.run(rt, opts.clone()).await?.reports;
-            runs.push((job_time(&reports), reports));
-        }
+    for (p, runs) in policies.iter().zip(&runs[measured.len()..]) {
         let times: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let med = median(&times);
+        // The run closest to the median stands for the policy.
         let (t, reports) = runs
             .iter()
             .min_by(|a, b| (a.0 - med).abs().total_cmp(&(b.0 - med).abs()))
