@@ -261,6 +261,7 @@ mod tests {
             items: chunks.iter().map(|c| c.hi - c.lo).sum(),
             started_s,
             makespan_s: chunks.iter().map(|c| c.end).fold(0.0, f64::max),
+            ideal_s: 0.0,
             imbalance: 0.1,
             split: vec![0.5, 0.5],
             learned_split: vec![],
