@@ -720,7 +720,9 @@ impl JobCore {
             items: self.items,
             started_s: 0.0,
             makespan_s: makespan,
-            ideal_s: self.total_speed().map_or(f64::NAN, |v| self.items as f64 / v),
+            ideal_s: self
+                .total_speed()
+                .map_or(f64::NAN, |v| self.items as f64 / v),
             imbalance,
             split: self.planned.clone(),
             learned_split,
