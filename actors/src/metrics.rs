@@ -103,6 +103,9 @@ pub(crate) struct WorkerLabels {
     retries: Counter,
     per_kernel: HashMap<String, KernelHandles>,
     pending: Pending,
+    /// Whether the exporter was on when this worker started: like the
+    /// `metrics` handles above, a worker's histogram is fixed at its start.
+    histograms: bool,
 }
 
 /// Chunks a worker batches before reporting them.
@@ -225,6 +228,7 @@ impl WorkerLabels {
             retries: counter!("coexec_chunk_retries_total", "device_class" => class.to_string()),
             per_kernel: HashMap::new(),
             pending: Pending::default(),
+            histograms: HISTOGRAMS_ON.load(Ordering::Acquire),
         }
     }
 
@@ -269,7 +273,7 @@ impl WorkerLabels {
                 counter.increment(n);
             }
         }
-        if HISTOGRAMS_ON.load(Ordering::Relaxed) {
+        if self.histograms {
             for (total, n) in h.duration.buckets.iter().zip(p.buckets) {
                 if n > 0 {
                     total.fetch_add(n, Ordering::Relaxed);

@@ -263,10 +263,17 @@ impl JobCore {
         let r = self.home[c];
         if self.space.left(r) > 0 {
             let (n, phase) = self.own_size(c);
-            let n = if phase == Phase::Dynamic {
-                self.limit(w, c, n, now)?
-            } else {
-                n
+            let n = match phase {
+                Phase::Dynamic => self.limit(w, c, n, now)?,
+                // Under the guard a static chunk is never larger than a
+                // dynamic one would be here: once others have eaten into this
+                // class's region (it was planned too large), a slow device
+                // must not commit to a quarter of its old share at the end.
+                Phase::Static if self.adm.guard => {
+                    let n = n.min(self.dynamic_size(c));
+                    self.limit(w, c, n, now)?
+                }
+                _ => n,
             };
             let got = self.space.take(r, end, n)?;
             let s = &mut self.st[c];

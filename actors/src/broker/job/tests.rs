@@ -40,6 +40,9 @@ struct Sim {
     known: bool,
     /// Fail every chunk whose attempt is 0 and whose first item is divisible by this.
     fail_every: Option<usize>,
+    /// The stored speed of each class as a multiple of its true one (a
+    /// profile from a different moment of a noisy machine); `None`: exact.
+    misjudged: Option<Vec<f64>>,
 }
 
 struct Outcome {
@@ -60,9 +63,11 @@ impl Sim {
         let models: Vec<SpeedModel> = self
             .spec
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(c, s)| {
                 if self.known {
-                    SpeedModel::with_params(s.1, s.2)
+                    let scale = self.misjudged.as_ref().map_or(1.0, |m| m[c]);
+                    SpeedModel::with_params(s.1, s.2 * scale)
                 } else {
                     SpeedModel::default()
                 }
@@ -195,6 +200,7 @@ fn hybrid_balances_a_cold_start() {
             spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)],
             known: false,
             fail_every: None,
+            misjudged: None,
         };
         let items = 1_000_000;
         let out = sim.run("hybrid", items, 1).unwrap();
@@ -216,6 +222,7 @@ fn warm_start_probe_is_balanced() {
         spec: vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)],
         known: true,
         fail_every: None,
+        misjudged: None,
     };
     let out = sim.run("hybrid", 2_000_000, 1).unwrap();
     let probe = out.report.probe.clone().unwrap();
@@ -226,12 +233,37 @@ fn warm_start_probe_is_balanced() {
 }
 
 #[test]
+fn warm_start_from_a_misjudged_profile_still_balances() {
+    // The stored CPU speed is off by a little less than μ, so the warm probe
+    // does not replan: the static phase starts from a split that is wrong,
+    // and the end must not hang on a large static chunk of the slow class.
+    for speed in [0.5, 2.0, 10.0] {
+        for scale in [0.92, 1.08] {
+            let sim = Sim {
+                spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)],
+                known: true,
+                fail_every: None,
+                misjudged: Some(vec![scale, 1.0]),
+            };
+            let out = sim.run("hybrid", 1_000_000, 1).unwrap();
+            let e = sim.ideal(1_000_000) / out.makespan;
+            assert!(
+                e >= 0.98,
+                "X={speed}, CPU stored at {scale}x: efficiency {e:.3}, {}",
+                out.report.summary()
+            );
+        }
+    }
+}
+
+#[test]
 fn a_far_faster_accelerator_does_it_alone() {
     // The paper's N-body: the accelerator is 2500x faster than a CPU worker.
     let sim = Sim {
         spec: vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)],
         known: true,
         fail_every: None,
+        misjudged: None,
     };
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
     assert!(
@@ -247,6 +279,7 @@ fn static_never_crosses_its_split() {
         spec: vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)],
         known: true,
         fail_every: None,
+        misjudged: None,
     };
     let out = sim.run("static", 1000, 1).unwrap();
     assert_eq!(out.report.classes[0].items, 500);
@@ -259,6 +292,7 @@ fn every_policy_finishes_everything_once() {
         spec: vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)],
         known: true,
         fail_every: Some(7),
+        misjudged: None,
     };
     for p in crate::policy::POLICIES {
         let out = sim.run(p.name(), 10_007, 4).unwrap();
@@ -273,6 +307,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         spec: vec![(2, 0.0, 1e6, false)],
         known: false,
         fail_every: None,
+        misjudged: None,
     };
     let _ = sim;
     let cls = classes(&[(1, false)]);
@@ -331,7 +366,7 @@ proptest! {
         if acc_w > 0 {
             spec.push((acc_w, lat, b_cpu * ratio, true));
         }
-        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain) };
+        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain), misjudged: None };
         let p = crate::policy::POLICIES[policy].name();
         let out = match sim.run(p, items, grain) {
             Err(ActorError::NoDevice { .. }) if p == "accel-only" && acc_w == 0 => return Ok(()),

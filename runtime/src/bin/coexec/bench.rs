@@ -31,18 +31,33 @@ fn job_time(reports: &[RunReport]) -> f64 {
     reports.iter().map(|r| r.makespan_s).sum()
 }
 
+/// How many times the bench runs each configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rounds {
+    /// Runs of every configuration (alone classes, policies).
+    pub(crate) repeat: usize,
+    /// Cold/warm pairs for the learning comparison.
+    pub(crate) pairs: usize,
+}
+
 pub(crate) async fn bench(
     mut names: Vec<String>,
     common: &Common,
     args: &WorkloadArgs,
     policies: &str,
-    repeat: usize,
+    rounds: Rounds,
     json: Option<PathBuf>,
     plot: Option<PathBuf>,
 ) -> Result<(), Failure> {
+    let Rounds { repeat, pairs } = rounds;
     if repeat == 0 || repeat > 1000 {
         return Err(Failure::Usage(format!(
             "--repeat {repeat}: expected 1..=1000"
+        )));
+    }
+    if pairs > 1000 {
+        return Err(Failure::Usage(format!(
+            "--pairs {pairs}: expected 0..=1000"
         )));
     }
     if names.is_empty() {
@@ -87,6 +102,7 @@ pub(crate) async fn bench(
         command: std::env::args().collect::<Vec<_>>().join(" "),
         devices,
         repeat,
+        pairs,
         workloads: Vec::new(),
         overhead: None,
     };
@@ -98,7 +114,7 @@ pub(crate) async fn bench(
         let w = Prepared::new(name, args, true, speed_sum(&rt))?;
         // Bars per class; the bench runs the job many times, so they grow.
         let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
-        let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, repeat, common).await;
+        let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, rounds, common).await;
         bars.finish();
         let wb = wb?;
         print_table(&wb);
@@ -111,7 +127,12 @@ pub(crate) async fn bench(
             o.us_per_chunk,
             o.chunks_per_second,
             o.with_metrics_us_per_chunk
-                .map(|m| format!("; with Prometheus recorder {m:.3} µs per chunk ({:+.1}%)", 100.0 * (m / o.us_per_chunk - 1.0)))
+                .zip(o.with_metrics_ratio)
+                .map(|(m, r)| format!(
+                    "; with Prometheus recorder {m:.3} µs per chunk ({:+.1}% by the pairs' median ratio, {} pairs)",
+                    100.0 * (r - 1.0),
+                    o.repeat
+                ))
                 .unwrap_or_default()
         );
     }
@@ -142,9 +163,10 @@ async fn bench_one(
     args: &WorkloadArgs,
     classes: &[String],
     policies: &[String],
-    repeat: usize,
+    rounds: Rounds,
     common: &Common,
 ) -> Result<WorkloadBench, Failure> {
+    let Rounds { repeat, pairs } = rounds;
     let hybrid = coexec::policy::by_name("hybrid").map_err(|e| Failure::Run(e.to_string()))?;
     // One co-executed warm-up teaches the profiler every class's speed; a
     // class predicted to take more than SLOW_FACTOR times the fastest alone
@@ -249,10 +271,12 @@ async fn bench_one(
         results.push(policy_result(p, t, &reports, times, ideal, best_s));
     }
     // Learning: a cold profile, then the same job again from what it stored;
-    // `repeat` such pairs, each on a fresh profile, compared by their medians.
+    // `pairs` such pairs, each on a fresh profile, compared by their medians
+    // and by the median of each pair's ratio (the two runs of a pair are
+    // side by side, so the machine's drift cancels).
     let mut learning = Vec::new();
     if classes.len() > 1 {
-        for pair in 0..repeat {
+        for pair in 0..pairs {
             let fresh = build(
                 &Common {
                     profile_dir: None,
@@ -410,13 +434,19 @@ fn print_table(w: &WorkloadBench) {
                     .collect::<Vec<_>>(),
             )
         };
+        let ratios: Vec<f64> = w
+            .learning
+            .chunks_exact(2)
+            .map(|p| p[1].efficiency / p[0].efficiency)
+            .collect();
         println!(
-            "  learning ({} pairs, medians): cold run probe δ' {:.3}, E {:.3}  →  second run probe δ' {:.3}, E {:.3}",
+            "  learning ({} pairs, medians): cold run probe δ' {:.3}, E {:.3}  →  second run probe δ' {:.3}, E {:.3}  (second/first per pair {:.3})",
             w.learning.len() / 2,
             pick(false, |l| l.probe_imbalance),
             pick(false, |l| l.efficiency),
             pick(true, |l| l.probe_imbalance),
             pick(true, |l| l.efficiency),
+            median(&ratios),
         );
     }
     if let Some(b) = &w.baseline {
@@ -457,11 +487,24 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
             None
         }
     };
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..repeat {
-        off.push(once(&plain, &opts, chunks).await?);
-        if let Some(rt) = &metered {
-            on.push(once(rt, &opts, chunks).await?);
+    // Pairs in alternating order (off-on, on-off, ...): each pair's ratio
+    // compares two adjacent runs, and neither side always goes first.
+    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..repeat {
+        match &metered {
+            Some(rt) => {
+                let (m, p) = if i % 2 == 1 {
+                    let m = once(rt, &opts, chunks).await?;
+                    (m, once(&plain, &opts, chunks).await?)
+                } else {
+                    let p = once(&plain, &opts, chunks).await?;
+                    (once(rt, &opts, chunks).await?, p)
+                };
+                on.push(m);
+                off.push(p);
+                ratios.push(m / p);
+            }
+            None => off.push(once(&plain, &opts, chunks).await?),
         }
     }
     plain.shutdown().await;
@@ -471,11 +514,13 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
     let secs = median(&off);
     Ok(Overhead {
         workers,
+        repeat,
         chunks,
         seconds: secs,
         us_per_chunk: secs / chunks as f64 * 1e6,
         chunks_per_second: chunks as f64 / secs,
         with_metrics_us_per_chunk: (!on.is_empty()).then(|| median(&on) / chunks as f64 * 1e6),
+        with_metrics_ratio: (!ratios.is_empty()).then(|| median(&ratios)),
     })
 }
 

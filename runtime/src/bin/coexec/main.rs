@@ -73,6 +73,10 @@ enum Cmd {
         /// Repeats of every configuration (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Cold/warm pairs for the learning comparison: each pair runs the
+        /// job on a fresh profile, then again from what it stored (0: none).
+        #[arg(long, default_value_t = 5)]
+        pairs: usize,
         /// Write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -230,9 +234,13 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             args,
             policies,
             repeat,
+            pairs,
             json,
             plot,
-        } => bench::bench(workloads, &common, &args, &policies, repeat, json, plot).await,
+        } => {
+            let rounds = bench::Rounds { repeat, pairs };
+            bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
+        }
     }
 }
 

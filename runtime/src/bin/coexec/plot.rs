@@ -498,6 +498,7 @@ mod tests {
             command: "coexec bench".into(),
             devices: "cpu:2,sim:1@3".into(),
             repeat: 3,
+            pairs: 1,
             workloads: vec![WorkloadBench {
                 name: "plotted_workload".into(),
                 items: 1000,

@@ -21,6 +21,8 @@ pub(crate) struct BenchReport {
     /// The device spec in force.
     pub(crate) devices: String,
     pub(crate) repeat: usize,
+    /// Cold/warm pairs of the learning comparison.
+    pub(crate) pairs: usize,
     pub(crate) workloads: Vec<WorkloadBench>,
     pub(crate) overhead: Option<Overhead>,
 }
@@ -110,6 +112,8 @@ pub(crate) struct WorkloadBench {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Overhead {
     pub(crate) workers: usize,
+    /// Runs of each side (pairs, when metrics are measured too).
+    pub(crate) repeat: usize,
     pub(crate) chunks: usize,
     /// Median over the repeats.
     pub(crate) seconds: f64,
@@ -118,4 +122,8 @@ pub(crate) struct Overhead {
     pub(crate) chunks_per_second: f64,
     /// The same with the Prometheus recorder installed, if measured.
     pub(crate) with_metrics_us_per_chunk: Option<f64>,
+    /// Median over side-by-side pairs of (with metrics) / (without): the
+    /// two runs of a pair are adjacent, in alternating order, so the
+    /// machine's drift cancels.
+    pub(crate) with_metrics_ratio: Option<f64>,
 }
