@@ -12,7 +12,9 @@ use coexec_kernels::{Kernel, KernelError};
 use super::space::Space;
 use crate::device::{ClassInfo, End};
 use crate::perfmodel::{Sample, SpeedModel};
-use crate::policy::{plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds};
+use crate::policy::{
+    plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds, LATENCY_CHUNKS,
+};
 use crate::report::{
     imbalance, normalized, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport,
 };
@@ -61,6 +63,8 @@ struct ClassState {
     probe_done: usize,
     probe_chunks: usize,
     probe_finish: f64,
+    /// What the stored model predicted for this class's warm probe chunk.
+    probe_predicted: f64,
     // Static-phase throughput, for learning the split (the seed's step 4).
     static_items: usize,
     static_secs: f64,
@@ -114,6 +118,8 @@ pub(crate) struct JobCore {
     trace: Option<Vec<ChunkRecord>>,
     /// The split stored for this kernel when the job was admitted.
     stored_split: Vec<f64>,
+    /// Reused by the guard: (start, speed) of the other workers.
+    scratch: Vec<(f64, f64)>,
 }
 
 impl JobCore {
@@ -163,7 +169,10 @@ impl JobCore {
             let region = if adm.pool { items } else { space.left(c) };
             let w = s.workers.max(1);
             match adm.probe {
-                Probe::Warm => s.probe_target = (region as f64 * th.warm_probe) as usize,
+                Probe::Warm => {
+                    s.probe_target = (region as f64 * th.warm_probe) as usize;
+                    s.probe_predicted = s.model.predict(s.probe_target.div_ceil(w).max(1) as f64);
+                }
                 Probe::Cold => {
                     s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
                     // Start small and double: bounded in time even on a very
@@ -209,6 +218,7 @@ impl JobCore {
             failed,
             trace: trace.then(Vec::new),
             stored_split,
+            scratch: Vec::new(),
         }
     }
 
@@ -319,7 +329,13 @@ impl JobCore {
         }
         if s.claimed < s.probe_target + s.static_target {
             let per = self.adm.static_chunks_per_worker.max(1);
-            return ((s.static_target / (w * per)).max(1), Phase::Static);
+            // Fewer, larger static chunks where a chunk's fixed cost would
+            // otherwise weigh (an accelerator's launch and transfer setup).
+            let floor = s.b().map_or(0.0, |b| LATENCY_CHUNKS * s.model.a() * b) as usize;
+            let n = (s.static_target / (w * per))
+                .max(floor)
+                .min(s.static_target.div_ceil(w));
+            return (n.max(1), Phase::Static);
         }
         (self.dynamic_size(c), Phase::Dynamic)
     }
@@ -338,7 +354,7 @@ impl JobCore {
             }
             Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
                 (Some(b), Some(v)) => {
-                    let floor = 19.0 * self.st[c].model.a() * b;
+                    let floor = LATENCY_CHUNKS * self.st[c].model.a() * b;
                     (b * left / v / 2.0).max(floor)
                 }
                 _ => left / (2.0 * self.total_workers().max(1) as f64),
@@ -351,7 +367,7 @@ impl JobCore {
     /// may take, or `None` if others would finish the rest sooner without it.
     /// With nothing of the job in flight the worker always takes something,
     /// so a job cannot stall on refusals.
-    fn limit(&self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
+    fn limit(&mut self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
         let Some(b) = self.st[c].b() else {
             return Some(n);
         };
@@ -373,23 +389,27 @@ impl JobCore {
         if !self.adm.guard {
             return Some(n);
         }
-        // Others' speed, backlog (in items) and smallest fixed cost.
-        let (mut v_others, mut backlog, mut a_others) = (0.0, 0.0, f64::INFINITY);
+        // When the others would finish what is left without this worker:
+        // each starts on it once its chunk in flight is done and its fixed
+        // cost paid, then goes at its speed (water-filling over the starts).
+        let mut starts = std::mem::take(&mut self.scratch);
+        starts.clear();
         for (v, &cv) in self.worker_class.iter().enumerate() {
             if v == w || !self.st[cv].eligible || self.st[cv].workers == 0 {
                 continue;
             }
             let Some(bv) = self.st[cv].b() else {
+                self.scratch = starts;
                 return Some(n);
             };
-            v_others += bv;
-            backlog += (self.busy_until[v] - now).max(0.0) * bv;
-            a_others = a_others.min(self.st[cv].model.a());
+            let start = (self.busy_until[v] - now).max(0.0) + self.st[cv].model.a();
+            starts.push((start, bv));
         }
-        if v_others <= 0.0 {
+        let t_others = finish_time(&mut starts, self.space.total_left() as f64);
+        self.scratch = starts;
+        let Some(t_others) = t_others else {
             return Some(n);
-        }
-        let t_others = a_others + (self.space.total_left() as f64 + backlog) / v_others;
+        };
         let max = ((t_others - a) * b).floor();
         if max >= n as f64 {
             Some(n)
@@ -602,16 +622,40 @@ impl JobCore {
             .filter(|s| s.eligible && s.probe_chunks > 0)
             .map(|s| s.probe_finish)
             .collect();
-        let imbalance = imbalance(&finish);
+        // Warm: each class's probe time against the stored model's
+        // prediction for it, so that a known fixed cost per chunk (an
+        // accelerator's launch and transfers) is not mistaken for a wrong
+        // model; with no fixed costs this is the seed's δ' of finish times.
+        let warm = self.adm.probe == Probe::Warm
+            && self
+                .st
+                .iter()
+                .filter(|s| s.eligible && s.probe_chunks > 0)
+                .all(|s| s.probe_predicted.is_finite() && s.probe_predicted > 0.0);
+        let imbalance = if warm {
+            let ratio: Vec<f64> = self
+                .st
+                .iter()
+                .filter(|s| s.eligible && s.probe_chunks > 0)
+                .map(|s| s.probe_finish / s.probe_predicted)
+                .collect();
+            imbalance(&ratio)
+        } else {
+            imbalance(&finish)
+        };
+        // Measured speed per class: items per second of probe, or, warm, the
+        // stored speed scaled by how much faster than predicted it went.
         let rate: Vec<f64> = self
             .st
             .iter()
-            .map(|s| {
-                if s.probe_chunks > 0 && s.probe_finish > 0.0 {
-                    s.probe_done as f64 / s.probe_finish
-                } else {
-                    0.0
+            .map(|s| match s.b() {
+                Some(b) if warm && s.probe_chunks > 0 && s.probe_finish > 0.0 => {
+                    b * s.workers as f64 * s.probe_predicted / s.probe_finish
                 }
+                _ if s.probe_chunks > 0 && s.probe_finish > 0.0 => {
+                    s.probe_done as f64 / s.probe_finish
+                }
+                _ => 0.0,
             })
             .collect();
         let measured = normalized(&rate);
@@ -754,6 +798,23 @@ impl JobCore {
             .map(|s| s.run_samples.iter().copied().collect())
             .collect()
     }
+}
+
+/// When workers that start at `starts[i].0` (seconds from now) and then go
+/// at `starts[i].1` items per second have done `items` between them; `None`
+/// if none can (no speed). Sorts `starts`.
+fn finish_time(starts: &mut [(f64, f64)], items: f64) -> Option<f64> {
+    starts.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+    let (mut done, mut rate) = (0.0, 0.0);
+    for (i, &(t, b)) in starts.iter().enumerate() {
+        rate += b;
+        let next = starts.get(i + 1).map_or(f64::INFINITY, |p| p.0);
+        if rate > 0.0 && done + rate * (next - t) >= items {
+            return Some(t + (items - done) / rate);
+        }
+        done += rate * (next - t);
+    }
+    None
 }
 
 #[cfg(test)]

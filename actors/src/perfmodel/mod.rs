@@ -118,7 +118,7 @@ impl SpeedModel {
 
     fn refit(&mut self) {
         let kept = drop_outliers(&self.samples, self.a, self.b);
-        if let Some((a, b)) = fit(&kept) {
+        if let Some((a, b)) = fit(&kept, self.a) {
             self.a = a;
             self.b = b;
         }
@@ -150,7 +150,7 @@ fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
 /// so that small chunks constrain `a` as much as large ones constrain `c`.
 /// With one distinct size (or a fit that would need `a < 0`), `a` is the
 /// previous estimate floored at zero and `c` the weighted mean of `(t−a)/n`.
-fn fit(s: &[Sample]) -> Option<(f64, f64)> {
+fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
     if s.is_empty() {
         return None;
     }
@@ -174,9 +174,15 @@ fn fit(s: &[Sample]) -> Option<(f64, f64)> {
             return Some((a, 1.0 / c));
         }
     }
-    // Throughput only: per-item time through the origin, a = 0.
-    let c = sxy / sxx;
-    (c.is_finite() && c > 0.0).then(|| (0.0, 1.0 / c))
+    // Throughput only, keeping the fixed cost already known (one chunk size
+    // cannot separate the two): c minimises Σ w (t − a − n·c)².
+    let a = if prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
+        prev_a.max(0.0)
+    } else {
+        0.0
+    };
+    let c = (sxy - a * sx) / sxx;
+    (c.is_finite() && c > 0.0).then(|| (a, 1.0 / c))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -215,6 +221,18 @@ mod tests {
         }
         assert_eq!(m.a(), 0.0);
         assert!((m.b() - 1e5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn one_size_keeps_the_known_fixed_cost() {
+        // A stored 1 ms per chunk, then chunks of a single size: the fixed
+        // cost stays and the throughput is what is left of the time.
+        let mut m = SpeedModel::with_params(0.001, 1e5);
+        for _ in 0..3 {
+            m.observe(1000.0, 0.001 + 1000.0 / 2e5);
+        }
+        assert_eq!(m.a(), 0.001);
+        assert!((m.b() - 2e5).abs() < 1e-6, "b = {}", m.b());
     }
 
     #[test]

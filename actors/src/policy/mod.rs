@@ -19,7 +19,7 @@ mod static_split;
 
 use std::sync::Arc;
 
-pub use plan::{plan_shares, ClassSpeed};
+pub use plan::{plan_shares, ClassSpeed, LATENCY_CHUNKS};
 
 use crate::device::ClassInfo;
 use crate::ActorError;

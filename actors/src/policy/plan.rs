@@ -16,9 +16,40 @@ pub struct ClassSpeed {
     pub min_items: usize,
 }
 
+/// A chunk is at least this many times its class's fixed cost per chunk
+/// long (the fixed cost is then at most 5% of it), where the job is large
+/// enough: an accelerator's launch and transfer setup are paid a few times
+/// per run, not once per small chunk.
+pub const LATENCY_CHUNKS: f64 = 19.0;
+
+/// Items one worker with fixed cost `a` and throughput `b` gets through by
+/// time `t`, paying its fixed cost once per chunk: at most `max_chunks`
+/// chunks, but no more than its items fill at [`LATENCY_CHUNKS`]`·a·b` each
+/// (plus the probe's).
+fn per_worker(t: f64, a: f64, b: f64, max_chunks: f64) -> f64 {
+    let k_max = max_chunks.max(1.0).ceil() as usize;
+    if a <= 0.0 || k_max == 1 {
+        return (b * (t - max_chunks.max(1.0) * a.max(0.0))).max(0.0);
+    }
+    let fill = LATENCY_CHUNKS * a * b;
+    // With k chunks a worker holds at most (k - 1) chunks' fill; the largest
+    // count is not limited.
+    (1..=k_max)
+        .map(|k| {
+            let n = b * (t - k as f64 * a);
+            if k == k_max {
+                n
+            } else {
+                n.min((k - 1) as f64 * fill)
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
 /// Shares per class (summing to 1 over eligible classes) and the predicted
-/// makespan, for `items` items where each worker pays its fixed cost about
-/// `chunks_per_worker` times.
+/// makespan, for `items` items where each worker pays its fixed cost once
+/// per chunk, for at most `chunks_per_worker` chunks (fewer where its chunks
+/// are kept large against that cost, see [`LATENCY_CHUNKS`]).
 ///
 /// A class whose share would be smaller than its smallest useful chunk gets
 /// nothing and the rest is re-planned without it: coexec never waits on a
@@ -56,8 +87,10 @@ pub fn plan_shares(
     let s = items as f64;
     loop {
         let speed = |c: &ClassSpeed| c.workers as f64 * c.b.unwrap_or(fallback);
-        let fixed = |c: &ClassSpeed| chunks_per_worker * c.a.max(0.0);
-        let alloc = |t: f64, c: &ClassSpeed| (speed(c) * (t - fixed(c))).max(0.0);
+        let fixed = |c: &ClassSpeed| chunks_per_worker.max(1.0) * c.a.max(0.0);
+        let alloc = |t: f64, c: &ClassSpeed| {
+            c.workers as f64 * per_worker(t, c.a, c.b.unwrap_or(fallback), chunks_per_worker)
+        };
         let Some(hi) = classes
             .iter()
             .zip(&active)
@@ -133,6 +166,20 @@ mod tests {
         let (s, _) = plan_shares(1000, &[c(1, 0.0, Some(100.0)), c(1, 1.0, Some(100.0))], 1.0);
         // Finish together: n0/100 = 1 + n1/100 with n0 + n1 = 1000.
         assert!((s[0] - 0.55).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn a_fixed_cost_is_paid_once_per_large_chunk_not_per_chunk_slot() {
+        // 180 items fill less than one chunk of 19·a·b = 190 on the
+        // accelerator: a probe and one chunk, 2 fixed costs, not 5.
+        // 0.02 + n/1000 = (200 - n)/100 gives n = 180.
+        let (s, t) = plan_shares(
+            200,
+            &[c(1, 0.0, Some(100.0)), c(1, 0.01, Some(1000.0))],
+            5.0,
+        );
+        assert!((s[1] - 0.9).abs() < 1e-9, "{s:?}");
+        assert!((t - 0.2).abs() < 1e-9);
     }
 
     #[test]

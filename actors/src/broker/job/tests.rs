@@ -378,3 +378,46 @@ proptest! {
         prop_assert_eq!(traced, items);
     }
 }
+
+#[test]
+fn an_accelerator_with_a_launch_cost_gets_few_large_chunks() {
+    // A 2 ms fixed cost per chunk on a 55 ms job: four static chunks would
+    // spend a seventh of the accelerator's time on it. Warm, the planner
+    // and the static phase count it; the probe is judged against the
+    // model's prediction, so a known fixed cost is not a wrong model.
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e6, false), (1, 2e-3, 1e7, true)],
+        known: true,
+        fail_every: None,
+        misjudged: None,
+    };
+    let out = sim.run("hybrid", 600_000, 1).unwrap();
+    let e = sim.ideal(600_000) / out.makespan;
+    assert!(e >= 0.92, "efficiency {e:.3}: {}", out.report.summary());
+    assert!(
+        out.report.classes[1].chunks <= 4,
+        "{}",
+        out.report.summary()
+    );
+    assert!(!out.report.probe.unwrap().replanned);
+    // Fifteen cores and two streams 20x as fast, 100 µs per chunk.
+    let sim = Sim {
+        spec: vec![(15, 0.0, 1e6, false), (2, 100e-6, 2e7, true)],
+        known: true,
+        fail_every: None,
+        misjudged: None,
+    };
+    let out = sim.run("hybrid", 1_000_000, 1).unwrap();
+    let e = sim.ideal(1_000_000) / out.makespan;
+    assert!(e >= 0.95, "efficiency {e:.3}: {}", out.report.summary());
+}
+
+#[test]
+fn finish_time_fills_the_others_from_their_starts() {
+    // One worker free now at 10/s, one free in 1 s at 10/s: 30 items by 2 s.
+    let mut s = vec![(1.0, 10.0), (0.0, 10.0)];
+    assert!((finish_time(&mut s, 30.0).unwrap() - 2.0).abs() < 1e-12);
+    // Done before the second starts.
+    assert!((finish_time(&mut s, 5.0).unwrap() - 0.5).abs() < 1e-12);
+    assert_eq!(finish_time(&mut [], 5.0), None);
+}
