@@ -1,45 +1,74 @@
 #!/usr/bin/env bash
 # GPU check, run on the GPU machine (no Rust toolchain, no network) from the
-# repository root. Needs the prebuilt binaries in .bin/ (see scripts/README.md):
-#   .bin/coexec            the CLI
-#   .bin/cuda_equals_cpu   the kernels' GPU-vs-CPU test binary
-# Writes everything into $OUT (default ./gpu-out) and prints a short table last.
-# Budget: about 8 minutes (each step has its own timeout).
+# repository root. Needs what scripts/README.md step 1 puts in .bin/ (an
+# ignored folder that must be carried to the machine):
+#   .bin/coexec               the CLI
+#   .bin/cuda_equals_cpu      the kernels' GPU-vs-CPU test binary
+#   .bin/data/kdd_cup.xz      Rodinia's kmeans input (../shared does not travel)
+# Writes six files into $OUT (default ./gpu-out) and prints a short table last.
+# Budget: under 9 minutes in all (each step has its own timeout), so that one
+# device command of 600 s holds it.
 #
 # Environment overrides:
-#   DEVICES      device spec for the benchmark (default cpu,cuda:0x4)
+#   DEVICES      device spec for the benchmark (default: coexec's own default,
+#                every GPU with 2 streams and the cores minus one per GPU)
 #   WORKLOADS    benchmark workloads (default: matmul kmeans pathfinder nbody)
-#   BENCH_ARGS   extra arguments for `coexec bench` (sizes, --repeat)
+#   BENCH_ARGS   extra arguments for every `coexec bench` (default --repeat 3 --pairs 3)
+#   MATMUL_ARGS, KMEANS_ARGS, PATHFINDER_ARGS, NBODY_ARGS   per-workload sizes
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
-DEVICES=${DEVICES:-cpu,cuda:0x4}
+DEVICES=${DEVICES:-}
 WORKLOADS=${WORKLOADS:-matmul kmeans pathfinder nbody}
-BENCH_ARGS=${BENCH_ARGS:---repeat 1}
+BENCH_ARGS=${BENCH_ARGS:---repeat 3 --pairs 3}
+# Sized for 16 cores and an H100: runs of a few tenths of a second.
+MATMUL_ARGS=${MATMUL_ARGS:---count 60000}
+KMEANS_ARGS=${KMEANS_ARGS:-}
+PATHFINDER_ARGS=${PATHFINDER_ARGS:-}
+NBODY_ARGS=${NBODY_ARGS:---bodies 65536 --steps 4}
 declare -a ROWS=()
 row() { ROWS+=("$(printf '%-18s %-6s %s' "$1" "$2" "$3")"); }
+TMP=$(mktemp -d)
 
 # --- environment --------------------------------------------------------
 {
   date -u
   uname -a
   nvidia-smi 2>&1 || echo "nvidia-smi: not available"
-  nproc
+  echo "cores: $(nproc)"
 } >"$OUT/env.txt" 2>&1
 
-# NVRTC lives in the toolkit's lib64, which is not on the loader path.
-NVRTC=$(find / -name 'libnvrtc.so.13*' -not -path '*/proc/*' 2>/dev/null | head -1)
+# NVRTC lives in the toolkit's lib64, which is not on the loader path (and
+# needs libnvrtc-builtins from the same folder).
+NVRTC=
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64; do
+  [ -e "$d/libnvrtc.so.13" ] && { NVRTC="$d/libnvrtc.so.13"; break; }
+done
+[ -n "$NVRTC" ] || NVRTC=$(find / \( -path /proc -o -path /sys -o -path /dev \) -prune \
+  -o -name 'libnvrtc.so.13*' -print -quit 2>/dev/null)
 if [ -n "$NVRTC" ]; then
   export LD_LIBRARY_PATH="$(dirname "$NVRTC")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   row nvrtc ok "$NVRTC"
 else
   row nvrtc MISSING "no libnvrtc.so.13 found; GPU kernels cannot compile"
 fi
-echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$OUT/env.txt"
+{
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  ldconfig -p | grep -E 'libcuda|libnvrtc' || true
+  [ -x .bin/coexec ] && ldd .bin/coexec
+} >>"$OUT/env.txt" 2>&1
 
 for b in .bin/coexec .bin/cuda_equals_cpu; do
   [ -x "$b" ] || { echo "missing $b (build it first, see scripts/README.md)" >&2; row "$b" MISSING ""; }
 done
+if [ -f .bin/data/kdd_cup.xz ]; then
+  export COEXEC_KMEANS_DATA="$PWD/.bin/data"
+elif [ -f ../shared/data/rodinia-kmeans/kdd_cup.xz ]; then
+  export COEXEC_KMEANS_DATA="$(cd ../shared/data/rodinia-kmeans && pwd)"
+else
+  WORKLOADS=$(echo " $WORKLOADS " | sed 's/ kmeans / /')
+  row kmeans SKIPPED "no kdd_cup.xz in .bin/data"
+fi
 
 # --- devices ----------------------------------------------------------------
 if [ -x .bin/coexec ]; then
@@ -51,7 +80,7 @@ fi
 # --- GPU == CPU, bit for bit ----------------------------------------------------
 if [ -x .bin/cuda_equals_cpu ]; then
   # One test at a time so the GPU timings and failures are easy to read.
-  timeout 240 .bin/cuda_equals_cpu --include-ignored --nocapture --test-threads=1 >"$OUT/cuda_equals_cpu.txt" 2>&1
+  timeout 120 .bin/cuda_equals_cpu --include-ignored --nocapture --test-threads=1 >"$OUT/cuda_equals_cpu.txt" 2>&1
   rc=$?
   res=$(grep -E '^test result' "$OUT/cuda_equals_cpu.txt" | tail -1)
   skipped=$(grep -c 'SKIPPED' "$OUT/cuda_equals_cpu.txt")
@@ -62,14 +91,26 @@ if [ -x .bin/cuda_equals_cpu ]; then
   [ -n "$skips" ] && row "  skipped" "" "$skips"
 fi
 
-# --- co-execution benchmark -----------------------------------------------------
+# --- co-execution benchmark, one workload per call ------------------------------
+# Each writes its own JSON as soon as it ends, so a timeout costs one workload.
 if [ -x .bin/coexec ]; then
-  # shellcheck disable=SC2086
-  timeout 300 .bin/coexec bench $WORKLOADS --devices "$DEVICES" \
-    --policies cpu-only,accel-only,static,static+dynamic,hybrid \
-    --json "$OUT/bench.json" $BENCH_ARGS >"$OUT/bench.txt" 2>&1
-  rc=$?
-  row bench "rc=$rc" "devices $DEVICES; table in bench.txt, data in bench.json"
+  for w in $WORKLOADS; do
+    case $w in
+      matmul) WA=$MATMUL_ARGS ;; kmeans) WA=$KMEANS_ARGS ;;
+      pathfinder) WA=$PATHFINDER_ARGS ;; nbody) WA=$NBODY_ARGS ;; *) WA= ;;
+    esac
+    # shellcheck disable=SC2086
+    timeout 85 .bin/coexec bench "$w" ${DEVICES:+--devices "$DEVICES"} \
+      --policies cpu-only,accel-only,static,static+dynamic,hybrid --quiet \
+      --json "$TMP/bench-$w.json" $WA $BENCH_ARGS >>"$OUT/bench.txt" 2>&1
+    rc=$?
+    row "bench $w" "rc=$rc" "$WA"
+  done
+  # One file back: the per-workload reports as a JSON list.
+  python3 - "$TMP" >"$OUT/bench.json" <<'EOF'
+import glob, json, sys
+print(json.dumps([json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/bench-*.json"))], indent=1))
+EOF
 fi
 
 # --- summary ----------------------------------------------------------------------
@@ -81,7 +122,8 @@ fi
   for r in "${ROWS[@]}"; do echo "$r"; done
   if [ -s "$OUT/bench.txt" ]; then
     echo
-    echo "-- bench (last 40 lines) --"
-    tail -40 "$OUT/bench.txt"
+    echo "-- bench --"
+    grep -vE '^\s*$' "$OUT/bench.txt" | tail -60
   fi
 } | tee "$OUT/summary.txt"
+rm -rf "$TMP"

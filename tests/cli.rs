@@ -92,6 +92,44 @@ fn run_and_list() {
 }
 
 #[test]
+fn bench_without_an_accelerator_runs_the_cpu_classes() {
+    // As in CI: accel-only has nothing to run on, the rest still runs.
+    let json = std::env::temp_dir().join(format!("coexec-bench-{}.json", std::process::id()));
+    let (code, out, err) = coexec(&[
+        "bench",
+        "synthetic",
+        "--devices",
+        "cpu:2",
+        "--policies",
+        "accel-only,cpu-only,hybrid",
+        "--size",
+        "20000",
+        "--work",
+        "10",
+        "--repeat",
+        "1",
+        "--pairs",
+        "1",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("`accel-only`: not run"), "{err}");
+    assert!(out.contains("hybrid") && out.contains("cpu-only"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let policies: Vec<&str> = v["workloads"][0]["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["cpu-only", "hybrid"]);
+}
+
+#[test]
 fn the_same_bits_whatever_the_split() {
     // 20 000 points in 8 features: many 1024-point blocks, cut differently
     // by every device mix and policy below.

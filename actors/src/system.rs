@@ -286,7 +286,7 @@ impl Engine {
                         DeviceKind::Cpu => Box::new(CpuExec),
                         DeviceKind::Sim { speed, latency } => Box::new(SimExec { speed, latency }),
                         DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
-                            Ok(stream) => Box::new(GpuExec { stream }),
+                            Ok(stream) => Box::new(GpuExec::new(stream)),
                             Err(e) => {
                                 let _ = up.send(Err(ActorError::Device {
                                     device: format!("{}/s{k}", info.name),

@@ -50,6 +50,11 @@ impl StreamWorker {
         match self.never {}
     }
 
+    /// Compiles what `kernel` launches (unreachable: no value exists).
+    pub fn prepare(&mut self, _kernel: &dyn CudaKernel) -> Result<(), KernelError> {
+        match self.never {}
+    }
+
     /// The device's ordinal (unreachable).
     pub fn device(&self) -> usize {
         match self.never {}
@@ -71,6 +76,13 @@ pub trait CudaKernel: Send + Sync {
     /// Runs the items of `chunk` on `worker`'s stream and returns once their
     /// results are in the kernel's host outputs.
     fn run_cuda(&self, worker: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError>;
+
+    /// Compiles what [`CudaKernel::run_cuda`] launches, ahead of the first
+    /// chunk (compiled code is cached per device for the process).
+    fn prepare(&self, worker: &mut StreamWorker) -> Result<(), KernelError> {
+        let _ = worker;
+        Ok(())
+    }
 }
 
 /// The kernels that have a GPU twin in the `cuda` build implement the trait

@@ -1,3 +1,5 @@
+use std::collections::HashSet;
+
 use coexec_kernels::cuda::StreamWorker;
 use coexec_kernels::{Chunk, Kernel, KernelError};
 
@@ -6,16 +8,39 @@ use super::{guarded, Executor};
 /// One CUDA stream, driven by this thread; it sleeps while the GPU works.
 pub(crate) struct GpuExec {
     pub(crate) stream: StreamWorker,
+    /// Kernels whose code is compiled for this stream's device.
+    pub(crate) ready: HashSet<String>,
+}
+
+impl GpuExec {
+    pub(crate) fn new(stream: StreamWorker) -> Self {
+        Self {
+            stream,
+            ready: HashSet::new(),
+        }
+    }
+}
+
+fn twin(kernel: &dyn Kernel) -> Result<&dyn coexec_kernels::cuda::CudaKernel, KernelError> {
+    kernel.cuda().ok_or_else(|| KernelError::Unsupported {
+        kernel: kernel.name().to_string(),
+        device: "CUDA",
+    })
 }
 
 impl Executor for GpuExec {
+    fn prepare(&mut self, kernel: &dyn Kernel) -> Result<bool, KernelError> {
+        if self.ready.contains(kernel.name()) {
+            return Ok(false);
+        }
+        let k = twin(kernel)?;
+        guarded(|| self.stream.prepare(k))?;
+        self.ready.insert(kernel.name().to_string());
+        Ok(true)
+    }
+
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
-        let Some(k) = kernel.cuda() else {
-            return Err(KernelError::Unsupported {
-                kernel: kernel.name().to_string(),
-                device: "CUDA",
-            });
-        };
+        let k = twin(kernel)?;
         guarded(|| self.stream.run(k, chunk))
     }
 }

@@ -25,6 +25,13 @@ const DEVICE_STRIKES: u32 = 3;
 /// How a worker runs a chunk on its device.
 pub(crate) trait Executor: Send {
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError>;
+
+    /// One-off setup for `kernel` before its first chunk here (compiling
+    /// GPU code), kept out of the chunk's time; whether it did anything.
+    fn prepare(&mut self, kernel: &dyn Kernel) -> Result<bool, KernelError> {
+        let _ = kernel;
+        Ok(false)
+    }
 }
 
 /// Runs `f`, turning a panic into [`KernelError::Panicked`].
@@ -95,7 +102,14 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         };
         let Claimed { info, kernel } = claimed;
         let chunk = Chunk::new(info.range.clone());
-        let res = exec.run(&*kernel, &chunk);
+        let (t0, res) = match exec.prepare(&*kernel) {
+            Ok(false) => (t0, exec.run(&*kernel, &chunk)),
+            Ok(true) => (
+                job.start.elapsed().as_secs_f64(),
+                exec.run(&*kernel, &chunk),
+            ),
+            Err(e) => (t0, Err(e)),
+        };
         let t1 = job.start.elapsed().as_secs_f64();
         drop(kernel);
         if fair {
@@ -114,7 +128,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
             Err(e) => {
                 tracing::warn!(worker = w, class = %class, items = ?chunk.range(), error = %e, "chunk failed; it goes back to the broker");
                 labels.chunk_failed();
-                if matches!(e, KernelError::Cuda(_)) {
+                if matches!(e, KernelError::Cuda(_) | KernelError::CudaUnavailable(_)) {
                     strikes += 1;
                 }
                 core.fail(w, &info, e)

@@ -59,14 +59,16 @@ extern "C" __global__ void nbody(const float* __restrict__ x,
     }
 
     if (live) {
+        // Offsets in 64 bits: 6·cnt overflows 32 bits past 715 M bodies.
+        unsigned long long c = cnt;
         float nvx = (vel[k] + ax * dt) * damping;
-        float nvy = (vel[cnt + k] + ay * dt) * damping;
-        float nvz = (vel[2 * cnt + k] + az * dt) * damping;
+        float nvy = (vel[c + k] + ay * dt) * damping;
+        float nvz = (vel[2 * c + k] + az * dt) * damping;
         out[k] = xi + nvx * dt;
-        out[cnt + k] = yi + nvy * dt;
-        out[2 * cnt + k] = zi + nvz * dt;
-        out[3 * cnt + k] = nvx;
-        out[4 * cnt + k] = nvy;
-        out[5 * cnt + k] = nvz;
+        out[c + k] = yi + nvy * dt;
+        out[2 * c + k] = zi + nvz * dt;
+        out[3 * c + k] = nvx;
+        out[4 * c + k] = nvy;
+        out[5 * c + k] = nvz;
     }
 }

@@ -96,6 +96,13 @@ pub trait CudaKernel: Send + Sync {
     /// Runs the items of `chunk` on `worker`'s stream and returns once their
     /// results are in the kernel's host outputs.
     fn run_cuda(&self, worker: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError>;
+
+    /// Compiles what [`CudaKernel::run_cuda`] launches, ahead of the first
+    /// chunk (compiled code is cached per device for the process).
+    fn prepare(&self, worker: &mut StreamWorker) -> Result<(), KernelError> {
+        let _ = worker;
+        Ok(())
+    }
 }
 
 /// Runs `f`, turning a panic inside cudarc (a library or symbol it could not

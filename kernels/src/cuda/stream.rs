@@ -45,6 +45,10 @@ pub struct StreamWorker {
     slots: Vec<Slot>,
     /// Items of the chunk being run, for [`KernelError::OutOfMemory`].
     items: usize,
+    /// Run-cache buffers the chunk in flight reads: kept until the stream is
+    /// synchronised, even when the chunk fails halfway (the cache may have
+    /// let go of them meanwhile).
+    held: Vec<Arc<CudaSlice<u8>>>,
 }
 
 #[derive(Default)]
@@ -80,7 +84,33 @@ impl StreamWorker {
             index: stream,
             slots: Vec::new(),
             items: 0,
+            held: Vec::new(),
         })
+    }
+
+    /// Compiles (or finds compiled) what `kernel` launches on this device,
+    /// so that the first chunk's time is the chunk's alone.
+    pub fn prepare(&mut self, kernel: &dyn CudaKernel) -> Result<(), KernelError> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.bind()?;
+            kernel.prepare(self)
+        }))
+        .unwrap_or_else(|p| {
+            Err(KernelError::Cuda(format!(
+                "panic while compiling a kernel: {}",
+                panic_message(&*p)
+            )))
+        })
+    }
+
+    /// Makes this stream's context current on the calling thread.
+    fn bind(&self) -> Result<(), KernelError> {
+        let ctx = self.stream.context();
+        // An error recorded by a drop elsewhere (cudarc keeps one per context)
+        // is not this chunk's: clear it. A sticky context error shows again
+        // in the next call, and fails the chunk there.
+        let _ = ctx.check_err();
+        ctx.bind_to_thread().map_err(driver::error)
     }
 
     /// Runs `chunk` of `kernel` on this stream and returns once its results
@@ -93,10 +123,7 @@ impl StreamWorker {
         }
         self.items = chunk.len();
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.stream
-                .context()
-                .bind_to_thread()
-                .map_err(driver::error)?;
+            self.bind()?;
             kernel.run_cuda(self, chunk)
         }))
         .unwrap_or_else(|p| {
@@ -110,6 +137,7 @@ impl StreamWorker {
         if r.is_err() {
             let _ = self.stream.synchronize();
         }
+        self.held.clear();
         r
     }
 
@@ -316,6 +344,7 @@ impl StreamWorker {
         let entry = self.dev.run_cache.entry(key);
         let mut slot = entry.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(buf) = slot.as_ref() {
+            self.held.push(buf.clone());
             return Ok(buf.clone());
         }
         let err = self.err();
@@ -330,6 +359,7 @@ impl StreamWorker {
         self.stream.synchronize().map_err(&err)?;
         let buf = Arc::new(buf);
         *slot = Some(buf.clone());
+        self.held.push(buf.clone());
         Ok(buf)
     }
 

@@ -21,6 +21,10 @@ fn too_large(chunk: &Chunk) -> KernelError {
 }
 
 impl CudaKernel for Synthetic {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        w.function(&SYNTHETIC, "synthetic").map(drop)
+    }
+
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.items(), 1)?;
         let n = chunk.len();
@@ -46,12 +50,19 @@ impl CudaKernel for Synthetic {
 }
 
 impl CudaKernel for Matmul {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        w.function(&MATMUL, "matmul").map(drop)
+    }
+
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
         const TILE: u32 = 16;
         check_chunk(chunk, self.items(), 1)?;
         let dim = self.problem().dim();
         let d2 = dim * dim;
         let n = chunk.len();
+        if n > MAX_LAUNCH {
+            return Err(too_large(chunk));
+        }
         let (lo, hi) = (chunk.lo() * d2, chunk.hi() * d2);
         let f = w.function(&MATMUL, "matmul")?;
         let a = w.upload(0, &[&self.a()[lo..hi]])?;
@@ -78,6 +89,10 @@ impl CudaKernel for Matmul {
 }
 
 impl CudaKernel for PathfinderStep {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        w.function(&PATHFINDER, "pathfinder").map(drop)
+    }
+
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
         /// Rows one launch advances at most: with 1024-column tiles each
         /// block still writes 1024 − 2·448 = 128 columns.
@@ -152,6 +167,10 @@ impl CudaKernel for PathfinderStep {
 }
 
 impl CudaKernel for NbodyStep {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        w.function(&NBODY, "nbody").map(drop)
+    }
+
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
         const BLOCK: u32 = 256; // = TILE in nbody.cu
         check_chunk(chunk, self.items(), 1)?;
@@ -203,6 +222,10 @@ impl CudaKernel for NbodyStep {
 }
 
 impl CudaKernel for KmeansStep {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        w.function(&KMEANS, "kmeans").map(drop)
+    }
+
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.items(), self.block())?;
         let data = self.data();
