@@ -127,3 +127,50 @@ fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
     let done = tokio.block_on(rt.run(Synthetic::new(1000, 1))).unwrap();
     done.kernel.verify().unwrap();
 }
+
+#[test]
+fn a_device_that_keeps_failing_is_taken_out_and_the_job_finishes_on_the_rest() {
+    // Every chunk on the accelerator fails with a device error (as a CUDA
+    // stream whose device is lost would); the CPU computes them.
+    struct LostDevice(Synthetic);
+    impl Kernel for LostDevice {
+        fn name(&self) -> &str {
+            "lost_device"
+        }
+        fn items(&self) -> usize {
+            self.0.items()
+        }
+        fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+            self.0.run_cpu(chunk)
+        }
+        fn run_modeled(&self, _chunk: &Chunk) -> Option<Result<std::time::Duration, KernelError>> {
+            Some(Err(KernelError::Cuda("device lost".into())))
+        }
+    }
+    let rt = Runtime::builder()
+        .devices("cpu:1,sim:2@4")
+        .unwrap()
+        .in_memory_profiles()
+        .build()
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let done = tokio
+        .block_on(rt.run(LostDevice(Synthetic::new(20_000, 1))))
+        .unwrap();
+    done.kernel.0.verify().unwrap();
+    let sim = &done.report.classes[1];
+    assert_eq!(sim.items, 0, "{}", done.report.summary());
+    assert!(done.report.retries >= 2, "{}", done.report.summary());
+    // Both sim workers are out of service: the next job runs on the CPU alone.
+    let next = tokio.block_on(rt.run(Synthetic::new(5000, 1))).unwrap();
+    next.kernel.verify().unwrap();
+    assert_eq!(next.report.classes[1].items, 0);
+    assert_eq!(
+        next.report.classes[1].workers,
+        0,
+        "{}",
+        next.report.summary()
+    );
+}
