@@ -23,6 +23,10 @@ use crate::ActorError;
 /// Attempts a chunk gets before its job fails.
 pub(crate) const MAX_ATTEMPTS: u32 = 4;
 
+/// A cold probe's first chunk per worker: the items over this many times
+/// the workers, then doubling.
+const COLD_FIRST: usize = 4096;
+
 /// In-run samples kept per class for the profiler.
 const RUN_SAMPLES: usize = 256;
 
@@ -177,7 +181,7 @@ impl JobCore {
                     s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
-                    s.probe_ramp = (items / (256 * total_workers.max(1)))
+                    s.probe_ramp = (items / (COLD_FIRST * total_workers.max(1)))
                         .max(grain)
                         .min(s.probe_target / w)
                         .max(1);

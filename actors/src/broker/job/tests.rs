@@ -421,3 +421,21 @@ fn finish_time_fills_the_others_from_their_starts() {
     assert!((finish_time(&mut s, 5.0).unwrap() - 0.5).abs() < 1e-12);
     assert_eq!(finish_time(&mut [], 5.0), None);
 }
+
+#[test]
+fn a_cold_start_against_a_far_faster_accelerator_stays_short() {
+    // The CPU's first probe chunk is the only thing the accelerator may wait
+    // for: it is small (items / 4096 per worker), so the cold run is
+    // balanced too, not only the warm one.
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e4, false), (1, 0.0, 2.5e7, true)],
+        known: false,
+        fail_every: None,
+        misjudged: None,
+    };
+    let items = 5_000_000;
+    let out = sim.run("hybrid", items, 1).unwrap();
+    let e = sim.ideal(items) / out.makespan;
+    assert!(e >= 0.95, "efficiency {e:.3}: {}", out.report.summary());
+    assert!(out.report.classes[0].items < items / 500);
+}
