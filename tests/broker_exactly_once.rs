@@ -91,6 +91,21 @@ proptest! {
     }
 }
 
+/// A coexec runtime on `devices` with profiles in memory, and a tokio runtime
+/// to drive it from a test.
+fn runtimes(devices: &str) -> (Runtime, tokio::runtime::Runtime) {
+    let rt = Runtime::builder()
+        .devices(devices)
+        .unwrap()
+        .in_memory_profiles()
+        .build()
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    (rt, tokio)
+}
+
 #[test]
 fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
     #[derive(Debug)]
@@ -109,15 +124,7 @@ fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
             Ok(())
         }
     }
-    let rt = Runtime::builder()
-        .devices("cpu:2")
-        .unwrap()
-        .in_memory_profiles()
-        .build()
-        .unwrap();
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let (rt, tokio) = runtimes("cpu:2");
     let err = tokio.block_on(rt.run(Broken)).unwrap_err().to_string();
     assert!(
         err.contains("failed 4 times") && err.contains("item 42 is cursed"),
@@ -147,30 +154,27 @@ fn a_device_that_keeps_failing_is_taken_out_and_the_job_finishes_on_the_rest() {
             Some(Err(KernelError::Cuda("device lost".into())))
         }
     }
-    let rt = Runtime::builder()
-        .devices("cpu:1,sim:2@4")
-        .unwrap()
-        .in_memory_profiles()
-        .build()
-        .unwrap();
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let done = tokio
-        .block_on(rt.run(LostDevice(Synthetic::new(20_000, 1))))
-        .unwrap();
-    done.kernel.0.verify().unwrap();
-    let sim = &done.report.classes[1];
-    assert_eq!(sim.items, 0, "{}", done.report.summary());
-    assert!(done.report.retries >= 2, "{}", done.report.summary());
-    // Both sim workers are out of service: the next job runs on the CPU alone.
+    let (rt, tokio) = runtimes("cpu:1,sim:2@4");
+    // Each job gives the accelerator's workers more failures (a worker's
+    // strikes count across jobs until it succeeds); within a few jobs both
+    // are out, and every job is still complete, with nothing from them.
+    let mut out_of_service = false;
+    for _ in 0..50 {
+        let done = tokio
+            .block_on(rt.run(LostDevice(Synthetic::new(20_000, 1))))
+            .unwrap();
+        done.kernel.0.verify().unwrap();
+        let sim = &done.report.classes[1];
+        assert_eq!(sim.items, 0, "{}", done.report.summary());
+        if sim.workers == 0 {
+            out_of_service = true;
+            break;
+        }
+    }
+    assert!(out_of_service, "the failing workers stayed in service");
+    // The next job runs on the CPU alone.
     let next = tokio.block_on(rt.run(Synthetic::new(5000, 1))).unwrap();
     next.kernel.verify().unwrap();
     assert_eq!(next.report.classes[1].items, 0);
-    assert_eq!(
-        next.report.classes[1].workers,
-        0,
-        "{}",
-        next.report.summary()
-    );
+    assert_eq!(next.report.classes[0].items, 5000);
 }

@@ -36,6 +36,32 @@ pub(crate) struct ChunkInfo {
     pub(crate) range: Range<usize>,
     pub(crate) phase: Phase,
     pub(crate) attempt: u32,
+    /// Where earlier attempts failed.
+    pub(crate) failures: Failures,
+}
+
+/// The classes on which a chunk failed once, and twice or more (bit `c`,
+/// modulo 64).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Failures {
+    once: u64,
+    twice: u64,
+}
+
+impl Failures {
+    fn add(mut self, c: usize) -> Self {
+        let bit = class_bit(c);
+        if self.once & bit != 0 {
+            self.twice |= bit;
+        }
+        self.once |= bit;
+        self
+    }
+
+    /// Whether class `c` failed the chunk twice: it goes elsewhere if it can.
+    fn avoids(&self, c: usize) -> bool {
+        self.twice & class_bit(c) != 0
+    }
 }
 
 /// A chunk and the kernel to run it with. The worker drops the kernel handle
@@ -51,6 +77,11 @@ struct Retry {
     range: Range<usize>,
     attempts: u32,
     not_by: usize,
+    failures: Failures,
+}
+
+fn class_bit(c: usize) -> u64 {
+    1 << (c % 64)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -67,8 +98,11 @@ struct ClassState {
     probe_done: usize,
     probe_chunks: usize,
     probe_finish: f64,
-    /// What the stored model predicted for this class's warm probe chunk.
+    /// What the stored model predicted for this class's warm probe chunk,
+    /// and the longest probe chunk it took (its own time: a compile before
+    /// the first chunk is not in it).
     probe_predicted: f64,
+    probe_secs: f64,
     // Static-phase throughput, for learning the split (the seed's step 4).
     static_items: usize,
     static_secs: f64,
@@ -239,13 +273,14 @@ impl JobCore {
             return None;
         }
         let kernel = self.kernel.clone()?;
-        if let Some(r) = self.take_retry(w) {
+        if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
             let info = ChunkInfo {
                 range: r.range,
                 phase: Phase::Retry,
                 attempt: r.attempts,
+                failures: r.failures,
             };
             return Some(Claimed { info, kernel });
         }
@@ -257,19 +292,56 @@ impl JobCore {
                 range,
                 phase,
                 attempt: 0,
+                failures: Failures::default(),
             },
             kernel,
         })
     }
 
-    fn take_retry(&mut self, w: usize) -> Option<Retry> {
+    /// A failed chunk (or its first part) for worker `w` of class `c`.
+    ///
+    /// The worker that failed it last takes it only when alone, and a class
+    /// that failed it twice only when no other class can (two streams of a
+    /// lost GPU must not use up its attempts). Under the guard a retry is
+    /// sized like a dynamic chunk: a slower worker takes a part and leaves
+    /// the rest. With nothing in flight, any worker takes any retry, so a job
+    /// never waits on a retry nobody may take.
+    fn take_retry(&mut self, w: usize, c: usize, now: f64) -> Option<Retry> {
         if self.retries.is_empty() {
             return None;
         }
-        // The worker that failed a chunk retries it only if it is alone.
+        let live = self.in_flight == 0;
         let others = self.total_workers() > 1;
-        let i = self.retries.iter().position(|r| r.not_by != w || !others)?;
-        self.retries.remove(i)
+        let (st, wc) = (&self.st, &self.worker_class);
+        // Another class, with a worker other than the last to fail, that has
+        // not failed it twice.
+        let elsewhere = |r: &Retry| {
+            st.iter().enumerate().any(|(k, s)| {
+                let usable = s.workers - usize::from(wc.get(r.not_by) == Some(&k)).min(s.workers);
+                s.eligible && usable > 0 && !r.failures.avoids(k)
+            })
+        };
+        let i = self.retries.iter().position(|r| {
+            live || ((!r.failures.avoids(c) || !elsewhere(r)) && (r.not_by != w || !others))
+        })?;
+        let mut r = self.retries.remove(i)?;
+        if self.adm.guard && !live {
+            let n = r.range.len();
+            let Some(m) = self.limit(w, c, n, now) else {
+                self.retries.insert(i, r);
+                return None;
+            };
+            let m = (m / self.grain * self.grain).max(self.grain);
+            if m < n {
+                let rest = Retry {
+                    range: r.range.start + m..r.range.end,
+                    ..r.clone()
+                };
+                r.range.end = r.range.start + m;
+                self.retries.insert(i, rest);
+            }
+        }
+        Some(r)
     }
 
     fn take_fresh(&mut self, w: usize, c: usize, now: f64) -> Option<(Range<usize>, Phase)> {
@@ -495,6 +567,7 @@ impl JobCore {
                 s.probe_done += n;
                 s.probe_chunks += 1;
                 s.probe_finish = s.probe_finish.max(end);
+                s.probe_secs = s.probe_secs.max(secs);
             }
             Phase::Static => {
                 s.static_items += n;
@@ -545,19 +618,28 @@ impl JobCore {
             });
         } else {
             let r = chunk.range.clone();
-            // Out of device memory: try again in halves (on the grain).
+            // Out of device memory: try again in halves (on the grain), on
+            // any device; other failures go to another kind of device first.
             let half = (r.len() / 2).div_ceil(self.grain) * self.grain;
-            let parts =
-                if matches!(err, KernelError::OutOfMemory { .. }) && half > 0 && half < r.len() {
-                    vec![r.start..r.start + half, r.start + half..r.end]
-                } else {
-                    vec![r]
-                };
+            let oom = matches!(err, KernelError::OutOfMemory { .. });
+            let parts = if oom && half > 0 && half < r.len() {
+                vec![r.start..r.start + half, r.start + half..r.end]
+            } else {
+                vec![r]
+            };
+            // Halves may fit where the whole did not: not counted against
+            // the class.
+            let failures = if parts.len() == 2 {
+                chunk.failures
+            } else {
+                chunk.failures.add(self.worker_class[w])
+            };
             for range in parts {
                 self.retries.push_back(Retry {
                     range,
                     attempts,
                     not_by: w,
+                    failures,
                 });
             }
         }
@@ -612,7 +694,9 @@ impl JobCore {
             .iter()
             .filter(|s| s.eligible && s.workers > 0)
             .all(|s| match self.adm.probe {
-                Probe::Cold => s.probe_chunks > 0,
+                // Two chunks (the ramp doubles, so two sizes): one size
+                // cannot tell a fixed cost from a slow throughput.
+                Probe::Cold => s.probe_chunks >= 2,
                 _ => s.probe_done >= s.probe_target,
             })
     }
@@ -641,7 +725,7 @@ impl JobCore {
                 .st
                 .iter()
                 .filter(|s| s.eligible && s.probe_chunks > 0)
-                .map(|s| s.probe_finish / s.probe_predicted)
+                .map(|s| s.probe_secs / s.probe_predicted)
                 .collect();
             imbalance(&ratio)
         } else {
@@ -653,8 +737,8 @@ impl JobCore {
             .st
             .iter()
             .map(|s| match s.b() {
-                Some(b) if warm && s.probe_chunks > 0 && s.probe_finish > 0.0 => {
-                    b * s.workers as f64 * s.probe_predicted / s.probe_finish
+                Some(b) if warm && s.probe_chunks > 0 && s.probe_secs > 0.0 => {
+                    b * s.workers as f64 * s.probe_predicted / s.probe_secs
                 }
                 _ if s.probe_chunks > 0 && s.probe_finish > 0.0 => {
                     s.probe_done as f64 / s.probe_finish

@@ -102,8 +102,10 @@ impl SpeedModel {
         }
     }
 
-    /// Drops history and starts again from `samples` (used when a probe shows
-    /// that the stored model no longer matches the machine).
+    /// Drops the sample history and refits from `samples` (used when a probe
+    /// shows that the stored model no longer matches the machine). The fixed
+    /// cost is kept if `samples` are all of one size, since they cannot
+    /// measure it.
     pub fn reset_to(&mut self, samples: &[Sample]) {
         self.samples.clear();
         let (a, b) = (self.a, self.b);
@@ -148,8 +150,9 @@ fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
 
 /// Least squares for `t = a + n·c` with `a ≥ 0`, `c > 0`; weighted by `1/t²`
 /// so that small chunks constrain `a` as much as large ones constrain `c`.
-/// With one distinct size (or a fit that would need `a < 0`), `a` is the
-/// previous estimate floored at zero and `c` the weighted mean of `(t−a)/n`.
+/// With sizes within 1.5× of each other, `a` is the previous estimate (if
+/// every sample took longer than it, else 0); with spread sizes whose fit
+/// would need `a < 0`, `a` is 0; `c` then fits `t − a` through the origin.
 fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
     if s.is_empty() {
         return None;
@@ -167,16 +170,19 @@ fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
         nmax = nmax.max(p.items);
     }
     let det = sw * sxx - sx * sx;
-    if nmax > 1.5 * nmin && det > 0.0 {
+    let spread = nmax > 1.5 * nmin && det > 0.0;
+    if spread {
         let c = (sw * sxy - sx * sy) / det;
         let a = (sy - c * sx) / sw;
         if c > 0.0 && a >= 0.0 && c.is_finite() && a.is_finite() {
             return Some((a, 1.0 / c));
         }
     }
-    // Throughput only, keeping the fixed cost already known (one chunk size
-    // cannot separate the two): c minimises Σ w (t − a − n·c)².
-    let a = if prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
+    // Throughput only. With sizes too close to separate the two, keep the
+    // fixed cost already known (if every sample took longer than it); with
+    // spread sizes that asked for a < 0, the fixed cost is 0. Then c
+    // minimises Σ w (t − a − n·c)².
+    let a = if !spread && prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
         prev_a.max(0.0)
     } else {
         0.0

@@ -24,8 +24,8 @@ pub const LATENCY_CHUNKS: f64 = 19.0;
 
 /// Items one worker with fixed cost `a` and throughput `b` gets through by
 /// time `t`, paying its fixed cost once per chunk: at most `max_chunks`
-/// chunks, but no more than its items fill at [`LATENCY_CHUNKS`]`·a·b` each
-/// (plus the probe's).
+/// (rounded up) chunks, but no more than its items fill at
+/// [`LATENCY_CHUNKS`]`·a·b` each (plus the probe's).
 fn per_worker(t: f64, a: f64, b: f64, max_chunks: f64) -> f64 {
     let k_max = max_chunks.max(1.0).ceil() as usize;
     if a <= 0.0 || k_max == 1 {
@@ -33,7 +33,8 @@ fn per_worker(t: f64, a: f64, b: f64, max_chunks: f64) -> f64 {
     }
     let fill = LATENCY_CHUNKS * a * b;
     // With k chunks a worker holds at most (k - 1) chunks' fill; the largest
-    // count is not limited.
+    // count is not limited. Past b·t / fill chunks more only cost more.
+    let k_max = k_max.min(2 + (b * t / fill).clamp(0.0, 1e6) as usize);
     (1..=k_max)
         .map(|k| {
             let n = b * (t - k as f64 * a);
@@ -87,7 +88,7 @@ pub fn plan_shares(
     let s = items as f64;
     loop {
         let speed = |c: &ClassSpeed| c.workers as f64 * c.b.unwrap_or(fallback);
-        let fixed = |c: &ClassSpeed| chunks_per_worker.max(1.0) * c.a.max(0.0);
+        let fixed = |c: &ClassSpeed| chunks_per_worker.max(1.0).ceil() * c.a.max(0.0);
         let alloc = |t: f64, c: &ClassSpeed| {
             c.workers as f64 * per_worker(t, c.a, c.b.unwrap_or(fallback), chunks_per_worker)
         };

@@ -43,6 +43,16 @@ struct Sim {
     /// The stored speed of each class as a multiple of its true one (a
     /// profile from a different moment of a noisy machine); `None`: exact.
     misjudged: Option<Vec<f64>>,
+    /// Chunks on this class fail: every one (a lost device), or only the
+    /// first one it runs after a quarter of the ideal time (one passing
+    /// error on a large chunk).
+    broken: Option<(usize, Broken)>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Broken {
+    Always,
+    Once,
 }
 
 struct Outcome {
@@ -114,6 +124,7 @@ impl Sim {
         let mut running: Vec<Option<(f64, f64, Claimed)>> = vec![None; nw];
         let mut now = 0.0;
         let mut guard = 0;
+        let mut transient = None;
         while !job.is_over() {
             guard += 1;
             assert!(guard < 10_000_000, "simulation does not end");
@@ -142,7 +153,15 @@ impl Sim {
             let c = worker_class[w];
             let fail = self
                 .fail_every
-                .is_some_and(|k| ch.info.attempt == 0 && ch.info.range.start % k == 0);
+                .is_some_and(|k| ch.info.attempt == 0 && ch.info.range.start % k == 0)
+                || match self.broken {
+                    Some((bc, Broken::Always)) => bc == c,
+                    Some((bc, Broken::Once)) if bc == c && start >= self.ideal(items) / 4.0 => {
+                        *transient.get_or_insert(ch.info.range.start) == ch.info.range.start
+                            && ch.info.attempt == 0
+                    }
+                    _ => false,
+                };
             if fail {
                 job.fail(w, &ch.info, &KernelError::Injected("test".into()));
             } else {
@@ -201,6 +220,7 @@ fn hybrid_balances_a_cold_start() {
             known: false,
             fail_every: None,
             misjudged: None,
+            broken: None,
         };
         let items = 1_000_000;
         let out = sim.run("hybrid", items, 1).unwrap();
@@ -223,6 +243,7 @@ fn warm_start_probe_is_balanced() {
         known: true,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let out = sim.run("hybrid", 2_000_000, 1).unwrap();
     let probe = out.report.probe.clone().unwrap();
@@ -244,6 +265,7 @@ fn warm_start_from_a_misjudged_profile_still_balances() {
                 known: true,
                 fail_every: None,
                 misjudged: Some(vec![scale, 1.0]),
+                broken: None,
             };
             let out = sim.run("hybrid", 1_000_000, 1).unwrap();
             let e = sim.ideal(1_000_000) / out.makespan;
@@ -264,6 +286,7 @@ fn a_far_faster_accelerator_does_it_alone() {
         known: true,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
     assert!(
@@ -280,6 +303,7 @@ fn static_never_crosses_its_split() {
         known: true,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let out = sim.run("static", 1000, 1).unwrap();
     assert_eq!(out.report.classes[0].items, 500);
@@ -293,6 +317,7 @@ fn every_policy_finishes_everything_once() {
         known: true,
         fail_every: Some(7),
         misjudged: None,
+        broken: None,
     };
     for p in crate::policy::POLICIES {
         let out = sim.run(p.name(), 10_007, 4).unwrap();
@@ -308,6 +333,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         known: false,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let _ = sim;
     let cls = classes(&[(1, false)]);
@@ -366,7 +392,7 @@ proptest! {
         if acc_w > 0 {
             spec.push((acc_w, lat, b_cpu * ratio, true));
         }
-        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain), misjudged: None };
+        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain), misjudged: None, broken: None };
         let p = crate::policy::POLICIES[policy].name();
         let out = match sim.run(p, items, grain) {
             Err(ActorError::NoDevice { .. }) if p == "accel-only" && acc_w == 0 => return Ok(()),
@@ -390,6 +416,7 @@ fn an_accelerator_with_a_launch_cost_gets_few_large_chunks() {
         known: true,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let out = sim.run("hybrid", 600_000, 1).unwrap();
     let e = sim.ideal(600_000) / out.makespan;
@@ -406,6 +433,7 @@ fn an_accelerator_with_a_launch_cost_gets_few_large_chunks() {
         known: true,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
     let e = sim.ideal(1_000_000) / out.makespan;
@@ -432,10 +460,73 @@ fn a_cold_start_against_a_far_faster_accelerator_stays_short() {
         known: false,
         fail_every: None,
         misjudged: None,
+        broken: None,
     };
     let items = 5_000_000;
     let out = sim.run("hybrid", items, 1).unwrap();
     let e = sim.ideal(items) / out.makespan;
     assert!(e >= 0.95, "efficiency {e:.3}: {}", out.report.summary());
     assert!(out.report.classes[0].items < items / 500);
+}
+
+#[test]
+fn chunks_failed_twice_by_a_lost_device_go_to_another_class() {
+    // Two accelerator workers whose every chunk fails, one CPU: a failed
+    // chunk goes to the CPU after two failures there, not back and forth
+    // between the two streams until its attempts are spent.
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e6, false), (2, 20e-6, 3e6, true)],
+        known: true,
+        fail_every: None,
+        misjudged: None,
+        broken: Some((1, Broken::Always)),
+    };
+    let out = sim.run("hybrid", 100_000, 1).unwrap();
+    assert!(out.counts.iter().all(|&c| c == 1));
+    assert!(out.report.retries > 0);
+    // Every retried chunk that completed did so on the CPU (worker 0).
+    assert!(out
+        .report
+        .chunks
+        .iter()
+        .filter(|r| r.phase == Phase::Retry)
+        .all(|r| r.worker == 0));
+}
+
+#[test]
+fn one_passing_device_error_does_not_send_a_large_chunk_to_a_slow_class() {
+    // A 2500x accelerator with two streams fails one large chunk once: the
+    // retry goes to its other stream, or to the CPU only in a piece the
+    // CPU can finish in time.
+    let sim = Sim {
+        spec: vec![(1, 0.0, 1e4, false), (2, 20e-6, 2.5e7, true)],
+        known: true,
+        fail_every: None,
+        misjudged: None,
+        broken: Some((1, Broken::Once)),
+    };
+    let items = 5_000_000;
+    let out = sim.run("hybrid", items, 1).unwrap();
+    assert!(out.report.retries == 1, "{}", out.report.summary());
+    assert!(out.counts.iter().all(|&c| c == 1));
+    let e = sim.ideal(items) / out.makespan;
+    assert!(e >= 0.9, "efficiency {e:.3}: {}", out.report.summary());
+}
+
+#[test]
+fn a_cold_probe_tells_a_launch_cost_from_a_slow_device() {
+    // Four cores and an accelerator 100x one core with 100 µs per chunk: its
+    // first probe chunk is nearly all launch cost; the replan waits for a
+    // second, larger one and fits both.
+    let sim = Sim {
+        spec: vec![(4, 0.0, 1e6, false), (1, 100e-6, 1e8, true)],
+        known: false,
+        fail_every: None,
+        misjudged: None,
+        broken: None,
+    };
+    let items = 1_000_000;
+    let out = sim.run("hybrid", items, 1).unwrap();
+    let e = sim.ideal(items) / out.makespan;
+    assert!(e >= 0.85, "efficiency {e:.3}: {}", out.report.summary());
 }
