@@ -55,6 +55,38 @@ enum Broken {
     Once,
 }
 
+impl Sim {
+    fn new(spec: Vec<(usize, f64, f64, bool)>) -> Self {
+        Self {
+            spec,
+            known: false,
+            fail_every: None,
+            misjudged: None,
+            broken: None,
+        }
+    }
+    fn known(mut self, known: bool) -> Self {
+        self.known = known;
+        self
+    }
+    fn failing(mut self, every: usize) -> Self {
+        self.fail_every = Some(every);
+        self
+    }
+    fn failing_opt(mut self, every: Option<usize>) -> Self {
+        self.fail_every = every;
+        self
+    }
+    fn misjudged(mut self, scale: Vec<f64>) -> Self {
+        self.misjudged = Some(scale);
+        self
+    }
+    fn broken(mut self, class: usize, how: Broken) -> Self {
+        self.broken = Some((class, how));
+        self
+    }
+}
+
 struct Outcome {
     makespan: f64,
     report: RunReport,
@@ -215,13 +247,7 @@ impl coexec_kernels::Kernel for Grained {
 #[test]
 fn hybrid_balances_a_cold_start() {
     for speed in [0.5, 2.0, 10.0] {
-        let sim = Sim {
-            spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)],
-            known: false,
-            fail_every: None,
-            misjudged: None,
-            broken: None,
-        };
+        let sim = Sim::new(vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)]);
         let items = 1_000_000;
         let out = sim.run("hybrid", items, 1).unwrap();
         let e = sim.ideal(items) / out.makespan;
@@ -238,13 +264,7 @@ fn hybrid_balances_a_cold_start() {
 
 #[test]
 fn warm_start_probe_is_balanced() {
-    let sim = Sim {
-        spec: vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)]).known(true);
     let out = sim.run("hybrid", 2_000_000, 1).unwrap();
     let probe = out.report.probe.clone().unwrap();
     assert!(probe.imbalance <= Thresholds::default().mu, "{probe:?}");
@@ -260,13 +280,9 @@ fn warm_start_from_a_misjudged_profile_still_balances() {
     // and the end must not hang on a large static chunk of the slow class.
     for speed in [0.5, 2.0, 10.0] {
         for scale in [0.92, 1.08] {
-            let sim = Sim {
-                spec: vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)],
-                known: true,
-                fail_every: None,
-                misjudged: Some(vec![scale, 1.0]),
-                broken: None,
-            };
+            let sim = Sim::new(vec![(1, 0.0, 1e6, false), (1, 50e-6, speed * 1e6, true)])
+                .known(true)
+                .misjudged(vec![scale, 1.0]);
             let out = sim.run("hybrid", 1_000_000, 1).unwrap();
             let e = sim.ideal(1_000_000) / out.makespan;
             assert!(
@@ -281,13 +297,7 @@ fn warm_start_from_a_misjudged_profile_still_balances() {
 #[test]
 fn a_far_faster_accelerator_does_it_alone() {
     // The paper's N-body: the accelerator is 2500x faster than a CPU worker.
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e4, false), (1, 20e-6, 2.5e7, true)]).known(true);
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
     assert!(
         out.makespan <= 1.01 * sim.alone(1, 1_000_000),
@@ -298,13 +308,7 @@ fn a_far_faster_accelerator_does_it_alone() {
 
 #[test]
 fn static_never_crosses_its_split() {
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e6, false), (1, 0.0, 1e6, true)]).known(true);
     let out = sim.run("static", 1000, 1).unwrap();
     assert_eq!(out.report.classes[0].items, 500);
     assert_eq!(out.report.classes[0].chunks, 1);
@@ -312,13 +316,9 @@ fn static_never_crosses_its_split() {
 
 #[test]
 fn every_policy_finishes_everything_once() {
-    let sim = Sim {
-        spec: vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)],
-        known: true,
-        fail_every: Some(7),
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)])
+        .known(true)
+        .failing(7);
     for p in crate::policy::POLICIES {
         let out = sim.run(p.name(), 10_007, 4).unwrap();
         assert!(out.counts.iter().all(|&c| c == 1), "{}", p.name());
@@ -328,13 +328,7 @@ fn every_policy_finishes_everything_once() {
 
 #[test]
 fn a_chunk_that_always_fails_fails_the_job() {
-    let sim = Sim {
-        spec: vec![(2, 0.0, 1e6, false)],
-        known: false,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false)]);
     let _ = sim;
     let cls = classes(&[(1, false)]);
     let ctx_speeds = [ClassSpeed {
@@ -392,7 +386,7 @@ proptest! {
         if acc_w > 0 {
             spec.push((acc_w, lat, b_cpu * ratio, true));
         }
-        let sim = Sim { spec, known, fail_every: fail.map(|f| f * grain), misjudged: None, broken: None };
+        let sim = Sim::new(spec).known(known).failing_opt(fail.map(|f| f * grain));
         let p = crate::policy::POLICIES[policy].name();
         let out = match sim.run(p, items, grain) {
             Err(ActorError::NoDevice { .. }) if p == "accel-only" && acc_w == 0 => return Ok(()),
@@ -411,13 +405,7 @@ fn an_accelerator_with_a_launch_cost_gets_few_large_chunks() {
     // spend a seventh of the accelerator's time on it. Warm, the planner
     // and the static phase count it; the probe is judged against the
     // model's prediction, so a known fixed cost is not a wrong model.
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e6, false), (1, 2e-3, 1e7, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e6, false), (1, 2e-3, 1e7, true)]).known(true);
     let out = sim.run("hybrid", 600_000, 1).unwrap();
     let e = sim.ideal(600_000) / out.makespan;
     assert!(e >= 0.92, "efficiency {e:.3}: {}", out.report.summary());
@@ -428,13 +416,7 @@ fn an_accelerator_with_a_launch_cost_gets_few_large_chunks() {
     );
     assert!(!out.report.probe.unwrap().replanned);
     // Fifteen cores and two streams 20x as fast, 100 µs per chunk.
-    let sim = Sim {
-        spec: vec![(15, 0.0, 1e6, false), (2, 100e-6, 2e7, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(15, 0.0, 1e6, false), (2, 100e-6, 2e7, true)]).known(true);
     let out = sim.run("hybrid", 1_000_000, 1).unwrap();
     let e = sim.ideal(1_000_000) / out.makespan;
     assert!(e >= 0.95, "efficiency {e:.3}: {}", out.report.summary());
@@ -455,13 +437,7 @@ fn a_cold_start_against_a_far_faster_accelerator_stays_short() {
     // The CPU's first probe chunk is the only thing the accelerator may wait
     // for: it is small (items / 4096 per worker), so the cold run is
     // balanced too, not only the warm one.
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e4, false), (1, 0.0, 2.5e7, true)],
-        known: false,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e4, false), (1, 0.0, 2.5e7, true)]);
     let items = 5_000_000;
     let out = sim.run("hybrid", items, 1).unwrap();
     let e = sim.ideal(items) / out.makespan;
@@ -474,13 +450,9 @@ fn chunks_failed_twice_by_a_lost_device_go_to_another_class() {
     // Two accelerator workers whose every chunk fails, one CPU: a failed
     // chunk goes to the CPU after two failures there, not back and forth
     // between the two streams until its attempts are spent.
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e6, false), (2, 20e-6, 3e6, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: Some((1, Broken::Always)),
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e6, false), (2, 20e-6, 3e6, true)])
+        .known(true)
+        .broken(1, Broken::Always);
     let out = sim.run("hybrid", 100_000, 1).unwrap();
     assert!(out.counts.iter().all(|&c| c == 1));
     assert!(out.report.retries > 0);
@@ -498,13 +470,9 @@ fn one_passing_device_error_does_not_send_a_large_chunk_to_a_slow_class() {
     // A 2500x accelerator with two streams fails one large chunk once: the
     // retry goes to its other stream, or to the CPU only in a piece the
     // CPU can finish in time.
-    let sim = Sim {
-        spec: vec![(1, 0.0, 1e4, false), (2, 20e-6, 2.5e7, true)],
-        known: true,
-        fail_every: None,
-        misjudged: None,
-        broken: Some((1, Broken::Once)),
-    };
+    let sim = Sim::new(vec![(1, 0.0, 1e4, false), (2, 20e-6, 2.5e7, true)])
+        .known(true)
+        .broken(1, Broken::Once);
     let items = 5_000_000;
     let out = sim.run("hybrid", items, 1).unwrap();
     assert!(out.report.retries == 1, "{}", out.report.summary());
@@ -518,13 +486,7 @@ fn a_cold_probe_tells_a_launch_cost_from_a_slow_device() {
     // Four cores and an accelerator 100x one core with 100 µs per chunk: its
     // first probe chunk is nearly all launch cost; the replan waits for a
     // second, larger one and fits both.
-    let sim = Sim {
-        spec: vec![(4, 0.0, 1e6, false), (1, 100e-6, 1e8, true)],
-        known: false,
-        fail_every: None,
-        misjudged: None,
-        broken: None,
-    };
+    let sim = Sim::new(vec![(4, 0.0, 1e6, false), (1, 100e-6, 1e8, true)]);
     let items = 1_000_000;
     let out = sim.run("hybrid", items, 1).unwrap();
     let e = sim.ideal(items) / out.makespan;
