@@ -302,30 +302,35 @@ impl JobCore {
     ///
     /// The worker that failed it last takes it only when alone, and a class
     /// that failed it twice only when no other class can (two streams of a
-    /// lost GPU must not use up its attempts). Under the guard a retry is
-    /// sized like a dynamic chunk: a slower worker takes a part and leaves
-    /// the rest. With nothing in flight, any worker takes any retry, so a job
-    /// never waits on a retry nobody may take.
+    /// lost GPU must not use up its attempts). If those rules leave no
+    /// worker in service that may take it, any worker may, so a retry never
+    /// waits forever. Under the guard a retry is sized like a dynamic chunk:
+    /// a slower worker takes a part and leaves the rest.
     fn take_retry(&mut self, w: usize, c: usize, now: f64) -> Option<Retry> {
         if self.retries.is_empty() {
             return None;
         }
-        let live = self.in_flight == 0;
         let others = self.total_workers() > 1;
         let (st, wc) = (&self.st, &self.worker_class);
-        // Another class, with a worker other than the last to fail, that has
-        // not failed it twice.
-        let elsewhere = |r: &Retry| {
-            st.iter().enumerate().any(|(k, s)| {
-                let usable = s.workers - usize::from(wc.get(r.not_by) == Some(&k)).min(s.workers);
-                s.eligible && usable > 0 && !r.failures.avoids(k)
-            })
+        // Workers of class `k` that may run `r`, leaving out its last failer.
+        let usable = |r: &Retry, k: usize| {
+            let s = &st[k];
+            let last = usize::from(wc.get(r.not_by) == Some(&k));
+            if s.eligible {
+                s.workers.saturating_sub(last)
+            } else {
+                0
+            }
         };
+        let elsewhere =
+            |r: &Retry| (0..st.len()).any(|k| usable(r, k) > 0 && !r.failures.avoids(k));
+        let class_ok = |r: &Retry, k: usize| !r.failures.avoids(k) || !elsewhere(r);
         let i = self.retries.iter().position(|r| {
-            live || ((!r.failures.avoids(c) || !elsewhere(r)) && (r.not_by != w || !others))
+            let anyone = (0..st.len()).any(|k| usable(r, k) > 0 && class_ok(r, k));
+            !anyone || (class_ok(r, c) && (r.not_by != w || !others))
         })?;
         let mut r = self.retries.remove(i)?;
-        if self.adm.guard && !live {
+        if self.adm.guard {
             let n = r.range.len();
             let Some(m) = self.limit(w, c, n, now) else {
                 self.retries.insert(i, r);

@@ -95,6 +95,17 @@ struct Outcome {
 
 impl Sim {
     fn run(&self, policy: &str, items: usize, grain: usize) -> Result<Outcome, ActorError> {
+        let (mut job, worker_class) = self.job(policy, items, grain)?;
+        self.drive(&mut job, &worker_class, items)
+    }
+
+    /// The job as admitted, and the class of each worker.
+    fn job(
+        &self,
+        policy: &str,
+        items: usize,
+        grain: usize,
+    ) -> Result<(JobCore, Arc<[usize]>), ActorError> {
         let cls = classes(&self.spec.iter().map(|s| (s.0, s.3)).collect::<Vec<_>>());
         let worker_class: Arc<[usize]> = self
             .spec
@@ -138,7 +149,7 @@ impl Sim {
         let p = by_name(policy)?;
         let adm = p.admit(&ctx);
         let kernel: Arc<dyn coexec_kernels::Kernel> = Arc::new(Grained(Empty::new(items), grain));
-        let mut job = JobCore::new(
+        let job = JobCore::new(
             kernel,
             policy,
             adm,
@@ -151,6 +162,16 @@ impl Sim {
             worker_class.clone(),
             true,
         );
+        Ok((job, worker_class))
+    }
+
+    /// Runs `job` to its end in virtual time.
+    fn drive(
+        &self,
+        job: &mut JobCore,
+        worker_class: &[usize],
+        items: usize,
+    ) -> Result<Outcome, ActorError> {
         let nw = worker_class.len();
         let mut counts = vec![0u32; items];
         let mut running: Vec<Option<(f64, f64, Claimed)>> = vec![None; nw];
@@ -491,4 +512,26 @@ fn a_cold_probe_tells_a_launch_cost_from_a_slow_device() {
     let out = sim.run("hybrid", items, 1).unwrap();
     let e = sim.ideal(items) / out.makespan;
     assert!(e >= 0.85, "efficiency {e:.3}: {}", out.report.summary());
+}
+
+#[test]
+fn a_retry_that_only_its_last_failer_could_take_is_still_taken() {
+    // Two cores and one stream. A core fails a chunk; the stream, trying it
+    // next, runs out of memory: the halves are barred from the stream (it
+    // failed them last) but not from the cores, which take them.
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 0.0, 4e6, true)]).known(true);
+    let (mut job, wc) = sim.job("hybrid", 1000, 1).unwrap();
+    let cpu = job.claim(0, 0, 0.0).unwrap();
+    job.fail(0, &cpu.info, &KernelError::Injected("core".into()));
+    let gpu = job.claim(2, 1, 0.0).unwrap();
+    assert_eq!(gpu.info.phase, Phase::Retry);
+    job.fail(
+        2,
+        &gpu.info,
+        &KernelError::OutOfMemory {
+            items: gpu.info.range.len(),
+        },
+    );
+    let out = sim.drive(&mut job, &wc, 1000).unwrap();
+    assert!(out.counts.iter().all(|&c| c == 1));
 }
