@@ -10,17 +10,23 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
     d
 }
 
+/// One CPU worker and a simulated accelerator twice as fast, with profiles
+/// in `dir`: each call is what another process would start.
+fn runtime(dir: &std::path::Path) -> Runtime {
+    Runtime::builder()
+        .devices("cpu:1,sim:1@2")
+        .unwrap()
+        .profile_dir(dir)
+        .build()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_second_runtime_starts_from_the_stored_profile() {
     let dir = tempdir("learn");
     let n = 60_000;
     let first = {
-        let rt = Runtime::builder()
-            .devices("cpu:1,sim:1@2")
-            .unwrap()
-            .profile_dir(&dir)
-            .build()
-            .unwrap();
+        let rt = runtime(&dir);
         let d = rt.run(Synthetic::new(n, 200)).await.unwrap();
         assert!(rt.profile_path().unwrap().starts_with(&dir));
         rt.shutdown().await;
@@ -29,12 +35,7 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
     let p = first.probe.expect("hybrid probes");
     assert_eq!(format!("{:?}", p.kind), "Cold");
     // Another runtime, as another process would: warm start.
-    let rt = Runtime::builder()
-        .devices("cpu:1,sim:1@2")
-        .unwrap()
-        .profile_dir(&dir)
-        .build()
-        .unwrap();
+    let rt = runtime(&dir);
     let second = rt.run(Synthetic::new(n, 200)).await.unwrap().report;
     let p = second.probe.expect("hybrid probes");
     assert_eq!(format!("{:?}", p.kind), "Warm");
@@ -50,22 +51,12 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_corrupt_profile_is_ignored_and_recalibrated() {
     let dir = tempdir("corrupt");
-    let rt = Runtime::builder()
-        .devices("cpu:1,sim:1@2")
-        .unwrap()
-        .profile_dir(&dir)
-        .build()
-        .unwrap();
+    let rt = runtime(&dir);
     rt.run(Synthetic::new(10_000, 10)).await.unwrap();
     let path = rt.profile_path().unwrap().to_path_buf();
     rt.shutdown().await;
     std::fs::write(&path, b"{\"version\": 1, \"fingerprint\": ").unwrap();
-    let rt = Runtime::builder()
-        .devices("cpu:1,sim:1@2")
-        .unwrap()
-        .profile_dir(&dir)
-        .build()
-        .unwrap();
+    let rt = runtime(&dir);
     let r = rt.run(Synthetic::new(10_000, 10)).await.unwrap().report;
     assert_eq!(format!("{:?}", r.probe.unwrap().kind), "Cold");
     rt.shutdown().await;

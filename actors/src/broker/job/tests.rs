@@ -55,6 +55,12 @@ enum Broken {
     Once,
 }
 
+struct Outcome {
+    makespan: f64,
+    report: RunReport,
+    counts: Vec<u32>,
+}
+
 impl Sim {
     fn new(spec: Vec<(usize, f64, f64, bool)>) -> Self {
         Self {
@@ -69,11 +75,7 @@ impl Sim {
         self.known = known;
         self
     }
-    fn failing(mut self, every: usize) -> Self {
-        self.fail_every = Some(every);
-        self
-    }
-    fn failing_opt(mut self, every: Option<usize>) -> Self {
+    fn failing(mut self, every: Option<usize>) -> Self {
         self.fail_every = every;
         self
     }
@@ -85,15 +87,7 @@ impl Sim {
         self.broken = Some((class, how));
         self
     }
-}
 
-struct Outcome {
-    makespan: f64,
-    report: RunReport,
-    counts: Vec<u32>,
-}
-
-impl Sim {
     fn run(&self, policy: &str, items: usize, grain: usize) -> Result<Outcome, ActorError> {
         let (mut job, worker_class) = self.job(policy, items, grain)?;
         self.drive(&mut job, &worker_class, items)
@@ -339,7 +333,7 @@ fn static_never_crosses_its_split() {
 fn every_policy_finishes_everything_once() {
     let sim = Sim::new(vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)])
         .known(true)
-        .failing(7);
+        .failing(Some(7));
     for p in crate::policy::POLICIES {
         let out = sim.run(p.name(), 10_007, 4).unwrap();
         assert!(out.counts.iter().all(|&c| c == 1), "{}", p.name());
@@ -407,7 +401,7 @@ proptest! {
         if acc_w > 0 {
             spec.push((acc_w, lat, b_cpu * ratio, true));
         }
-        let sim = Sim::new(spec).known(known).failing_opt(fail.map(|f| f * grain));
+        let sim = Sim::new(spec).known(known).failing(fail.map(|f| f * grain));
         let p = crate::policy::POLICIES[policy].name();
         let out = match sim.run(p, items, grain) {
             Err(ActorError::NoDevice { .. }) if p == "accel-only" && acc_w == 0 => return Ok(()),

@@ -76,6 +76,21 @@ pub(crate) fn plot_bench(path: &Path, report: &BenchReport) -> Result<(), String
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
+/// The series' legend box, the same on both panels.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(draw_err)
+}
+
 fn draw_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> String {
     format!("drawing the plot: {e}")
 }
@@ -273,15 +288,7 @@ fn times_panel(
             .label(format!("T* = 1/Σ(1/T_alone) = {}", duration(t)))
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], IDEAL_COLOUR.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FONT, 13))
-        .draw()
-        .map_err(draw_err)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// Right panel: per learning run, the stacked share per class and the probe
@@ -394,15 +401,7 @@ fn learning_panel(
             )
         }))
         .map_err(draw_err)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FONT, 13))
-        .draw()
-        .map_err(draw_err)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// An axis of `n` slots of width 1, labelled at their centres: slot `i`

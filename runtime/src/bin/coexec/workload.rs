@@ -110,6 +110,15 @@ impl Prepared {
         bench: bool,
         speed_sum: f64,
     ) -> Result<Self, KernelError> {
+        // A workload's own size flag, else `--size`, else its default for
+        // `bench` or for `run`.
+        let size = |flag: &'static str, own: Option<usize>, for_bench: usize, for_run: usize| {
+            nonzero(
+                flag,
+                own.or(a.size)
+                    .unwrap_or(if bench { for_bench } else { for_run }),
+            )
+        };
         Ok(match name {
             "synthetic" => {
                 let items = match a.size {
@@ -130,12 +139,7 @@ impl Prepared {
                 items: nonzero("--size", a.size.unwrap_or(1_000_000))?,
             },
             "matmul" => {
-                let count = nonzero(
-                    "--count",
-                    a.count
-                        .or(a.size)
-                        .unwrap_or(if bench { 20_000 } else { 2_000 }),
-                )?;
+                let count = size("--count", a.count, 20_000, 2_000)?;
                 Prepared::Matmul(MatmulProblem::new(count, nonzero("--dim", a.dim)?)?)
             }
             "kmeans" => {
@@ -156,12 +160,7 @@ impl Prepared {
                 Prepared::Kmeans(Arc::new(data), cfg)
             }
             "pathfinder" => {
-                let cols = nonzero(
-                    "--cols",
-                    a.cols
-                        .or(a.size)
-                        .unwrap_or(if bench { 1_000_000 } else { 100_000 }),
-                )?;
+                let cols = size("--cols", a.cols, 1_000_000, 100_000)?;
                 let rows = nonzero("--rows", a.rows.unwrap_or(if bench { 1000 } else { 100 }))?;
                 let mut p = PathfinderProblem::new(cols, rows)?;
                 if let Some(h) = a.pyramid {
@@ -170,12 +169,7 @@ impl Prepared {
                 Prepared::Pathfinder(PathfinderJob::new(p)?)
             }
             "nbody" => {
-                let bodies = nonzero(
-                    "--bodies",
-                    a.bodies
-                        .or(a.size)
-                        .unwrap_or(if bench { 16_384 } else { 4096 }),
-                )?;
+                let bodies = size("--bodies", a.bodies, 16_384, 4096)?;
                 let steps = nonzero("--steps", a.steps.unwrap_or(if bench { 10 } else { 4 }))?;
                 Prepared::Nbody(NbodyProblem::new(bodies, steps)?)
             }
