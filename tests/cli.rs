@@ -186,3 +186,42 @@ fn the_same_bits_whatever_the_split() {
         );
     }
 }
+
+#[test]
+fn the_default_bench_runs_without_the_kmeans_input() {
+    // A clone without Rodinia's data beside it: kmeans is left out, with a
+    // line saying how to give it, and the other workloads run.
+    let out = Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args([
+            "bench",
+            "--devices",
+            "cpu:2",
+            "--repeat",
+            "1",
+            "--pairs",
+            "0",
+            "--count",
+            "50",
+            "--size",
+            "500",
+            "--rows",
+            "20",
+            "--steps",
+            "1",
+            "--quiet",
+        ])
+        .env("COEXEC_KMEANS_DATA", "/nonexistent/coexec-data")
+        .env_remove("COEXEC_DEVICES")
+        .output()
+        .expect("run coexec");
+    let (out_s, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("kmeans: not run"), "{err}");
+    assert!(
+        out_s.contains("matmul") && out_s.contains("nbody") && !out_s.contains("kmeans ("),
+        "{out_s}"
+    );
+}
