@@ -5,14 +5,15 @@
 #   .bin/coexec               the CLI
 #   .bin/cuda_equals_cpu      the kernels' GPU-vs-CPU test binary
 #   .bin/data/kdd_cup.xz      Rodinia's kmeans input (../shared does not travel)
-# Writes six files into $OUT (default ./gpu-out) and prints a short table last.
+# Writes eight files into $OUT (default ./gpu-out) and prints a short table last.
 # Budget: under 9 minutes in all (each step has its own timeout), so that one
 # device command of 600 s holds it.
 #
 # Environment overrides:
 #   DEVICES      device spec for the benchmark (default: coexec's own default,
 #                every GPU with 2 streams and the cores minus one per GPU)
-#   WORKLOADS    benchmark workloads (default: matmul kmeans pathfinder nbody)
+#   WORKLOADS    workloads checked (default: matmul kmeans pathfinder nbody)
+#   BENCH_WORKLOADS  the ones benchmarked (default: WORKLOADS)
 #   BENCH_ARGS   extra arguments for every `coexec bench` (default --repeat 3 --pairs 3)
 #   MATMUL_ARGS, KMEANS_ARGS, PATHFINDER_ARGS, NBODY_ARGS   per-workload sizes
 set -u
@@ -22,7 +23,7 @@ DEVICES=${DEVICES:-}
 WORKLOADS=${WORKLOADS:-matmul kmeans pathfinder nbody}
 BENCH_ARGS=${BENCH_ARGS:---repeat 3 --pairs 3}
 # Sized for 16 cores and an H100: runs of a few tenths of a second.
-MATMUL_ARGS=${MATMUL_ARGS:---count 60000}
+MATMUL_ARGS=${MATMUL_ARGS:---count 30000}
 KMEANS_ARGS=${KMEANS_ARGS:-}
 PATHFINDER_ARGS=${PATHFINDER_ARGS:-}
 NBODY_ARGS=${NBODY_ARGS:---bodies 65536 --steps 4}
@@ -91,10 +92,48 @@ if [ -x .bin/cuda_equals_cpu ]; then
   [ -n "$skips" ] && row "  skipped" "" "$skips"
 fi
 
+# --- the runtime's results on the GPU == on the CPU, per workload ----------------
+# `coexec run` through the scheduler (staged run inputs, chunk sizes, two
+# streams) with every policy kind; the printed checksum must not change.
+if [ -x .bin/coexec ]; then
+  for w in $WORKLOADS; do
+    case $w in
+      matmul) WA=$MATMUL_ARGS ;; kmeans) WA=$KMEANS_ARGS ;;
+      pathfinder) WA=$PATHFINDER_ARGS ;; nbody) WA=$NBODY_ARGS ;; *) WA= ;;
+    esac
+    for p in cpu-only accel-only hybrid; do
+      # shellcheck disable=SC2086
+      timeout 60 .bin/coexec run "$w" ${DEVICES:+--devices "$DEVICES"} --policy $p --quiet --json $WA \
+        >"$TMP/run-$w-$p.json" 2>>"$OUT/results.txt"
+    done
+    verdict=$(python3 - "$TMP" "$w" 2>>"$OUT/results.txt" <<'EOF2'
+import json, sys
+d, w = sys.argv[1], sys.argv[2]
+res = {}
+for p in ("cpu-only", "accel-only", "hybrid"):
+    try:
+        res[p] = json.load(open(f"{d}/run-{w}-{p}.json"))["result"]
+    except Exception as e:
+        res[p] = f"no result ({e})"
+for p in ("cpu-only", "accel-only", "hybrid"):
+    try:
+        runs = json.load(open(f"{d}/run-{w}-{p}.json"))["runs"]
+        print(f"# {w} {p}: {len(runs)} run(s), makespans summed {sum(r['makespan_s'] for r in runs):.4f} s", file=sys.stderr)
+    except Exception:
+        pass
+same = res["cpu-only"] == res["accel-only"] == res["hybrid"]
+print(("equal " if same else "DIFFER ") + json.dumps(res["cpu-only"])[:100] + ("" if same else " | " + json.dumps(res)[:300]))
+EOF2
+)
+    echo "$w: $verdict" >>"$OUT/results.txt"
+    row "same result $w" "${verdict%% *}" "${verdict#* }"
+  done
+fi
+
 # --- co-execution benchmark, one workload per call ------------------------------
 # Each writes its own JSON as soon as it ends, so a timeout costs one workload.
 if [ -x .bin/coexec ]; then
-  for w in $WORKLOADS; do
+  for w in ${BENCH_WORKLOADS:-$WORKLOADS}; do
     case $w in
       matmul) WA=$MATMUL_ARGS ;; kmeans) WA=$KMEANS_ARGS ;;
       pathfinder) WA=$PATHFINDER_ARGS ;; nbody) WA=$NBODY_ARGS ;; *) WA= ;;
@@ -111,6 +150,12 @@ if [ -x .bin/coexec ]; then
 import glob, json, sys
 print(json.dumps([json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/bench-*.json"))], indent=1))
 EOF
+fi
+
+# --- independent ceilings and reference timings (PyTorch) -------------------------
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  PYTHONUNBUFFERED=1 timeout 150 python3 scripts/gpu_reference.py >"$OUT/reference.json" 2>"$TMP/reference.txt"
+  row reference "rc=$?" "scripts/gpu_reference.py -> reference.json"
 fi
 
 # --- summary ----------------------------------------------------------------------

@@ -253,12 +253,33 @@ pub struct ClassInfo {
     pub end: End,
     /// Model / marketing name, for reports (`NVIDIA H100 80GB HBM3`).
     pub model: String,
+    /// Resident GPU threads that keep the device busy (0 for CPUs and
+    /// simulated units): a chunk is never smaller than the items that
+    /// occupy this many threads, since a smaller one measures launch
+    /// latency rather than the device's throughput.
+    pub fill_threads: usize,
 }
 
 impl ClassInfo {
     /// Whether this class is an accelerator (simulated or real).
     pub fn is_accel(&self) -> bool {
         !matches!(self.kind, DeviceKind::Cpu)
+    }
+
+    /// The smallest chunk of `kernel` worth giving this class: on a GPU the
+    /// items that occupy [`ClassInfo::fill_threads`] threads (at most the
+    /// kernel's items), elsewhere one grain.
+    pub fn min_chunk(&self, kernel: &dyn coexec_kernels::Kernel) -> usize {
+        let grain = kernel.grain().max(1);
+        if self.fill_threads == 0 {
+            return grain;
+        }
+        let per = kernel.cuda().map_or(1, |k| k.threads_per_item().max(1));
+        self.fill_threads
+            .div_ceil(per)
+            .min(kernel.items())
+            .next_multiple_of(grain)
+            .max(grain)
     }
 }
 

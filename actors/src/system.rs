@@ -176,6 +176,13 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
                 )
             }
         };
+        let fill_threads = match &spec.kind {
+            DeviceKind::Cuda { id } => found
+                .iter()
+                .find(|g| g.id == *id)
+                .map_or(0, coexec_kernels::cuda::fill_threads),
+            _ => 0,
+        };
         classes.push(ClassInfo {
             index,
             name,
@@ -184,6 +191,7 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
             workers,
             end,
             model,
+            fill_threads,
         });
     }
     if classes.is_empty() {

@@ -55,6 +55,11 @@ impl StreamWorker {
         match self.never {}
     }
 
+    /// Starts a run of `kernel` on this stream (unreachable: no value exists).
+    pub fn begin_run(&mut self, _kernel: &dyn CudaKernel) -> Result<(), KernelError> {
+        match self.never {}
+    }
+
     /// The device's ordinal (unreachable).
     pub fn device(&self) -> usize {
         match self.never {}
@@ -83,6 +88,22 @@ pub trait CudaKernel: Send + Sync {
         let _ = worker;
         Ok(())
     }
+
+    /// Uploads what every chunk of a run reads, before its first chunk.
+    fn stage(&self, worker: &mut StreamWorker) -> Result<(), KernelError> {
+        let _ = worker;
+        Ok(())
+    }
+
+    /// GPU threads one item occupies.
+    fn threads_per_item(&self) -> usize {
+        1
+    }
+}
+
+/// Resident threads that keep a GPU's SMs busy.
+pub fn fill_threads(info: &GpuInfo) -> usize {
+    info.sm_count as usize * 1024
 }
 
 /// The kernels that have a GPU twin in the `cuda` build implement the trait

@@ -217,6 +217,7 @@ mod tests {
             workers,
             end: coexec_actors::End::Head,
             model: String::new(),
+            fill_threads: 0,
         }
     }
 

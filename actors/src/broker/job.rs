@@ -151,6 +151,8 @@ pub(crate) struct JobCore {
     done: usize,
     worker_class: Arc<[usize]>,
     busy_until: Vec<f64>,
+    /// Whether each worker has a chunk of this job in flight.
+    running: Vec<bool>,
     failed: Option<ActorError>,
     finished: bool,
     trace: Option<Vec<ChunkRecord>>,
@@ -158,6 +160,9 @@ pub(crate) struct JobCore {
     stored_split: Vec<f64>,
     /// Reused by the guard: (start, speed) of the other workers.
     scratch: Vec<(f64, f64)>,
+    /// Per class, the smallest chunk it is given while its own region
+    /// lasts (enough to fill a GPU; see `ClassInfo::min_chunk`).
+    min_chunk: Vec<usize>,
 }
 
 impl JobCore {
@@ -203,21 +208,28 @@ impl JobCore {
             })
             .collect();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
+        let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
         for (c, s) in st.iter_mut().enumerate() {
             let region = if adm.pool { items } else { space.left(c) };
             let w = s.workers.max(1);
             match adm.probe {
                 Probe::Warm => {
                     s.probe_target = (region as f64 * th.warm_probe) as usize;
-                    s.probe_predicted = s.model.predict(s.probe_target.div_ceil(w).max(1) as f64);
+                    let chunk = s.probe_target.div_ceil(w).max(min_chunk[c]).min(region);
+                    s.probe_predicted = s.model.predict(chunk.max(1) as f64);
                 }
                 Probe::Cold => {
-                    s.probe_target = ((items as f64 * th.cold_probe) as usize).min(region);
+                    // A GPU's probe fills it at least once: smaller chunks
+                    // measure its launch latency, not its speed.
+                    s.probe_target = ((items as f64 * th.cold_probe) as usize)
+                        .max(min_chunk[c])
+                        .min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
                     s.probe_ramp = (items / (COLD_FIRST * total_workers.max(1)))
                         .max(grain)
                         .min(s.probe_target / w)
+                        .max(min_chunk[c])
                         .max(1);
                 }
                 Probe::None => {}
@@ -251,12 +263,14 @@ impl JobCore {
             in_flight: 0,
             done: 0,
             busy_until: vec![0.0; worker_class.len()],
+            running: vec![false; worker_class.len()],
             worker_class,
             finished: items == 0 || failed.is_some(),
             failed,
             trace: trace.then(Vec::new),
             stored_split,
             scratch: Vec::new(),
+            min_chunk,
         }
     }
 
@@ -276,6 +290,7 @@ impl JobCore {
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
+            self.running[w] = true;
             let info = ChunkInfo {
                 range: r.range,
                 phase: Phase::Retry,
@@ -287,6 +302,7 @@ impl JobCore {
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
         self.busy_until[w] = now + self.predict(c, range.len());
+        self.running[w] = true;
         Some(Claimed {
             info: ChunkInfo {
                 range,
@@ -354,6 +370,7 @@ impl JobCore {
         let r = self.home[c];
         if self.space.left(r) > 0 {
             let (n, phase) = self.own_size(c);
+            let n = n.max(self.min_chunk[c]);
             let n = match phase {
                 Phase::Dynamic => self.limit(w, c, n, now)?,
                 // Under the guard a static chunk is never larger than a
@@ -441,7 +458,7 @@ impl JobCore {
                 _ => left / (2.0 * self.total_workers().max(1) as f64),
             },
         };
-        (n.ceil() as usize).max(g).max(1)
+        (n.ceil() as usize).max(g).max(self.min_chunk[c]).max(1)
     }
 
     /// The earliest-finish guard and the EFT rule: how many items worker `w`
@@ -492,8 +509,17 @@ impl JobCore {
             return Some(n);
         };
         let max = ((t_others - a) * b).floor();
+        let fill = self.min_chunk[c];
         if max >= n as f64 {
             Some(n)
+        } else if fill > self.grain && max < fill as f64 && self.sibling_busy(w, c) {
+            // A GPU chunk smaller than the device's fill, next to a chunk in
+            // flight on another stream of the same device, only competes
+            // with it for SMs and takes about as long as a full one (its
+            // few blocks each run the whole kernel): leave the rest to the
+            // others, unless nothing is in flight. (On an idle device a
+            // sliver still helps.)
+            progress.then_some(n.min(fill))
         } else if max >= need as f64 {
             Some(max as usize)
         } else if progress {
@@ -501,6 +527,15 @@ impl JobCore {
         } else {
             None
         }
+    }
+
+    /// Whether another worker of class `c` has a chunk in flight.
+    fn sibling_busy(&self, w: usize, c: usize) -> bool {
+        self.worker_class
+            .iter()
+            .zip(&self.running)
+            .enumerate()
+            .any(|(v, (&cv, &busy))| v != w && cv == c && busy)
     }
 
     fn predict(&self, c: usize, n: usize) -> f64 {
@@ -554,6 +589,7 @@ impl JobCore {
         self.in_flight -= 1;
         self.done += n;
         self.busy_until[w] = end;
+        self.running[w] = false;
         let s = &mut self.st[c];
         s.items += n;
         s.chunks += 1;
@@ -607,6 +643,7 @@ impl JobCore {
     pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: &KernelError) -> After {
         self.in_flight -= 1;
         self.busy_until[w] = 0.0;
+        self.running[w] = false;
         self.retried += 1;
         let attempts = chunk.attempt + 1;
         let mut after = After {

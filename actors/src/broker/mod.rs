@@ -132,6 +132,8 @@ impl Broker {
                 a: md.a(),
                 b: md.is_known().then(|| md.b()),
                 eligible: el,
+                // Not the GPU's fill size: a GPU given less than it fills is
+                // still worth its share; the job sizes its chunks.
                 min_items: grain,
             })
             .collect();

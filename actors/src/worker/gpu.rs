@@ -10,6 +10,8 @@ pub(crate) struct GpuExec {
     pub(crate) stream: StreamWorker,
     /// Kernels whose code is compiled for this stream's device.
     pub(crate) ready: HashSet<String>,
+    /// The run whose inputs this stream staged last.
+    run: Option<u64>,
 }
 
 impl GpuExec {
@@ -17,6 +19,7 @@ impl GpuExec {
         Self {
             stream,
             ready: HashSet::new(),
+            run: None,
         }
     }
 }
@@ -29,13 +32,21 @@ fn twin(kernel: &dyn Kernel) -> Result<&dyn coexec_kernels::cuda::CudaKernel, Ke
 }
 
 impl Executor for GpuExec {
-    fn prepare(&mut self, kernel: &dyn Kernel) -> Result<bool, KernelError> {
-        if self.ready.contains(kernel.name()) {
+    fn prepare(&mut self, kernel: &dyn Kernel, run: u64) -> Result<bool, KernelError> {
+        let compile = !self.ready.contains(kernel.name());
+        if !compile && self.run == Some(run) {
             return Ok(false);
         }
         let k = twin(kernel)?;
-        guarded(|| self.stream.prepare(k))?;
-        self.ready.insert(kernel.name().to_string());
+        if compile {
+            guarded(|| self.stream.prepare(k))?;
+            self.ready.insert(kernel.name().to_string());
+        }
+        // A new run: its shared inputs cross the bus now, not inside the
+        // first chunk's time.
+        self.run = None;
+        guarded(|| self.stream.begin_run(k))?;
+        self.run = Some(run);
         Ok(true)
     }
 

@@ -26,10 +26,11 @@ const DEVICE_STRIKES: u32 = 3;
 pub(crate) trait Executor: Send {
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError>;
 
-    /// One-off setup for `kernel` before its first chunk here (compiling
-    /// GPU code), kept out of the chunk's time; whether it did anything.
-    fn prepare(&mut self, kernel: &dyn Kernel) -> Result<bool, KernelError> {
-        let _ = kernel;
+    /// Setup before a chunk of run `run` of `kernel` (compiling GPU code
+    /// once, uploading a run's shared inputs once per run), kept out of the
+    /// chunk's time; whether it did anything.
+    fn prepare(&mut self, kernel: &dyn Kernel, run: u64) -> Result<bool, KernelError> {
+        let _ = (kernel, run);
         Ok(false)
     }
 }
@@ -102,7 +103,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         };
         let Claimed { info, kernel } = claimed;
         let chunk = Chunk::new(info.range.clone());
-        let (t0, res) = match exec.prepare(&*kernel) {
+        let (t0, res) = match exec.prepare(&*kernel, job.id) {
             Ok(false) => (t0, exec.run(&*kernel, &chunk)),
             Ok(true) => (
                 job.start.elapsed().as_secs_f64(),

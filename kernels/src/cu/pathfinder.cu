@@ -9,6 +9,11 @@
 // middle blockDim.x - 2*hp columns are exact, and only those are written, so
 // neighbouring blocks overlap by 2*hp columns (the ghost zones). Integers:
 // every order gives the same result.
+//
+// `wall` holds only the columns [wall_lo, wall_lo + pitch) of the hp rows
+// (the chunk's columns and their ghost zones), `pitch` bytes a row: a chunk
+// moves its own share of the grid over the bus, not whole rows. A column
+// outside them is unknown; no exact output depends on one.
 
 #define MAX_TILE 1024
 #define UNKNOWN 0x7fffffff
@@ -17,6 +22,8 @@ extern "C" __global__ void pathfinder(const int* __restrict__ src,
                                       int src_off,
                                       int src_len,
                                       const unsigned char* __restrict__ wall,
+                                      int wall_lo,
+                                      int pitch,
                                       int cols,
                                       int hp,
                                       int out_lo,
@@ -32,6 +39,7 @@ extern "C" __global__ void pathfinder(const int* __restrict__ src,
     const int first = out_lo + blockIdx.x * width;
     const int g = first - hp + tx;            // this thread's grid column
     const bool in_grid = g >= 0 && g < cols;
+    const bool in_band = g >= wall_lo && g < wall_lo + pitch;
 
     prev[tx] = (g >= src_off && g < src_off + src_len) ? src[g - src_off] : UNKNOWN;
     __syncthreads();
@@ -42,7 +50,8 @@ extern "C" __global__ void pathfinder(const int* __restrict__ src,
             int m = prev[tx];
             if (g > 0) m = min(m, tx > 0 ? prev[tx - 1] : UNKNOWN);
             if (g + 1 < cols) m = min(m, tx + 1 < tile ? prev[tx + 1] : UNKNOWN);
-            v = (m == UNKNOWN) ? UNKNOWN : m + (int)wall[(size_t)i * cols + g];
+            v = (m == UNKNOWN || !in_band) ? UNKNOWN
+                                           : m + (int)wall[(size_t)i * pitch + (g - wall_lo)];
         }
         next[tx] = v;
         __syncthreads();

@@ -98,11 +98,37 @@ pub trait CudaKernel: Send + Sync {
     fn run_cuda(&self, worker: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError>;
 
     /// Compiles what [`CudaKernel::run_cuda`] launches, ahead of the first
-    /// chunk (compiled code is cached per device for the process).
+    /// chunk (compiled code is cached per device for the process), and
+    /// reserves the stream's buffers at their working size, so that neither
+    /// lands in a chunk's time.
     fn prepare(&self, worker: &mut StreamWorker) -> Result<(), KernelError> {
         let _ = worker;
         Ok(())
     }
+
+    /// Uploads what every chunk of this run reads (through the run cache),
+    /// before the run's first chunk on this stream: called once per run and
+    /// stream by [`StreamWorker::begin_run`]. A once-per-run upload timed
+    /// inside a small first chunk would teach the speed model that the GPU
+    /// is thousands of times slower than it is.
+    fn stage(&self, worker: &mut StreamWorker) -> Result<(), KernelError> {
+        let _ = worker;
+        Ok(())
+    }
+
+    /// GPU threads one item occupies. A chunk needs about
+    /// `fill threads / threads_per_item` items to keep every SM busy; the
+    /// runtime gives a GPU no smaller chunk (a smaller one measures launch
+    /// latency, not throughput).
+    fn threads_per_item(&self) -> usize {
+        1
+    }
+}
+
+/// Resident threads that keep a GPU's SMs busy enough to run at full
+/// throughput: half of the 2048 each SM can hold (Volta to Hopper).
+pub fn fill_threads(info: &GpuInfo) -> usize {
+    info.sm_count as usize * 1024
 }
 
 /// Runs `f`, turning a panic inside cudarc (a library or symbol it could not

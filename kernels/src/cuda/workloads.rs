@@ -10,6 +10,9 @@ use cudarc::driver::LaunchConfig;
 use super::nvrtc::{KMEANS, MATMUL, NBODY, PATHFINDER, SYNTHETIC};
 use super::stream::{grid_1d, StreamWorker};
 use super::CudaKernel;
+
+/// A run-cache buffer on the device.
+type DevBytes = cudarc::driver::CudaSlice<u8>;
 use crate::workloads::{check_chunk, KmeansStep, Matmul, NbodyStep, PathfinderStep, Synthetic};
 use crate::{Chunk, Kernel, KernelError};
 
@@ -49,9 +52,28 @@ impl CudaKernel for Synthetic {
     }
 }
 
+/// Bytes of one matmul staging buffer (each of a, b and c): a chunk is
+/// copied and multiplied in pieces of this size, so the pinned and device
+/// buffers stay small (allocated once, in `prepare`) however large the chunk.
+/// Growing pinned buffers to a large chunk's size cost seconds on an H100.
+const MATMUL_PIECE_BYTES: usize = 32 << 20;
+
+/// Products per piece, at least one.
+fn matmul_piece(d2: usize) -> usize {
+    (MATMUL_PIECE_BYTES / (d2 * 4).max(1)).max(1)
+}
+
 impl CudaKernel for Matmul {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        w.function(&MATMUL, "matmul").map(drop)
+        w.function(&MATMUL, "matmul")?;
+        let d2 = self.problem().dim().pow(2);
+        let bytes = matmul_piece(d2).min(self.items().max(1)) * d2 * 4;
+        (0..3).try_for_each(|slot| w.reserve_slot(slot, bytes))
+    }
+
+    fn threads_per_item(&self) -> usize {
+        // One 16×16 block per output tile.
+        (self.problem().dim().div_ceil(16)).pow(2) * 256
     }
 
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
@@ -59,31 +81,35 @@ impl CudaKernel for Matmul {
         check_chunk(chunk, self.items(), 1)?;
         let dim = self.problem().dim();
         let d2 = dim * dim;
-        let n = chunk.len();
-        if n > MAX_LAUNCH {
+        if chunk.len() > MAX_LAUNCH {
             return Err(too_large(chunk));
         }
-        let (lo, hi) = (chunk.lo() * d2, chunk.hi() * d2);
         let f = w.function(&MATMUL, "matmul")?;
-        let a = w.upload(0, &[&self.a()[lo..hi]])?;
-        let b = w.upload(1, &[&self.b()[lo..hi]])?;
-        let c = w.scratch::<f32>(2, n * d2)?;
         let tiles = (dim as u32).div_ceil(TILE);
-        let cfg = LaunchConfig {
-            grid_dim: (tiles * tiles, (n as u32).min(65_535), 1),
-            block_dim: (TILE, TILE, 1),
-            shared_mem_bytes: 0,
-        };
-        let (count, dim32) = (n as u32, dim as u32);
-        // SAFETY: `matmul(const float* a, const float* b, float* c, u32 count,
-        // u32 dim)`; each buffer holds `count·dim²` f32, the kernel reads and
-        // writes no more.
-        unsafe { w.launch(&f, cfg, &[&a, &b, &c, &count, &dim32])? };
-        w.download::<f32>(2, n * d2)?;
-        w.finish()?;
         // SAFETY: the runtime hands this chunk's items to this call alone.
         let dst = unsafe { self.c().slice_mut(chunk.range()) };
-        dst.copy_from_slice(w.downloaded::<f32>(2, n * d2));
+        let piece = matmul_piece(d2);
+        for lo in (chunk.lo()..chunk.hi()).step_by(piece) {
+            let hi = (lo + piece).min(chunk.hi());
+            let n = hi - lo;
+            let a = w.upload(0, &[&self.a()[lo * d2..hi * d2]])?;
+            let b = w.upload(1, &[&self.b()[lo * d2..hi * d2]])?;
+            let c = w.scratch::<f32>(2, n * d2)?;
+            let cfg = LaunchConfig {
+                grid_dim: (tiles * tiles, (n as u32).min(65_535), 1),
+                block_dim: (TILE, TILE, 1),
+                shared_mem_bytes: 0,
+            };
+            let (count, dim32) = (n as u32, dim as u32);
+            // SAFETY: `matmul(const float* a, const float* b, float* c, u32
+            // count, u32 dim)`; each buffer holds `count·dim²` f32, the
+            // kernel reads and writes no more.
+            unsafe { w.launch(&f, cfg, &[&a, &b, &c, &count, &dim32])? };
+            w.download::<f32>(2, n * d2)?;
+            w.finish()?;
+            let at = (lo - chunk.lo()) * d2;
+            dst[at..at + n * d2].copy_from_slice(w.downloaded::<f32>(2, n * d2));
+        }
         Ok(())
     }
 }
@@ -103,13 +129,19 @@ impl CudaKernel for PathfinderStep {
             return Err(too_large(chunk));
         }
         let f = w.function(&PATHFINDER, "pathfinder")?;
-        // The rows of this run: the same for every chunk, so once per run.
-        let band = w.run_input(self, t0 as u64, &self.wall()[t0 * cols..(t0 + h) * cols])?;
-        let band_ptr = w.addr(&band);
         // The previous row over the chunk and its ghost zones.
         let (lo, hi) = (chunk.lo(), chunk.hi());
         let (mut in_lo, in_hi) = (lo.saturating_sub(h), (hi + h).min(cols));
         let mut input = w.upload(0, &[&self.src()[in_lo..in_hi]])?;
+        // This run's rows over the same columns only: a chunk moves its own
+        // share of the grid (whole rows per run would cost every chunk's
+        // worker the full band, whatever its share).
+        let (wall_lo, pitch) = (in_lo, in_hi - in_lo);
+        let wall = self.wall();
+        let rows: Vec<&[u8]> = (t0..t0 + h)
+            .map(|r| &wall[r * cols + wall_lo..r * cols + wall_lo + pitch])
+            .collect();
+        let band_ptr = w.upload(3, &rows)?;
         let mut in_len = in_hi - in_lo;
         let (mut done, mut out_slot) = (0usize, 1usize);
         while done < h {
@@ -125,7 +157,8 @@ impl CudaKernel for PathfinderStep {
                 block_dim: (tile, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let wall = band_ptr + (done * cols) as u64;
+            let wall = band_ptr + (done * pitch) as u64;
+            let band: (i32, i32) = (wall_lo as i32, pitch as i32);
             let args: (i32, i32, i32, i32, i32, i32) = (
                 in_lo as i32,
                 in_len as i32,
@@ -135,17 +168,19 @@ impl CudaKernel for PathfinderStep {
                 (o_hi - o_lo) as i32,
             );
             // SAFETY: `pathfinder(const int* src, int src_off, int src_len,
-            // const u8* wall, int cols, int hp, int out_lo, int out_len, int*
-            // dst)`: `input` holds `in_len` i32 of columns from `in_lo`, `wall`
-            // `hp` rows of `cols` bytes inside this run's band (held until the
-            // stream is synchronised), `out` `o_hi − o_lo` i32; the kernel
-            // reads and writes inside those ranges only.
+            // const u8* wall, int wall_lo, int pitch, int cols, int hp, int
+            // out_lo, int out_len, int* dst)`: `input` holds `in_len` i32 of
+            // columns from `in_lo`, `wall` `hp` rows of `pitch` bytes (columns
+            // from `wall_lo`) inside slot 3, `out` `o_hi − o_lo` i32; the
+            // kernel reads the wall only inside those columns and writes
+            // inside `out` only.
             unsafe {
                 w.launch(
                     &f,
                     cfg,
                     &[
-                        &input, &args.0, &args.1, &wall, &args.2, &args.3, &args.4, &args.5, &out,
+                        &input, &args.0, &args.1, &wall, &band.0, &band.1, &args.2, &args.3,
+                        &args.4, &args.5, &out,
                     ],
                 )?
             };
@@ -158,7 +193,6 @@ impl CudaKernel for PathfinderStep {
         debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
         w.download::<i32>(out_slot, hi - lo)?;
         w.finish()?;
-        drop(band);
         // SAFETY: the runtime hands this chunk's columns to this call alone.
         let dst = unsafe { self.dst().slice_mut(chunk.range()) };
         dst.copy_from_slice(w.downloaded::<i32>(out_slot, hi - lo));
@@ -166,9 +200,29 @@ impl CudaKernel for PathfinderStep {
     }
 }
 
+impl NbodyStep {
+    /// All old positions and masses, on the device: every chunk reads them.
+    fn positions(
+        &self,
+        w: &mut StreamWorker,
+    ) -> Result<[std::sync::Arc<DevBytes>; 4], KernelError> {
+        let o = self.old();
+        Ok([
+            w.run_input(self, 0, &o.x)?,
+            w.run_input(self, 0, &o.y)?,
+            w.run_input(self, 0, &o.z)?,
+            w.run_input(self, 0, &o.m)?,
+        ])
+    }
+}
+
 impl CudaKernel for NbodyStep {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         w.function(&NBODY, "nbody").map(drop)
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        self.positions(w).map(drop)
     }
 
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
@@ -181,10 +235,7 @@ impl CudaKernel for NbodyStep {
         let o = self.old();
         let f = w.function(&NBODY, "nbody")?;
         // Every chunk reads all old positions and masses: once per run.
-        let x = w.run_input(self, 0, &o.x)?;
-        let y = w.run_input(self, 0, &o.y)?;
-        let z = w.run_input(self, 0, &o.z)?;
-        let m = w.run_input(self, 0, &o.m)?;
+        let [x, y, z, m] = self.positions(w)?;
         let (xp, yp, zp, mp) = (w.addr(&x), w.addr(&y), w.addr(&z), w.addr(&m));
         let r = chunk.range();
         let cnt = chunk.len();
@@ -221,9 +272,28 @@ impl CudaKernel for NbodyStep {
     }
 }
 
+impl KmeansStep {
+    /// The points (keyed by the data set, not the step: they cross the bus
+    /// once per job and device) and this step's centres, on the device.
+    fn run_inputs(
+        &self,
+        w: &mut StreamWorker,
+    ) -> Result<[std::sync::Arc<DevBytes>; 2], KernelError> {
+        let data = self.data();
+        Ok([
+            w.run_input(&**data, 0, data.values())?,
+            w.run_input(self, 0, self.centres())?,
+        ])
+    }
+}
+
 impl CudaKernel for KmeansStep {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         w.function(&KMEANS, "kmeans").map(drop)
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        self.run_inputs(w).map(drop)
     }
 
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
@@ -237,10 +307,7 @@ impl CudaKernel for KmeansStep {
         let blocks = chunk.lo() / g..chunk.hi().div_ceil(g);
         let nb = blocks.len();
         let func = w.function(&KMEANS, "kmeans")?;
-        // The points do not change between iterations: keyed by the data set
-        // (not the step), they cross the bus once per job and device.
-        let pts = w.run_input(&**data, 0, data.values())?;
-        let centres = w.run_input(self, 0, self.centres())?;
+        let [pts, centres] = self.run_inputs(w)?;
         let pts_ptr = w.addr(&pts) + (chunk.lo() * f * 4) as u64;
         let c_ptr = w.addr(&centres);
         // SAFETY: read-only view of this chunk's memberships, which the
