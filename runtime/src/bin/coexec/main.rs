@@ -120,7 +120,8 @@ impl From<coexec::Error> for Failure {
         match &e {
             coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
             | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
-            | coexec::Error::Config { .. } => Failure::Usage(e.to_string()),
+            | coexec::Error::Config { .. }
+            | coexec::Error::MetricsBind { .. } => Failure::Usage(e.to_string()),
             _ => Failure::Run(e.to_string()),
         }
     }
@@ -165,6 +166,8 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour codes only where a terminal will read them.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -208,7 +211,13 @@ pub(crate) fn build(
         None if in_memory => b.in_memory_profiles(),
         None => b,
     };
-    Ok(b.build()?)
+    let rt = b.build()?;
+    if let Some(addr) = rt.metrics_addr() {
+        // On stderr: stdout may be JSON. With port 0 this is the only way to
+        // learn the port.
+        eprintln!("coexec: metrics at http://{addr}/metrics");
+    }
+    Ok(rt)
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
