@@ -102,6 +102,12 @@ impl SpeedModel {
         }
     }
 
+    /// Keeps at most [`WINDOW`] samples (a file written by hand or by an
+    /// older build may hold more): what is loaded is what a run would keep.
+    pub fn keep_window(&mut self) {
+        self.samples.truncate(WINDOW);
+    }
+
     /// Drops the sample history and refits from `samples` (used when a probe
     /// shows that the stored model no longer matches the machine). The fixed
     /// cost is kept if `samples` are all of one size, since they cannot
