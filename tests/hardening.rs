@@ -1,3 +1,139 @@
 //! Hostile input, faults and concurrency: nothing a user, a kernel or a
 //! device does hangs or aborts the runtime, and the command line says what
 //! it refused in one line.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use coexec::kernels::{Chunk, Kernel, KernelError, Synthetic};
+
+/// Runs `fut` on a fresh runtime on its own thread; a hang fails the test
+/// after `limit` instead of never ending.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio");
+        let _ = tx.send(rt.block_on(fut));
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
+}
+
+/// A kernel whose `items()` panics after `calm` calls, or changes after
+/// `calm` calls when `grow` is set.
+#[derive(Debug)]
+struct Moody {
+    calls: AtomicUsize,
+    calm: usize,
+    grow: bool,
+}
+
+impl Kernel for Moody {
+    fn name(&self) -> &str {
+        "moody"
+    }
+    fn items(&self) -> usize {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n >= self.calm {
+            assert!(self.grow, "items() gave up");
+            return 2000;
+        }
+        1000
+    }
+    fn run_cpu(&self, _chunk: &Chunk) -> Result<(), KernelError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_kernel_whose_items_panics_fails_its_job_and_nothing_else() {
+    within(Duration::from_secs(30), async {
+        let rt = coexec::Runtime::builder()
+            .devices("cpu:2")?
+            .in_memory_profiles()
+            .build()?;
+        // At submission (0) and in the check after the run (1).
+        for calm in [0, 1] {
+            let bad = Moody {
+                calls: AtomicUsize::new(0),
+                calm,
+                grow: false,
+            };
+            let e = rt
+                .run(bad)
+                .await
+                .expect_err("a panicking items() is an error");
+            assert!(e.to_string().contains("moody"), "{e}");
+        }
+        // The runtime is still there for the next job, and shuts down.
+        let done = rt.run(Synthetic::new(5_000, 10)).await?;
+        done.kernel.verify()?;
+        rt.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .expect("runtime survives");
+}
+
+#[test]
+fn items_changing_during_the_run_is_an_error_not_a_silent_ok() {
+    within(Duration::from_secs(30), async {
+        let rt = coexec::Runtime::builder()
+            .devices("cpu:2")?
+            .in_memory_profiles()
+            .build()?;
+        let grows = Moody {
+            calls: AtomicUsize::new(0),
+            calm: 1,
+            grow: true,
+        };
+        let e = rt.run(grows).await.expect_err("items() changed");
+        assert!(e.to_string().contains("items()"), "{e}");
+        rt.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .expect("no hang");
+}
+
+#[test]
+fn extreme_sim_speeds_are_refused_not_a_hang() {
+    for spec in ["sim:1@1e-300", "sim:1@1e-6", "sim:1@1e300"] {
+        let e = coexec::Runtime::builder().devices(spec).map(|b| b.build());
+        assert!(matches!(e, Err(_) | Ok(Err(_))), "{spec} accepted");
+    }
+    // Through the library, past the parser: refused at start.
+    let list = coexec::DeviceList(vec![
+        coexec_actors::DeviceSpec::cpu(1),
+        coexec_actors::DeviceSpec::sim(1, 1e-300, Duration::ZERO),
+    ]);
+    let r = coexec::Runtime::builder()
+        .device_list(list)
+        .in_memory_profiles()
+        .build();
+    assert!(r.is_err(), "sim speed 1e-300 accepted by the builder");
+}
+
+#[test]
+fn thousands_of_cpu_workers_are_capped_and_finish_quickly() {
+    within(Duration::from_secs(60), async {
+        let rt = coexec::Runtime::builder()
+            .devices("cpu:4096")?
+            .in_memory_profiles()
+            .build()?;
+        let cap = coexec_actors::worker_cap();
+        assert_eq!(rt.classes()[0].workers, cap.min(4096));
+        let t = std::time::Instant::now();
+        let done = rt.run(Synthetic::new(200_000, 10)).await?;
+        done.kernel.verify()?;
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        rt.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .expect("capped");
+}

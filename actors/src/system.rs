@@ -10,6 +10,7 @@ use coexec_kernels::cuda::{self, GpuInfo, StreamWorker};
 use coexec_kernels::Kernel;
 
 use crate::broker::registry::{Event, JobOrder, Registry};
+use crate::broker::vetted::Vetted;
 use crate::broker::{Broker, JobOptions, Submit};
 use crate::device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End};
 use crate::policy::{by_name, Thresholds};
@@ -86,6 +87,14 @@ pub fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// Most worker threads one class gets on this machine: every worker wakes to
+/// look for work while jobs are live, and thousands of threads on a few
+/// cores spend their time waking (cpu:4096 on two cores took a minute for a
+/// job cpu:2 does in 0.3 s).
+pub fn worker_cap() -> usize {
+    (64 * cores()).max(256)
 }
 
 /// The GPUs CUDA can see, or why there are none.
@@ -176,6 +185,28 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
                 )
             }
         };
+        let cap = worker_cap();
+        let workers = if workers > cap {
+            tracing::warn!(
+                "{name}: {workers} workers on {} cores; running {cap} (more only contend for the cores)",
+                cores()
+            );
+            cap
+        } else {
+            workers
+        };
+        if let DeviceKind::Sim { speed, .. } = spec.kind {
+            if !crate::device::SIM_SPEEDS.contains(&speed) {
+                return Err(ActorError::DeviceSpec {
+                    spec: format!("sim@{speed}"),
+                    why: format!(
+                        "speed {speed} outside [{}, {:e}]",
+                        crate::device::SIM_SPEEDS.start(),
+                        crate::device::SIM_SPEEDS.end()
+                    ),
+                });
+            }
+        }
         classes.push(ClassInfo {
             index,
             name,
@@ -231,10 +262,14 @@ impl Engine {
         // never asked to host actix.
         let (tx, rx) = std::sync::mpsc::channel();
         let reg2 = reg.clone();
+        let reg_gone = reg.clone();
         let (th, trace) = (cfg.thresholds, cfg.trace);
         let system_thread = std::thread::Builder::new()
             .name("coexec-actors".into())
             .spawn(move || {
+                // However this thread ends (a panic in a handler included),
+                // live jobs fail and waiting callers are answered at once.
+                let _dead = SystemGone(reg_gone);
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
                     let profiler = Profiler { store, nu: th.nu }.start();
@@ -338,14 +373,26 @@ impl Engine {
         if self.reg.is_closed() {
             return Err(ActorError::Shutdown);
         }
+        // The kernel's metadata is asked here, on the caller's thread and
+        // under a guard, never on the actors' thread.
+        let vetted = Arc::new(Vetted::new(kernel.clone())?);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.reg.owe();
         self.broker.do_send(Submit {
-            kernel,
+            kernel: vetted.clone(),
             opts,
             reply: tx,
         });
-        rx.await.map_err(|_| ActorError::Shutdown)?
+        let report = match rx.await {
+            Ok(r) => r?,
+            Err(_) => {
+                // Dropped unanswered: the actor system is gone.
+                self.reg.forgive();
+                return Err(ActorError::Shutdown);
+            }
+        };
+        vetted.still_matches(&*kernel)?;
+        Ok(report)
     }
 
     /// Items computed per class since the engine started.
@@ -386,6 +433,18 @@ impl Engine {
         if let Some(h) = self.system_thread.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// Closes the registry when the actor system's thread ends.
+struct SystemGone(Arc<Registry>);
+
+impl Drop for SystemGone {
+    fn drop(&mut self) {
+        if !self.0.is_closed() {
+            tracing::error!("the actor system stopped: failing live jobs");
+        }
+        self.0.close(true);
     }
 }
 

@@ -4,6 +4,7 @@
 pub(crate) mod job;
 pub(crate) mod registry;
 pub(crate) mod space;
+pub(crate) mod vetted;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -356,7 +356,13 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
     rt.classes()
         .iter()
         .map(|c| {
-            c.workers as f64
+            // CPU workers beyond the cores add no speed: sizing by them would
+            // make `cpu:4096` a 4096-core job on any machine.
+            let workers = match c.kind {
+                coexec::DeviceKind::Cpu => c.workers.min(coexec_actors::cores()),
+                _ => c.workers,
+            };
+            workers as f64
                 * match c.kind {
                     coexec::DeviceKind::Cpu => 1.0,
                     coexec::DeviceKind::Sim { speed, .. } => speed,
