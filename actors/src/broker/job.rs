@@ -486,12 +486,21 @@ impl JobCore {
             let start = (self.busy_until[v] - now).max(0.0) + self.st[cv].model.a();
             starts.push((start, bv));
         }
-        let t_others = finish_time(&mut starts, self.space.total_left() as f64);
+        let left = self.space.total_left() as f64;
+        let t_others = finish_time(&mut starts, left);
+        // The balanced end (issue 13): no more than this worker's part of
+        // what is left if everyone, itself included, shares it to finish
+        // together. Without it a class with a fixed cost per chunk (whose
+        // chunks are floored at LATENCY_CHUNKS·a·b) takes the whole rest in
+        // one chunk while the others idle: cold runs of cpu:1,sim:1@2 whose
+        // sim paid a few ms of wake-up per chunk ended at imbalance 0.1-0.5.
+        starts.push((a, b));
+        let fair = finish_time(&mut starts, left).map_or(f64::INFINITY, |t| ((t - a) * b).ceil());
         self.scratch = starts;
         let Some(t_others) = t_others else {
             return Some(n);
         };
-        let max = ((t_others - a) * b).floor();
+        let max = ((t_others - a) * b).floor().min(fair.max(need as f64));
         if max >= n as f64 {
             Some(n)
         } else if max >= need as f64 {
