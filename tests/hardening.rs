@@ -137,3 +137,51 @@ fn thousands_of_cpu_workers_are_capped_and_finish_quickly() {
     })
     .expect("capped");
 }
+
+#[test]
+fn a_class_condemned_by_its_stored_model_is_measured_again() {
+    within(Duration::from_secs(60), async {
+        let dir = std::env::temp_dir().join(format!("coexec-condemned-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let build = || {
+            coexec::Runtime::builder()
+                .devices("cpu:1,sim:1@2")
+                .map(|b| b.profile_dir(&dir).build())
+        };
+        // Learn, then condemn the sim: a plausible but dreadful speed.
+        let rt = build()??;
+        rt.run(Synthetic::new(20_000, 50)).await?;
+        let path = rt.profile_path().ok_or("no profile path")?.to_path_buf();
+        rt.shutdown().await;
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        let models = v["kernels"]["synthetic/w50"]["models"]
+            .as_object_mut()
+            .ok_or("no models")?;
+        let sim = models
+            .iter_mut()
+            .find(|(k, _)| k.starts_with("sim"))
+            .ok_or("no sim model")?
+            .1;
+        sim["a"] = 0.0.into();
+        sim["b"] = 0.01.into();
+        sim["samples"] = serde_json::Value::Array(vec![]);
+        std::fs::write(&path, v.to_string())?;
+
+        let rt = build()??;
+        let mut sim_items = Vec::new();
+        for _ in 0..8 {
+            let done = rt.run(Synthetic::new(20_000, 50)).await?;
+            done.kernel.verify()?;
+            sim_items.push(done.report.classes[1].items);
+        }
+        rt.shutdown().await;
+        eprintln!("sim items per run: {sim_items:?}");
+        assert!(
+            sim_items.iter().any(|&n| n > 0),
+            "the sim never ran again: {sim_items:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .expect("re-measured");
+}

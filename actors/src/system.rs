@@ -283,6 +283,7 @@ impl Engine {
                             policy,
                             trace,
                             next_id: 0,
+                            admitted: Default::default(),
                         }
                     });
                     let _ = tx.send((broker, profiler, actix::System::current()));
