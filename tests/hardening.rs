@@ -185,3 +185,179 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
     })
     .expect("re-measured");
 }
+
+/// `coexec args…` with a throwaway profile folder: (exit code, stdout, stderr).
+fn coexec(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args(args)
+        .env(
+            "COEXEC_PROFILE_DIR",
+            std::env::temp_dir().join("coexec-hardening-test"),
+        )
+        .env_remove("COEXEC_DEVICES")
+        .env_remove("COEXEC_POLICY")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run coexec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn refused_in_one_line(args: &[&str], says: &str) {
+    let (code, _, err) = coexec(args);
+    assert_eq!(code, 2, "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
+#[test]
+fn sizes_past_this_machines_memory_exit_2_naming_the_limit() {
+    refused_in_one_line(
+        &[
+            "run",
+            "synthetic",
+            "--size",
+            "4294967296",
+            "--devices",
+            "cpu:1",
+        ],
+        "memory limit",
+    );
+    refused_in_one_line(
+        &["run", "pathfinder", "--cols", "4294967296", "--rows", "100"],
+        "memory limit",
+    );
+}
+
+#[test]
+fn kmeans_input_with_nan_or_inf_and_negative_thresholds_are_refused() {
+    let dir = std::env::temp_dir().join(format!("coexec-hardening-km-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in [
+        ("nan.txt", "1 0.5 1\n2 nan 2\n3 1 1\n"),
+        ("inf.txt", "1 0.5 1\n2 1 -inf\n3 1 1\n"),
+        ("big.txt", "1 0.5 1\n2 1 1e39\n3 1 1\n"),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        let f = f.to_str().unwrap();
+        refused_in_one_line(&["run", "kmeans", "--file", f, "--clusters", "2"], ":2:");
+        refused_in_one_line(&["run", "kmeans", "--file", f, "--clusters", "2"], f);
+    }
+    let good = dir.join("good.txt");
+    std::fs::write(&good, "1 0.5 1\n2 1 2\n3 1 1\n").unwrap();
+    refused_in_one_line(
+        &[
+            "run",
+            "kmeans",
+            "--file",
+            good.to_str().unwrap(),
+            "--clusters",
+            "2",
+            "--threshold=-0.5",
+        ],
+        "threshold",
+    );
+}
+
+#[test]
+fn output_paths_are_checked_before_the_bench_runs() {
+    let t = std::time::Instant::now();
+    for flag in ["--json", "--plot"] {
+        refused_in_one_line(
+            &[
+                "bench",
+                "synthetic",
+                "--devices",
+                "cpu:1",
+                flag,
+                "/nonexistent-coexec-dir/out",
+            ],
+            "/nonexistent-coexec-dir/out",
+        );
+    }
+    refused_in_one_line(
+        &[
+            "run",
+            "synthetic",
+            "--size",
+            "1000",
+            "--trace",
+            "/nonexistent-coexec-dir/t.json",
+        ],
+        "--trace",
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    for _ in 0..5 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_coexec"))
+            .arg("policies")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    }
+}
+
+#[test]
+fn metrics_flag_reports_its_port_and_a_port_in_use_exits_2() {
+    let (code, _, err) = coexec(&[
+        "run",
+        "synthetic",
+        "--size",
+        "1000",
+        "--devices",
+        "cpu:1",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let port = err
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse::<u16>().ok());
+    assert!(port.is_some_and(|p| p != 0), "{err}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    refused_in_one_line(
+        &[
+            "run",
+            "synthetic",
+            "--size",
+            "1000",
+            "--devices",
+            "cpu:1",
+            "--metrics",
+            &addr,
+        ],
+        &addr,
+    );
+}
+
+#[test]
+fn warnings_to_a_file_carry_no_colour_codes() {
+    let (code, _, err) = coexec(&[
+        "run",
+        "synthetic",
+        "--size",
+        "1000",
+        "--devices",
+        "cpu:4096",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("WARN"), "a warning is expected: {err}");
+    assert!(!err.contains('\u{1b}'), "ANSI codes in {err:?}");
+}
