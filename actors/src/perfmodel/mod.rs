@@ -97,7 +97,7 @@ impl SpeedModel {
         self.observed += 1;
         // A refit sorts the window twice: do it on every sample while the
         // model is young, then on every fourth (the hot path calls this per chunk).
-        if self.samples.len() < 16 || self.observed % 4 == 0 || !self.is_known() {
+        if self.samples.len() < 16 || self.observed.is_multiple_of(4) || !self.is_known() {
             self.refit();
         }
     }
