@@ -25,9 +25,9 @@ impl Kernel for Flaky {
         self.inner.items()
     }
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
-        if chunk.lo() % self.every == 0 && self.tried.lock().unwrap().insert(chunk.lo()) {
+        if chunk.lo().is_multiple_of(self.every) && self.tried.lock().unwrap().insert(chunk.lo()) {
             let n = self.failures.fetch_add(1, Ordering::Relaxed);
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 return Err(KernelError::Injected(format!("chunk at {}", chunk.lo())));
             }
             panic!("injected panic at {}", chunk.lo());

@@ -29,8 +29,10 @@ mod worker;
 
 pub use broker::registry::JobOrder;
 pub use broker::JobOptions;
-pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
+pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS, SIM_SPEEDS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
 pub use report::{imbalance, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
-pub use system::{cores, gpus, resolve, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS};
+pub use system::{
+    cores, gpus, resolve, worker_cap, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS,
+};

@@ -39,7 +39,7 @@ impl<T> DisjointBuf<T> {
     /// Wraps an existing vector; its length must be a multiple of `stride`.
     pub fn from_vec(v: Vec<T>, stride: usize) -> Self {
         assert!(
-            stride > 0 && v.len() % stride == 0,
+            stride > 0 && v.len().is_multiple_of(stride),
             "length not a multiple of stride"
         );
         Self {

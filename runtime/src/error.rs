@@ -23,6 +23,15 @@ pub enum Error {
     /// The Prometheus exporter could not start.
     #[error("metrics exporter: {0}")]
     Metrics(String),
+    /// The metrics address could not be bound (in use, not allowed).
+    #[error("metrics address {addr}: {source}")]
+    MetricsBind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing an output file failed.
     #[error("{path}: {source}")]
     Io {

@@ -39,6 +39,9 @@ pub struct Done<K> {
 #[derive(Debug)]
 pub struct Runtime {
     engine: Engine,
+    /// Stops with the runtime (declared after `engine`: it outlives the
+    /// last job's metrics).
+    metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl Runtime {
@@ -49,11 +52,13 @@ impl Runtime {
     }
 
     pub(crate) fn start(b: Builder) -> Result<Self, Error> {
-        if let Some(addr) = b.metrics {
-            crate::metrics::install(addr)?;
-        }
+        let metrics = b
+            .metrics
+            .map(crate::metrics::MetricsServer::start)
+            .transpose()?;
         Ok(Self {
             engine: Engine::start(b.cfg)?,
+            metrics,
         })
     }
 
@@ -122,6 +127,12 @@ impl Runtime {
             .collect()
     }
 
+    /// Where `/metrics` is served, with the port the system chose if the
+    /// builder asked for port 0 (`None`: no exporter).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
+    }
+
     /// The GPUs in use.
     pub fn gpus(&self) -> &[GpuInfo] {
         self.engine.gpus()
@@ -142,6 +153,9 @@ impl Runtime {
     pub async fn shutdown(mut self) {
         self.engine.drain().await;
         self.engine.shutdown(false);
+        if let Some(m) = self.metrics.take() {
+            m.stop().await;
+        }
     }
 
     /// Stops now: jobs still running fail with a shutdown error. (Dropping

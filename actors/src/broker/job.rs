@@ -503,13 +503,27 @@ impl JobCore {
             let start = (self.busy_until[v] - now).max(0.0) + self.st[cv].model.a();
             starts.push((start, bv));
         }
-        let t_others = finish_time(&mut starts, self.space.total_left() as f64);
+        let left = self.space.total_left() as f64;
+        let t_others = finish_time(&mut starts, left);
+        // The balanced end (issue 13): no more than this worker's part of
+        // what is left if everyone, itself included, shares it to finish
+        // together. Without it a class with a fixed cost per chunk (whose
+        // chunks are floored at LATENCY_CHUNKS·a·b) takes the whole rest in
+        // one chunk while the others idle: cold runs of cpu:1,sim:1@2 whose
+        // sim paid a few ms of wake-up per chunk ended at imbalance 0.1-0.5.
+        starts.push((a, b));
+        let fair = finish_time(&mut starts, left).map_or(f64::INFINITY, |t| ((t - a) * b).ceil());
         self.scratch = starts;
         let Some(t_others) = t_others else {
             return Some(n);
         };
-        let max = ((t_others - a) * b).floor();
+        // A GPU's balanced part is at least what fills it: a smaller chunk
+        // takes as long as a full one.
         let fill = self.min_chunk[c];
+        let fair_floor = if fill > self.grain { fill } else { need };
+        let max = ((t_others - a) * b)
+            .floor()
+            .min(fair.max(fair_floor as f64));
         if max >= n as f64 {
             Some(n)
         } else if fill > self.grain && max < fill as f64 && self.sibling_busy(w, c) {

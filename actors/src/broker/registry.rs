@@ -244,6 +244,14 @@ impl Registry {
         self.owed.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// A submitter whose request was dropped unanswered (the actor system
+    /// went away with it in a mailbox) no longer waits.
+    pub(crate) fn forgive(&self) {
+        if self.owed.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
     /// Answers `job`'s submitter, once: whoever comes first (the broker with
     /// the report, or a cancelling shutdown) answers; later calls do nothing.
     pub(crate) fn reply(&self, job: &Job, result: Result<RunReport, ActorError>) {

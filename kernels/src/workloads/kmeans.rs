@@ -83,13 +83,26 @@ impl KmeansData {
                     line: 0,
                     why: format!("cannot allocate for decompression: {e}"),
                 })?;
+            // Bounded: a small .xz can decompress to more than the machine has.
+            let limit = super::memory_limit() / 2;
             xz2::read::XzDecoder::new(raw.as_slice())
+                .take(limit.saturating_add(1))
                 .read_to_end(&mut text)
                 .map_err(|e| KernelError::Input {
                     path: path.to_path_buf(),
                     line: 0,
                     why: format!("corrupt or truncated xz data: {e}"),
                 })?;
+            if text.len() as u64 > limit {
+                return Err(KernelError::Input {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    why: format!(
+                        "decompresses to more than {:.1} GiB (half the memory available at start)",
+                        limit as f64 / (1u64 << 30) as f64
+                    ),
+                });
+            }
             Self::parse(&text, path)
         } else {
             Self::parse(&raw, path)
@@ -132,7 +145,17 @@ impl KmeansData {
                     .iter()
                     .position(|&b| is_sep(b))
                     .map_or(line.len(), |k| p + k);
-                values.push(atof(&line[p..e]));
+                let v = atof(&line[p..e]);
+                if !v.is_finite() {
+                    return Err(err(
+                        no,
+                        format!(
+                            "`{}` is not a finite number",
+                            String::from_utf8_lossy(&line[p..e])
+                        ),
+                    ));
+                }
+                values.push(v);
                 p = e;
             }
             let nf = values.len() - start;
@@ -419,8 +442,11 @@ impl KmeansConfig {
         if self.block == 0 {
             return Err(KernelError::invalid("kmeans block", "must be at least 1"));
         }
-        if self.threshold.is_nan() {
-            return Err(KernelError::invalid("kmeans threshold", "is NaN"));
+        if self.threshold.is_nan() || self.threshold < 0.0 {
+            return Err(KernelError::invalid(
+                "kmeans threshold",
+                format!("{} is not a fraction of points at least 0", self.threshold),
+            ));
         }
         Ok(self)
     }

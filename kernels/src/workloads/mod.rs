@@ -150,9 +150,16 @@ pub(crate) fn check_chunk(chunk: &Chunk, items: usize, grain: usize) -> Result<(
     Ok(())
 }
 
-/// Refuses sizes whose buffers would not fit in memory: `elems` elements of
-/// `elem_bytes` bytes each, at most [`MAX_BYTES`] in all.
-pub(crate) fn check_bytes(
+/// Refuses sizes whose buffers would not fit in memory: `parts` multiplied
+/// elements of `elem_bytes` bytes each, at most [`memory_limit`] in all.
+///
+/// ```
+/// use coexec_kernels::workloads::check_bytes;
+///
+/// assert_eq!(check_bytes("x", &[10, 3], 4).unwrap(), 30);
+/// assert!(check_bytes("x", &[1 << 40, 1 << 20], 4).is_err());
+/// ```
+pub fn check_bytes(
     what: &'static str,
     parts: &[usize],
     elem_bytes: usize,
@@ -166,21 +173,41 @@ pub(crate) fn check_bytes(
             .checked_mul(p)
             .ok_or_else(|| KernelError::invalid(what, format!("{parts:?} overflows")))?;
     }
+    let limit = memory_limit();
     match n.checked_mul(elem_bytes) {
-        Some(b) if b as u64 <= MAX_BYTES => Ok(n),
+        Some(b) if b as u64 <= limit => Ok(n),
         _ => Err(KernelError::invalid(
             what,
             format!(
-                "{parts:?} × {elem_bytes} bytes exceeds the {} GiB limit",
-                MAX_BYTES >> 30
+                "{parts:?} × {elem_bytes} bytes exceeds the memory limit of {:.1} GiB (memory available at start)",
+                limit as f64 / (1u64 << 30) as f64
             ),
         )),
     }
 }
 
-/// The largest single buffer a workload constructor accepts (64 GiB): beyond
-/// it a size is a typo, not a benchmark.
+/// Where the machine's memory cannot be read, the most a workload buffer
+/// may take (64 GiB): beyond it a size is a typo, not a benchmark.
 pub(crate) const MAX_BYTES: u64 = 64 << 30;
+
+/// The most one workload buffer may take: the memory this machine had
+/// available (`MemAvailable` in `/proc/meminfo`) when first asked, measured
+/// once per process; [`MAX_BYTES`] where that cannot be read. Asking for
+/// more would not fail at allocation (Linux overcommits) but abort, or bring
+/// the OOM killer, once the buffer is touched.
+pub fn memory_limit() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemAvailable:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(MAX_BYTES, |kib| kib.saturating_mul(1024))
+    })
+}
 
 /// A zero-filled vector of `n` elements, or an error instead of an abort when
 /// the allocation fails.

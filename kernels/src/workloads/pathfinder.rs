@@ -101,7 +101,8 @@ impl PathfinderProblem {
     /// A `cols × rows` grid with Rodinia's seed. Refuses zero sizes, grids
     /// over 64 GiB, and more rows than an `i32` path cost can hold.
     pub fn new(cols: usize, rows: usize) -> Result<Self, KernelError> {
-        check_bytes("pathfinder size", &[cols, rows], 1)?;
+        // The grid is `i32`s.
+        check_bytes("pathfinder size", &[cols, rows], 4)?;
         if rows > (i32::MAX / 9) as usize {
             return Err(KernelError::invalid(
                 "pathfinder rows",

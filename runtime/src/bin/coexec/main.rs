@@ -1,6 +1,14 @@
 //! `coexec`: run and benchmark data-parallel jobs on every CPU core and GPU
 //! stream at once.
 
+/// `println!` for what the CLI prints: a closed stdout (`coexec policies |
+/// head -1`) ends the program quietly instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::emit(format_args!($($t)*))
+    };
+}
+
 mod bench;
 mod plot;
 mod progress;
@@ -120,7 +128,8 @@ impl From<coexec::Error> for Failure {
         match &e {
             coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
             | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
-            | coexec::Error::Config { .. } => Failure::Usage(e.to_string()),
+            | coexec::Error::Config { .. }
+            | coexec::Error::MetricsBind { .. } => Failure::Usage(e.to_string()),
             _ => Failure::Run(e.to_string()),
         }
     }
@@ -165,6 +174,8 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour codes only where a terminal will read them.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -190,6 +201,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one line to stdout; exits (0) if the reader has gone.
+pub(crate) fn emit(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("coexec: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Refuses an output path that cannot be written, before a long run: its
+/// folder must exist and it must not be a folder itself.
+fn check_output(flag: &str, path: &std::path::Path) -> Result<(), Failure> {
+    let bad = |why: &str| Err(Failure::Usage(format!("{flag} {}: {why}", path.display())));
+    if path.is_dir() {
+        return bad("is a directory");
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return bad("its folder does not exist");
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => bad(&e.to_string()),
+    }
+}
+
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
 pub(crate) fn build(
     common: &Common,
@@ -208,7 +261,13 @@ pub(crate) fn build(
         None if in_memory => b.in_memory_profiles(),
         None => b,
     };
-    Ok(b.build()?)
+    let rt = b.build()?;
+    if let Some(addr) = rt.metrics_addr() {
+        // On stderr: stdout may be JSON. With port 0 this is the only way to
+        // learn the port.
+        eprintln!("coexec: metrics at http://{addr}/metrics");
+    }
+    Ok(rt)
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
@@ -216,7 +275,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Cmd::Devices { json } => devices(json),
         Cmd::Policies => {
             for p in coexec::policy::POLICIES {
-                println!("{:<16} {}", p.name(), p.describe());
+                outln!("{:<16} {}", p.name(), p.describe());
             }
             Ok(())
         }
@@ -238,6 +297,11 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             plot,
         } => {
+            for (flag, p) in [("--json", &json), ("--plot", &plot)] {
+                if let Some(p) = p {
+                    check_output(flag, p)?;
+                }
+            }
             let rounds = bench::Rounds { repeat, pairs };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
@@ -250,14 +314,14 @@ fn devices(json: bool) -> Result<(), Failure> {
     if json {
         let v =
             serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     for c in &classes {
-        println!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
+        outln!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
     }
     for g in &gpus {
-        println!(
+        outln!(
             "cuda:{}   {}  {:.1} GiB  {} SMs  compute {}.{}",
             g.id,
             g.name,
@@ -268,7 +332,7 @@ fn devices(json: bool) -> Result<(), Failure> {
         );
     }
     if let Some(why) = why_no_gpu {
-        println!("no CUDA device ({why})");
+        outln!("no CUDA device ({why})");
     }
     Ok(())
 }
@@ -281,6 +345,9 @@ async fn run(
     print: bool,
     trace: Option<PathBuf>,
 ) -> Result<(), Failure> {
+    if let Some(p) = &trace {
+        check_output("--trace", p)?;
+    }
     let rt = std::sync::Arc::new(build(common, None, false)?);
     let speed_sum = speed_sum(&rt);
     let w = Prepared::new(name, args, false, speed_sum)?;
@@ -308,7 +375,7 @@ async fn run(
             o.remove("row_text");
         }
         let v = serde_json::json!({ "workload": name, "params": w.params(args), "result": result, "runs": reports });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else if !print {
         let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
         let last = reports.last();
@@ -320,13 +387,13 @@ async fn run(
         if let Some(r) = last {
             line += &format!("; last run: {}", r.summary());
         }
-        println!("{line}");
+        outln!("{line}");
         if let Some(o) = result.as_object() {
             for (k, v) in o
                 .iter()
                 .filter(|(k, _)| *k != "row_text" && *k != "membership")
             {
-                println!("  {k}: {v}");
+                outln!("  {k}: {v}");
             }
         }
     }
@@ -347,7 +414,13 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
     rt.classes()
         .iter()
         .map(|c| {
-            c.workers as f64
+            // CPU workers beyond the cores add no speed: sizing by them would
+            // make `cpu:4096` a 4096-core job on any machine.
+            let workers = match c.kind {
+                coexec::DeviceKind::Cpu => c.workers.min(coexec_actors::cores()),
+                _ => c.workers,
+            };
+            workers as f64
                 * match c.kind {
                     coexec::DeviceKind::Cpu => 1.0,
                     coexec::DeviceKind::Sim { speed, .. } => speed,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::kernels::workloads::busy_ns_per_round;
+use coexec::kernels::workloads::{busy_ns_per_round, check_bytes};
 use coexec::kernels::workloads::{
     KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
     PathfinderJob, PathfinderProblem, Workload,
@@ -130,6 +130,8 @@ impl Prepared {
                         ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
                     }
                 };
+                // One u64 output per item, checked against this machine.
+                check_bytes("--size", &[items], 8)?;
                 Prepared::Synthetic {
                     items,
                     work: a.work,
