@@ -44,7 +44,7 @@ proptest! {
         sim in proptest::option::of((1usize..3, 0.2f64..20.0, 0u64..200)),
         policy in 0usize..8,
         jobs in 1usize..4,
-        items in 1usize..20_000,
+        items in 0usize..20_000,
         every in proptest::option::of(3usize..40),
     ) {
         let mut spec = format!("cpu:{cpus}");

@@ -71,10 +71,8 @@ impl Runtime {
         let report = self.engine.submit(k.clone(), opts).await?;
         // Workers drop their handles before the job is reported over, so the
         // kernel is ours alone again.
-        let kernel = Arc::try_unwrap(k).map_err(|_| Error::Config {
-            what: "kernel",
-            why: "still shared after its run (a bug)".into(),
-        })?;
+        let kernel = Arc::try_unwrap(k)
+            .map_err(|_| Error::Internal("the kernel is still shared after its run".into()))?;
         Ok(Done { kernel, report })
     }
 

@@ -242,8 +242,12 @@ impl JobCore {
             kernel: kernel.name().to_string(),
             why: format!("policy `{policy}` leaves no device class that can run it"),
         });
+        // A job over by admission (no items, or no device) holds no handle:
+        // its submitter is answered at once and must get the kernel back
+        // unshared.
+        let finished = items == 0 || failed.is_some();
         Self {
-            kernel: Some(kernel.clone()),
+            kernel: (!finished).then(|| kernel.clone()),
             name: kernel.name().to_string(),
             policy: policy.to_string(),
             items,
@@ -265,13 +269,20 @@ impl JobCore {
             busy_until: vec![0.0; worker_class.len()],
             running: vec![false; worker_class.len()],
             worker_class,
-            finished: items == 0 || failed.is_some(),
+            finished,
             failed,
             trace: trace.then(Vec::new),
             stored_split,
             scratch: Vec::new(),
             min_chunk,
         }
+    }
+
+    /// Drops the job's handle on its kernel (the job is over), so that a
+    /// submitter answered next is the kernel's only owner.
+    pub(crate) fn release_kernel(&mut self) {
+        debug_assert!(self.finished, "kernel released from a live job");
+        self.kernel = None;
     }
 
     /// Whether no worker needs to look at this job again.
