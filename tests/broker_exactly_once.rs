@@ -80,7 +80,7 @@ proptest! {
             out
         });
         for r in results {
-            let (n, done) = r.unwrap();
+            let (n, mut done) = r.unwrap();
             prop_assert_eq!(done.kernel.inner.verify(), Ok(()));
             prop_assert_eq!(done.report.classes.iter().map(|c| c.items).sum::<usize>(), n);
             if every.is_some() && n > 0 {
@@ -131,7 +131,7 @@ fn a_chunk_that_always_fails_fails_the_job_without_hanging() {
         "{err}"
     );
     // The runtime still works afterwards.
-    let done = tokio.block_on(rt.run(Synthetic::new(1000, 1))).unwrap();
+    let mut done = tokio.block_on(rt.run(Synthetic::new(1000, 1))).unwrap();
     done.kernel.verify().unwrap();
 }
 
@@ -160,7 +160,7 @@ fn a_device_that_keeps_failing_is_taken_out_and_the_job_finishes_on_the_rest() {
     // are out, and every job is still complete, with nothing from them.
     let mut out_of_service = false;
     for _ in 0..50 {
-        let done = tokio
+        let mut done = tokio
             .block_on(rt.run(LostDevice(Synthetic::new(20_000, 1))))
             .unwrap();
         done.kernel.0.verify().unwrap();
@@ -173,7 +173,7 @@ fn a_device_that_keeps_failing_is_taken_out_and_the_job_finishes_on_the_rest() {
     }
     assert!(out_of_service, "the failing workers stayed in service");
     // The next job runs on the CPU alone.
-    let next = tokio.block_on(rt.run(Synthetic::new(5000, 1))).unwrap();
+    let mut next = tokio.block_on(rt.run(Synthetic::new(5000, 1))).unwrap();
     next.kernel.verify().unwrap();
     assert_eq!(next.report.classes[1].items, 0);
     assert_eq!(next.report.classes[0].items, 5000);

@@ -43,7 +43,7 @@ async fn zero_items_on_every_policy_and_device_mix() {
                 ..Default::default()
             };
             match rt.run_with(Synthetic::new(0, 10), opts).await {
-                Ok(done) => {
+                Ok(mut done) => {
                     assert_eq!(done.report.items, 0);
                     done.kernel.verify().unwrap();
                 }

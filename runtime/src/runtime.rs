@@ -29,7 +29,7 @@ pub struct Done<K> {
 /// #[tokio::main]
 /// async fn main() -> Result<(), coexec::Error> {
 ///     let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
-///     let done = rt.run(Synthetic::new(10_000, 50)).await?;
+///     let mut done = rt.run(Synthetic::new(10_000, 50)).await?;
 ///     done.kernel.verify().expect("every item exactly once");
 ///     println!("{}", done.report.summary());
 ///     rt.shutdown().await;

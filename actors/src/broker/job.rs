@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use coexec_kernels::{Kernel, KernelError};
+use coexec_kernels::{ClaimSpace, Kernel, KernelError};
 
 use super::space::Space;
 use crate::device::{ClassInfo, End};
@@ -70,6 +70,8 @@ impl Failures {
 pub(crate) struct Claimed {
     pub(crate) info: ChunkInfo,
     pub(crate) kernel: Arc<dyn Kernel>,
+    /// The job's claim space, to mint the chunk in.
+    pub(crate) claims: Arc<ClaimSpace>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +133,9 @@ pub(crate) struct After {
 /// A job's scheduling state.
 pub(crate) struct JobCore {
     kernel: Option<Arc<dyn Kernel>>,
+    /// The claim space the job's chunks are minted in; dropped with the
+    /// kernel, so the kernel's buffers are free for its next run.
+    claims: Option<Arc<ClaimSpace>>,
     name: String,
     policy: String,
     items: usize,
@@ -248,6 +253,7 @@ impl JobCore {
         let finished = items == 0 || failed.is_some();
         Self {
             kernel: (!finished).then(|| kernel.clone()),
+            claims: (!finished).then(ClaimSpace::new),
             name: kernel.name().to_string(),
             policy: policy.to_string(),
             items,
@@ -283,6 +289,7 @@ impl JobCore {
     pub(crate) fn release_kernel(&mut self) {
         debug_assert!(self.finished, "kernel released from a live job");
         self.kernel = None;
+        self.claims = None;
     }
 
     /// Whether no worker needs to look at this job again.
@@ -298,6 +305,7 @@ impl JobCore {
             return None;
         }
         let kernel = self.kernel.clone()?;
+        let claims = self.claims.clone()?;
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
@@ -308,7 +316,11 @@ impl JobCore {
                 attempt: r.attempts,
                 failures: r.failures,
             };
-            return Some(Claimed { info, kernel });
+            return Some(Claimed {
+                info,
+                kernel,
+                claims,
+            });
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
@@ -322,6 +334,7 @@ impl JobCore {
                 failures: Failures::default(),
             },
             kernel,
+            claims,
         })
     }
 
@@ -645,6 +658,8 @@ impl JobCore {
         if self.done == self.items && self.in_flight == 0 {
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -699,6 +714,8 @@ impl JobCore {
         if self.failed.is_some() {
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -728,6 +745,8 @@ impl JobCore {
             });
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -739,6 +758,8 @@ impl JobCore {
             self.failed = Some(why);
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
         }
     }
 
