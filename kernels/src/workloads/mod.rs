@@ -87,7 +87,7 @@ pub fn run_sequential<W: Workload>(mut w: W) -> Result<W::Output, KernelError> {
 /// use coexec_kernels::workloads::{run_sequential, OneShot};
 /// use coexec_kernels::Synthetic;
 ///
-/// let k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
+/// let mut k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
 /// k.verify().map_err(|e| coexec_kernels::KernelError::invalid("synthetic", e))?;
 /// # Ok::<(), coexec_kernels::KernelError>(())
 /// ```
