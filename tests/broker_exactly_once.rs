@@ -51,7 +51,7 @@ proptest! {
         if let Some((n, x, lat)) = sim {
             spec += &format!(",sim:{n}@{x}+{lat}us");
         }
-        let p = coexec::policy::POLICIES[policy].name();
+        let p = coexec::policy::names().nth(policy).unwrap();
         if p == "accel-only" && sim.is_none() {
             return Ok(());
         }

@@ -131,7 +131,7 @@ impl Runtime {
     }
 
     /// Everything the profiler knows.
-    pub async fn profile(&self) -> Result<coexec_actors::profiler::ProfileFile, Error> {
+    pub async fn profile(&self) -> Result<crate::ProfileFile, Error> {
         Ok(self.engine.profile().await?)
     }
 

@@ -215,7 +215,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Policies => {
-            for p in coexec::policy::POLICIES {
+            for p in coexec_actors::policy::POLICIES {
                 println!("{:<16} {}", p.name(), p.describe());
             }
             Ok(())
