@@ -73,7 +73,7 @@ fn a_kernel_whose_items_panics_fails_its_job_and_nothing_else() {
             assert!(e.to_string().contains("moody"), "{e}");
         }
         // The runtime is still there for the next job, and shuts down.
-        let done = rt.run(Synthetic::new(5_000, 10)).await?;
+        let mut done = rt.run(Synthetic::new(5_000, 10)).await?;
         done.kernel.verify()?;
         rt.shutdown().await;
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
@@ -129,7 +129,7 @@ fn thousands_of_cpu_workers_are_capped_and_finish_quickly() {
         let cap = coexec_actors::worker_cap();
         assert_eq!(rt.classes()[0].workers, cap.min(4096));
         let t = std::time::Instant::now();
-        let done = rt.run(Synthetic::new(200_000, 10)).await?;
+        let mut done = rt.run(Synthetic::new(200_000, 10)).await?;
         done.kernel.verify()?;
         assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         rt.shutdown().await;
@@ -170,7 +170,7 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
         let rt = build()??;
         let mut sim_items = Vec::new();
         for _ in 0..8 {
-            let done = rt.run(Synthetic::new(20_000, 50)).await?;
+            let mut done = rt.run(Synthetic::new(20_000, 50)).await?;
             done.kernel.verify()?;
             sim_items.push(done.report.classes[1].items);
         }

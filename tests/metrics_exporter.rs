@@ -168,7 +168,7 @@ async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
         .in_memory_profiles()
         .metrics(addr)
         .build()?;
-    let done = rt.run(Synthetic::new(ITEMS, 50)).await?;
+    let mut done = rt.run(Synthetic::new(ITEMS, 50)).await?;
     done.kernel.verify()?;
     let chunks: usize = done.report.classes.iter().map(|c| c.chunks).sum();
     assert!(chunks > 0);

@@ -58,7 +58,7 @@ fn rayon_matches_sequential_bit_for_bit() -> Result<(), KernelError> {
     assert_eq!((a.iterations, &a.membership), (b.iterations, &b.membership));
     assert_eq!(a.centres, b.centres);
 
-    let k = run_rayon(&pool, OneShot::new(Synthetic::new(10_000, 3)))?.expect("absorbed");
+    let mut k = run_rayon(&pool, OneShot::new(Synthetic::new(10_000, 3)))?.expect("absorbed");
     k.verify()
         .map_err(|e| KernelError::invalid("synthetic", e))?;
     Ok(())

@@ -20,6 +20,10 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// A bug in coexec: an invariant of the runtime did not hold. Please
+    /// report it.
+    #[error("internal error (a bug in coexec): {0}")]
+    Internal(String),
     /// The Prometheus exporter could not start.
     #[error("metrics exporter: {0}")]
     Metrics(String),

@@ -29,7 +29,7 @@ pub struct Done<K> {
 /// #[tokio::main]
 /// async fn main() -> Result<(), coexec::Error> {
 ///     let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
-///     let done = rt.run(Synthetic::new(10_000, 50)).await?;
+///     let mut done = rt.run(Synthetic::new(10_000, 50)).await?;
 ///     done.kernel.verify().expect("every item exactly once");
 ///     println!("{}", done.report.summary());
 ///     rt.shutdown().await;
@@ -76,10 +76,8 @@ impl Runtime {
         let report = self.engine.submit(k.clone(), opts).await?;
         // Workers drop their handles before the job is reported over, so the
         // kernel is ours alone again.
-        let kernel = Arc::try_unwrap(k).map_err(|_| Error::Config {
-            what: "kernel",
-            why: "still shared after its run (a bug)".into(),
-        })?;
+        let kernel = Arc::try_unwrap(k)
+            .map_err(|_| Error::Internal("the kernel is still shared after its run".into()))?;
         Ok(Done { kernel, report })
     }
 
@@ -144,7 +142,7 @@ impl Runtime {
     }
 
     /// Everything the profiler knows.
-    pub async fn profile(&self) -> Result<coexec_actors::profiler::ProfileFile, Error> {
+    pub async fn profile(&self) -> Result<crate::ProfileFile, Error> {
         Ok(self.engine.profile().await?)
     }
 

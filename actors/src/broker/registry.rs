@@ -207,6 +207,7 @@ impl Registry {
         self.ring();
         let (result, samples) = {
             let mut core = job.core();
+            core.release_kernel();
             (core.report(), core.samples())
         };
         match result {

@@ -52,12 +52,12 @@ mod tests {
 
     #[test]
     fn a_stretch_past_what_a_duration_holds_is_an_error_not_a_panic() {
-        let k = Synthetic::new(100, 1000);
+        let mut k = Synthetic::new(100, 1000);
         let mut sim = SimExec {
             speed: 1e-300,
             latency: Duration::ZERO,
         };
-        let r = sim.run(&k, &Chunk::new(0..100));
+        let r = coexec_kernels::with_chunk(&mut k, 0..100, |k, c| sim.run(k, c));
         assert!(matches!(r, Err(KernelError::Invalid { .. })), "{r:?}");
     }
 }

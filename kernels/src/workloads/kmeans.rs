@@ -563,18 +563,14 @@ impl Kernel for KmeansStep {
             return Ok(());
         }
         let (k, f, g) = (self.clusters, self.data.features, self.block);
-        let blocks = chunk.lo() / g..chunk.hi().div_ceil(g);
-        // SAFETY: the runtime hands this chunk's points to this call alone; its
-        // blocks are exactly the blocks those points fill (chunks are
-        // block-aligned), and each buffer is sliced once here.
-        let (member, sums, counts, changed) = unsafe {
-            (
-                self.membership.slice_mut(chunk.range()),
-                self.sums.slice_mut(blocks.clone()),
-                self.counts.slice_mut(blocks.clone()),
-                self.changed.slice_mut(blocks.clone()),
-            )
-        };
+        // This chunk's points, and the blocks they fill (chunks are
+        // block-aligned, so no other chunk shares a block).
+        let (member, sums, counts, changed) = (
+            self.membership.chunk_mut(chunk),
+            self.sums.chunk_mut_blocks(chunk, g),
+            self.counts.chunk_mut_blocks(chunk, g),
+            self.changed.chunk_mut_blocks(chunk, g),
+        );
         let pts = &self.data.values[chunk.lo() * f..chunk.hi() * f];
         let per_block = member.chunks_mut(g).zip(pts.chunks(g * f));
         let partials = sums

@@ -166,9 +166,7 @@ impl Kernel for Matmul {
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.items(), 1)?;
         let d2 = self.problem.dim * self.problem.dim;
-        // SAFETY: the runtime hands this chunk's items to this call alone, and
-        // this is the one slice taken of `c` here.
-        let out = unsafe { self.c.slice_mut(chunk.range()) };
+        let out = self.c.chunk_mut(chunk);
         let a = &self.a[chunk.lo() * d2..chunk.hi() * d2];
         let b = &self.b[chunk.lo() * d2..chunk.hi() * d2];
         for ((a, b), c) in a
@@ -293,8 +291,8 @@ mod tests {
     #[test]
     fn exact_order_is_the_documented_chain() {
         let p = MatmulProblem::new(1, 9).unwrap();
-        let k = Matmul::new(p).unwrap();
-        k.run_cpu(&Chunk::new(0..1)).unwrap();
+        let mut k = Matmul::new(p).unwrap();
+        crate::with_chunk(&mut k, 0..1, |k, c| k.run_cpu(c)).unwrap();
         let (a, b) = (k.a().clone(), k.b().clone());
         let c = k.into_output();
         for r in 0..9 {

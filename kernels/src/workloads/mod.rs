@@ -69,10 +69,10 @@ pub trait Workload: Send {
 /// Runs `w` on the calling thread: each step is one [`Kernel::run_cpu`] call
 /// over all its items.
 pub fn run_sequential<W: Workload>(mut w: W) -> Result<W::Output, KernelError> {
-    while let Some(step) = w.next_step()? {
+    while let Some(mut step) = w.next_step()? {
         let n = step.items();
         if n > 0 {
-            step.run_cpu(&Chunk::new(0..n))?;
+            crate::with_chunk(&mut step, 0..n, |k, c| k.run_cpu(c))?;
         }
         w.absorb(step)?;
     }
@@ -87,7 +87,7 @@ pub fn run_sequential<W: Workload>(mut w: W) -> Result<W::Output, KernelError> {
 /// use coexec_kernels::workloads::{run_sequential, OneShot};
 /// use coexec_kernels::Synthetic;
 ///
-/// let k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
+/// let mut k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
 /// k.verify().map_err(|e| coexec_kernels::KernelError::invalid("synthetic", e))?;
 /// # Ok::<(), coexec_kernels::KernelError>(())
 /// ```
@@ -240,7 +240,12 @@ pub(crate) mod testutil {
 
     /// Turns `(cuts, order_seed)` into chunks of `0..items` aligned to `grain`,
     /// in a shuffled order.
-    pub(crate) fn chunks(items: usize, grain: usize, cuts: &[u16], order_seed: u64) -> Vec<Chunk> {
+    pub(crate) fn chunks(
+        items: usize,
+        grain: usize,
+        cuts: &[u16],
+        order_seed: u64,
+    ) -> Vec<std::ops::Range<usize>> {
         let blocks = items.div_ceil(grain.max(1));
         let mut points: Vec<usize> = cuts
             .iter()
@@ -257,7 +262,7 @@ pub(crate) mod testutil {
         points.push(items);
         points.sort_unstable();
         points.dedup();
-        let mut out: Vec<Chunk> = points.windows(2).map(|w| Chunk::new(w[0]..w[1])).collect();
+        let mut out: Vec<_> = points.windows(2).map(|w| w[0]..w[1]).collect();
         // Fisher–Yates with splitmix64.
         let mut s = order_seed;
         for i in (1..out.len()).rev() {
@@ -269,13 +274,22 @@ pub(crate) mod testutil {
     }
 
     /// Runs every chunk of `k` on two threads, the chunks dealt alternately.
-    pub(crate) fn run_split<K: Kernel>(k: &K, chunks: &[Chunk]) -> Result<(), KernelError> {
+    /// `chunks` must partition the items (as [`chunks`] makes them).
+    pub(crate) fn run_split<K: Kernel>(
+        k: &mut K,
+        chunks: &[std::ops::Range<usize>],
+    ) -> Result<(), KernelError> {
+        let space = crate::ClaimSpace::new();
+        let (k, space) = (&*k, &space);
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..2)
                 .map(|t| {
                     s.spawn(move || {
-                        for c in chunks.iter().skip(t).step_by(2) {
-                            k.run_cpu(c)?;
+                        for r in chunks.iter().skip(t).step_by(2) {
+                            // SAFETY: the ranges partition the items, each is
+                            // minted once, and the caller holds `k` exclusively.
+                            let c = unsafe { Chunk::new_unchecked(space, r.clone()) };
+                            k.run_cpu(&c)?;
                         }
                         Ok::<(), KernelError>(())
                     })
@@ -296,9 +310,9 @@ pub(crate) mod testutil {
         seed: u64,
     ) -> Result<W::Output, KernelError> {
         let mut round = 0u64;
-        while let Some(step) = w.next_step()? {
+        while let Some(mut step) = w.next_step()? {
             let chunks = chunks(step.items(), step.grain(), cuts, seed.wrapping_add(round));
-            run_split(&step, &chunks)?;
+            run_split(&mut step, &chunks)?;
             w.absorb(step)?;
             round += 1;
         }
@@ -308,7 +322,7 @@ pub(crate) mod testutil {
     #[test]
     fn chunks_partition_the_range() {
         let c = chunks(10_000, 1024, &[3, 1, 9, 3, 200], 7);
-        let mut v: Vec<_> = c.iter().map(|c| (c.lo(), c.hi())).collect();
+        let mut v: Vec<_> = c.iter().map(|c| (c.start, c.end)).collect();
         v.sort_unstable();
         assert_eq!(v.first().map(|x| x.0), Some(0));
         assert_eq!(v.last().map(|x| x.1), Some(10_000));
@@ -327,7 +341,7 @@ mod tests {
 
     #[test]
     fn one_shot_runs_synthetic_and_empty() {
-        let k = run_sequential(OneShot::new(Synthetic::new(50, 1)))
+        let mut k = run_sequential(OneShot::new(Synthetic::new(50, 1)))
             .unwrap()
             .unwrap();
         k.verify().unwrap();

@@ -247,19 +247,17 @@ impl Kernel for NbodyStep {
         }
         let (dt, eps2, damping) = self.params();
         let o = &self.old;
-        let r = chunk.range();
-        // SAFETY: the runtime hands this chunk's bodies to this call alone,
-        // and each of the six buffers is sliced once here.
-        let (px, py, pz, vx, vy, vz) = unsafe {
-            (
-                self.new_pos[0].slice_mut(r.clone()),
-                self.new_pos[1].slice_mut(r.clone()),
-                self.new_pos[2].slice_mut(r.clone()),
-                self.new_vel[0].slice_mut(r.clone()),
-                self.new_vel[1].slice_mut(r.clone()),
-                self.new_vel[2].slice_mut(r.clone()),
-            )
-        };
+        // The chunk unlocks one slice of each of the six buffers.
+        let (px, py, pz) = (
+            self.new_pos[0].chunk_mut(chunk),
+            self.new_pos[1].chunk_mut(chunk),
+            self.new_pos[2].chunk_mut(chunk),
+        );
+        let (vx, vy, vz) = (
+            self.new_vel[0].chunk_mut(chunk),
+            self.new_vel[1].chunk_mut(chunk),
+            self.new_vel[2].chunk_mut(chunk),
+        );
         let last = chunk.hi() - 1;
         let mut g = chunk.lo();
         while g < chunk.hi() {

@@ -282,9 +282,7 @@ impl Kernel for PathfinderStep {
 
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.cols, 1)?;
-        // SAFETY: the runtime hands this chunk's columns to this call alone,
-        // and this is the one slice taken of `dst` here.
-        let out = unsafe { self.dst.slice_mut(chunk.range()) };
+        let out = self.dst.chunk_mut(chunk);
         let mut scratch = (Vec::new(), Vec::new());
         let mut lo = chunk.lo();
         for o in out.chunks_mut(Self::BAND) {

@@ -274,7 +274,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Policies => {
-            for p in coexec::policy::POLICIES {
+            for p in coexec_actors::policy::POLICIES {
                 outln!("{:<16} {}", p.name(), p.describe());
             }
             Ok(())

@@ -230,7 +230,7 @@ impl Prepared {
                 let (k, reports, wall_s) =
                     drive(rt, OneShot::new(Synthetic::new(*items, *work)), opts).await?;
                 let verified = k
-                    .map(|k| k.verify())
+                    .map(|mut k| k.verify())
                     .unwrap_or_else(|| Err("no kernel came back".into()));
                 if let Err(e) = verified {
                     return Err(coexec::Error::Kernel(KernelError::invalid(
