@@ -41,6 +41,9 @@ const MAX_CONNECTIONS: usize = 512;
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 fn handle() -> Result<PrometheusHandle, Error> {
+    // Two runtimes starting at once must not both try to install.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
     }
