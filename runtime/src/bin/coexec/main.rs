@@ -283,7 +283,9 @@ async fn run(
 ) -> Result<(), Failure> {
     let rt = std::sync::Arc::new(build(common, None, false)?);
     let speed_sum = speed_sum(&rt);
+    let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, speed_sum)?;
+    let prepare_s = t.elapsed().as_secs_f64();
     let opts = JobOptions {
         trace: trace.is_some(),
         ..Default::default()
@@ -292,6 +294,9 @@ async fn run(
     let outcome = w.run(&rt, opts).await;
     bars.finish();
     let ran = outcome?;
+    let t_output = std::time::Instant::now();
+    // Inputs: built once (grid, kmeans input) and for the job (matrices, bodies).
+    let (inputs_s, runs_s) = (prepare_s + ran.inputs_s, ran.wall_s);
     let (result, reports) = (ran.result, ran.reports);
     if let Some(path) = &trace {
         coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
@@ -307,7 +312,7 @@ async fn run(
         if let Some(o) = result.as_object_mut() {
             o.remove("row_text");
         }
-        let v = serde_json::json!({ "workload": name, "params": w.params(args), "result": result, "runs": reports });
+        let v = serde_json::json!({ "workload": name, "params": w.params(args), "input": w.input(), "result": result, "runs": reports, "inputs_s": inputs_s, "runs_s": runs_s });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else if !print {
         let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
@@ -321,6 +326,9 @@ async fn run(
             line += &format!("; last run: {}", r.summary());
         }
         println!("{line}");
+        if let Some(input) = w.input() {
+            println!("  input: {input}");
+        }
         if let Some(o) = result.as_object() {
             for (k, v) in o
                 .iter()
@@ -329,6 +337,13 @@ async fn run(
                 println!("  {k}: {v}");
             }
         }
+    }
+    if !json && !print {
+        println!(
+            "time: inputs {inputs_s:.2} s ({} threads), runs {runs_s:.2} s, output {:.2} s",
+            rayon::current_num_threads(),
+            t_output.elapsed().as_secs_f64()
+        );
     }
     match std::sync::Arc::try_unwrap(rt) {
         Ok(rt) => rt.shutdown().await,

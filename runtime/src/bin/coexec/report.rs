@@ -106,6 +106,9 @@ pub(crate) struct WorkloadBench {
     pub(crate) policies: Vec<PolicyResult>,
     pub(crate) learning: Vec<LearningRun>,
     pub(crate) baseline: Option<Baseline>,
+    /// Seconds generating (or reading) the inputs once, on every core:
+    /// outside every time above.
+    pub(crate) inputs_s: f64,
 }
 
 /// The scheduler's own cost per chunk, with the empty kernel.
