@@ -201,8 +201,8 @@ impl KmeansData {
     /// spread `hi_j / 20`. Point `i` belongs to blob
     /// `stream(seed, 20, i) mod blobs`; its value `j` is the centre plus the
     /// spread times a standard normal (Box–Muller in f64 from draws
-    /// `stream(seed, 22, 2e)` and `stream(seed, 22, 2e + 1)`, `e = i·features
-    /// + j`), clamped to the range and rounded to f32. Every value depends on
+    /// `stream(seed, 22, 2e)` and `stream(seed, 22, 2e + 1)` with
+    /// `e = i·features + j`), clamped to the range and rounded to f32. Every value depends on
     /// its index alone, so the input is generated on every core.
     pub fn generated(points: usize, features: usize, seed: u64) -> Result<Self, KernelError> {
         use super::rng::{par_by_index, stream};

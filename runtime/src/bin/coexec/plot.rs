@@ -514,6 +514,7 @@ mod tests {
                 name: "plotted_workload".into(),
                 items: 1000,
                 params: "--n 1000".into(),
+                inputs_s: 0.0,
                 alone: vec![
                     AloneResult {
                         class: "cpu".into(),
