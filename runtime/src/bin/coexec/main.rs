@@ -5,6 +5,7 @@ mod bench;
 mod plot;
 mod progress;
 mod report;
+mod stats;
 mod workload;
 
 #[path = "../../../../benches/baseline.rs"]
@@ -70,9 +71,15 @@ enum Cmd {
         /// Policies to co-execute with, comma-separated.
         #[arg(long, default_value = "hybrid,static,static+dynamic")]
         policies: String,
-        /// Repeats of every configuration (medians are reported).
+        /// Repeats of every configuration at least (medians are reported);
+        /// rounds go on until each median's 95% interval is within ±2% or
+        /// --budget runs out.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Seconds per workload after which no further round starts once
+        /// --repeat rounds are done (0: exactly --repeat rounds).
+        #[arg(long, default_value_t = 30.0)]
+        budget: f64,
         /// Cold/warm pairs for the learning comparison: each pair runs the
         /// job on a fresh profile, then again from what it stored (0: none).
         #[arg(long, default_value_t = 5)]
@@ -234,11 +241,16 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             args,
             policies,
             repeat,
+            budget,
             pairs,
             json,
             plot,
         } => {
-            let rounds = bench::Rounds { repeat, pairs };
+            let rounds = bench::Rounds {
+                repeat,
+                pairs,
+                budget_s: budget,
+            };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
     }
