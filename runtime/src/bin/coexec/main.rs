@@ -13,6 +13,7 @@ mod bench;
 mod plot;
 mod progress;
 mod report;
+mod stats;
 mod workload;
 
 #[path = "../../../../benches/baseline.rs"]
@@ -78,9 +79,15 @@ enum Cmd {
         /// Policies to co-execute with, comma-separated.
         #[arg(long, default_value = "hybrid,static,static+dynamic")]
         policies: String,
-        /// Repeats of every configuration (medians are reported).
+        /// Repeats of every configuration at least (medians are reported);
+        /// rounds go on until each median's 95% interval is within ±2% or
+        /// --budget runs out.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Seconds per workload after which no further round starts once
+        /// --repeat rounds are done (0: exactly --repeat rounds).
+        #[arg(long, default_value_t = 30.0)]
+        budget: f64,
         /// Cold/warm pairs for the learning comparison: each pair runs the
         /// job on a fresh profile, then again from what it stored (0: none).
         #[arg(long, default_value_t = 5)]
@@ -293,6 +300,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             args,
             policies,
             repeat,
+            budget,
             pairs,
             json,
             plot,
@@ -302,7 +310,11 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                     check_output(flag, p)?;
                 }
             }
-            let rounds = bench::Rounds { repeat, pairs };
+            let rounds = bench::Rounds {
+                repeat,
+                pairs,
+                budget_s: budget,
+            };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
     }
@@ -350,7 +362,9 @@ async fn run(
     }
     let rt = std::sync::Arc::new(build(common, None, false)?);
     let speed_sum = speed_sum(&rt);
+    let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, speed_sum)?;
+    let prepare_s = t.elapsed().as_secs_f64();
     let opts = JobOptions {
         trace: trace.is_some(),
         ..Default::default()
@@ -359,6 +373,9 @@ async fn run(
     let outcome = w.run(&rt, opts).await;
     bars.finish();
     let ran = outcome?;
+    let t_output = std::time::Instant::now();
+    // Inputs: built once (grid, kmeans input) and for the job (matrices, bodies).
+    let (inputs_s, runs_s) = (prepare_s + ran.inputs_s, ran.wall_s);
     let (result, reports) = (ran.result, ran.reports);
     if let Some(path) = &trace {
         coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
@@ -374,7 +391,7 @@ async fn run(
         if let Some(o) = result.as_object_mut() {
             o.remove("row_text");
         }
-        let v = serde_json::json!({ "workload": name, "params": w.params(args), "result": result, "runs": reports });
+        let v = serde_json::json!({ "workload": name, "params": w.params(args), "input": w.input(), "result": result, "runs": reports, "inputs_s": inputs_s, "runs_s": runs_s });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else if !print {
         let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
@@ -388,6 +405,9 @@ async fn run(
             line += &format!("; last run: {}", r.summary());
         }
         outln!("{line}");
+        if let Some(input) = w.input() {
+            outln!("  input: {input}");
+        }
         if let Some(o) = result.as_object() {
             for (k, v) in o
                 .iter()
@@ -396,6 +416,13 @@ async fn run(
                 outln!("  {k}: {v}");
             }
         }
+    }
+    if !json && !print {
+        outln!(
+            "time: inputs {inputs_s:.2} s ({} threads), runs {runs_s:.2} s, output {:.2} s",
+            rayon::current_num_threads(),
+            t_output.elapsed().as_secs_f64()
+        );
     }
     match std::sync::Arc::try_unwrap(rt) {
         Ok(rt) => rt.shutdown().await,
