@@ -24,7 +24,7 @@ pub use plan::{plan_shares, ClassSpeed, LATENCY_CHUNKS};
 use crate::device::ClassInfo;
 use crate::ActorError;
 
-/// The seed's thresholds and the engine's chunking constants.
+/// The seed's thresholds and the engine's chunking constants (see `docs/method.md`).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Thresholds {
     /// μ: a probe whose imbalance exceeds this replaces the stored split.
