@@ -1,8 +1,7 @@
 //! One CUDA stream and its buffers, and the run cache its device shares.
 
-use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::result as cu;
 use cudarc::driver::{
@@ -13,6 +12,11 @@ use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
 use super::{guarded, is_deterministic, panic_message, CudaKernel, GpuInfo};
 use crate::{Chunk, KernelError};
+
+mod run_cache;
+
+pub(crate) use run_cache::RunCache;
+use run_cache::{fingerprint, RunKey};
 
 /// Plain data that crosses the bus as bytes: no padding, no pointers, every
 /// bit pattern valid.
@@ -457,72 +461,6 @@ impl<T: DeviceRepr> Arg for T {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct RunKey {
-    owner: usize,
-    tag: u64,
-    ptr: usize,
-    len: usize,
-    print: u64,
-}
-
-type Entry = Arc<Mutex<Option<Arc<CudaSlice<u8>>>>>;
-
-/// Inputs shared by every chunk of a run, on one device. Small and recent:
-/// a run reads a few inputs, and a new run's inputs push out the old ones
-/// (buffers still held by a stream are freed when it lets go).
-#[derive(Default)]
-pub(crate) struct RunCache {
-    entries: Mutex<VecDeque<(RunKey, Entry)>>,
-}
-
-impl RunCache {
-    const CAPACITY: usize = 16;
-
-    fn entry(&self, key: RunKey) -> Entry {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, e)) = entries.iter().find(|(k, _)| *k == key) {
-            return e.clone();
-        }
-        let e = Entry::default();
-        entries.push_back((key, e.clone()));
-        while entries.len() > Self::CAPACITY {
-            entries.pop_front();
-        }
-        e
-    }
-}
-
-/// A 64-bit hash of all of an input up to 1 MiB, and of 8192 evenly spread
-/// 8-byte words (and the last one) beyond: at most a few hundred
-/// microseconds, so it can run for every chunk.
-fn fingerprint(bytes: &[u8]) -> u64 {
-    const WHOLE: usize = 1 << 20;
-    const SAMPLES: usize = 8192;
-    let word = |at: usize| -> u64 {
-        let mut w = [0u8; 8];
-        let b = &bytes[at..(at + 8).min(bytes.len())];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w)
-    };
-    let mut h = (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut eat = |w: u64| {
-        h = (h.rotate_left(23) ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    };
-    if bytes.len() <= WHOLE {
-        for at in (0..bytes.len()).step_by(8) {
-            eat(word(at));
-        }
-    } else {
-        let step = (bytes.len() - 8) / (SAMPLES - 1);
-        for k in 0..SAMPLES {
-            eat(word(k * step));
-        }
-        eat(word(bytes.len() - 8));
-    }
-    h ^ (h >> 29)
-}
-
 /// A 1-D launch of `n` threads in blocks of `block`.
 pub(crate) fn grid_1d(n: usize, block: u32) -> LaunchConfig {
     LaunchConfig {
@@ -533,32 +471,4 @@ pub(crate) fn grid_1d(n: usize, block: u32) -> LaunchConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprint_sees_changes_anywhere_in_small_inputs() {
-        let a = vec![1.0f32; 1000];
-        let mut b = a.clone();
-        b[517] = 1.5;
-        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&b)));
-        assert_eq!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&a.clone())));
-    }
-
-    #[test]
-    fn fingerprint_samples_large_inputs_including_the_tail() {
-        let a: Vec<u32> = (0..1_000_000).collect();
-        let mut b = a.clone();
-        *b.last_mut().unwrap() += 1;
-        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&b)));
-        let c: Vec<u32> = a.iter().map(|x| x + 1).collect();
-        assert_ne!(fingerprint(as_bytes(&a)), fingerprint(as_bytes(&c)));
-    }
-
-    #[test]
-    fn grid_covers_every_item() {
-        let c = grid_1d(1000, 256);
-        assert_eq!(c.grid_dim.0, 4);
-        assert_eq!(grid_1d(0, 256).grid_dim.0, 1);
-    }
-}
+mod tests;
