@@ -26,6 +26,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod baseline;
 mod buf;
 mod claim;
 mod error;

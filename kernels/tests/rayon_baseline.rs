@@ -1,12 +1,9 @@
-//! The rayon baseline (`benches/baseline.rs`) against the sequential driver,
+//! The rayon baseline (`coexec_kernels::baseline`) against the sequential driver,
 //! and (ignored, release) the timings of the default-size jobs.
-
-#[path = "../../benches/baseline.rs"]
-mod baseline;
 
 use std::time::Instant;
 
-use baseline::run_rayon;
+use coexec_kernels::baseline::run_rayon;
 use coexec_kernels::workloads::{
     run_sequential, KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob,
     NbodyProblem, OneShot, PathfinderJob, PathfinderProblem,

@@ -16,10 +16,6 @@ mod report;
 mod stats;
 mod workload;
 
-#[path = "../../../../benches/baseline.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod baseline;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -381,7 +381,7 @@ async fn drive<W: Workload>(
 /// The rayon baseline on `w`, timed the same way.
 fn rayon_timed<W: Workload>(pool: &rayon::ThreadPool, w: W) -> Result<f64, KernelError> {
     let t = std::time::Instant::now();
-    crate::baseline::run_rayon(pool, w)?;
+    coexec_kernels::baseline::run_rayon(pool, w)?;
     Ok(t.elapsed().as_secs_f64())
 }
 

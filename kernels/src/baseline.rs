@@ -2,9 +2,8 @@
 //! driven by a plain rayon pool — "the careful rayon version of the same
 //! computation" that coexec is measured against.
 //!
-//! A plain module with no `main`: the coexec CLI and benches include it by path
-//! (`#[path = "…/benches/baseline.rs"] mod baseline;`); it needs `rayon` and
-//! `coexec_kernels`.
+//! The coexec CLI (`bench`'s rayon column) and the kernels' tests import it
+//! from here like any module.
 //!
 //! Chunking: each step's items are cut into [`CHUNKS_PER_THREAD`] chunks per
 //! pool thread, each a whole number of [`Kernel::grain`] blocks, and rayon's
@@ -12,8 +11,8 @@
 //! pathfinder chunk's ghost columns, the loop setup) negligible; four per
 //! thread leave room to even out a thread that falls behind.
 
-use coexec_kernels::workloads::Workload;
-use coexec_kernels::{claim_parts, Kernel, KernelError};
+use crate::workloads::Workload;
+use crate::{claim_parts, Kernel, KernelError};
 use rayon::prelude::*;
 
 /// Chunks per pool thread in each step.
