@@ -192,17 +192,21 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
 
 /// `coexec args…` with a throwaway profile folder: (exit code, stdout, stderr).
 fn coexec(args: &[&str]) -> (i32, String, String) {
+    // A profile folder of this call's own: no state shared between tests
+    // or left from an earlier run.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profiles =
+        std::env::temp_dir().join(format!("coexec-hardening-test-{}-{n}", std::process::id()));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_coexec"))
         .args(args)
-        .env(
-            "COEXEC_PROFILE_DIR",
-            std::env::temp_dir().join("coexec-hardening-test"),
-        )
+        .env("COEXEC_PROFILE_DIR", &profiles)
         .env_remove("COEXEC_DEVICES")
         .env_remove("COEXEC_POLICY")
         .env_remove("RUST_LOG")
         .output()
         .expect("run coexec");
+    let _ = std::fs::remove_dir_all(&profiles);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -2,10 +2,12 @@
 //!
 //! ```text
 //!   runtime ──Submit──▶ Broker actor ──admits──▶ Registry (jobs, item spaces)
-//!                          ▲    │                    ▲   claim / complete (locks, no messages)
-//!                 JobDone, │    └──Observe──▶ Profiler actor ──▶ profile JSON
-//!              WorkerLost  │                   (speed models)
-//!                 (flume)  └──────────────── Worker threads: cpu:0.., sim.., cuda:0/s0..
+//!                          ▲                      ▲  claim / complete / finish
+//!              WorkerLost  │                      │  (locks, no messages)
+//!                 (flume)  └──── Worker threads: cpu:0.., sim.., cuda:0/s0..
+//!                                    │ the worker that ends a job closes it:
+//!                                    ├──Observe──▶ Profiler actor ──▶ profile JSON
+//!                                    └──reply────▶ the submitter     (speed models)
 //! ```
 //!
 //! The broker and the profiler are actix actors on the actor system's own

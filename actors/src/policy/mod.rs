@@ -138,11 +138,11 @@ pub enum Chunking {
 pub enum Steal {
     /// Nobody: a class stops when its region is empty.
     Never,
-    /// Anyone, from the far end of the region with most time left.
+    /// Anyone, from the far end of the region with most time left. Under
+    /// [`Admission::guard`] a steal passes the earliest-finish guard like
+    /// any dynamic chunk: only a worker predicted to finish it before the
+    /// others would have finished everything left without it takes it.
     Always,
-    /// Only a worker predicted to finish the chunk before the others would
-    /// have finished everything left without it.
-    Guarded,
 }
 
 /// A policy's plan for one job.
@@ -163,8 +163,9 @@ pub struct Admission {
     pub chunking: Chunking,
     /// Stealing between regions.
     pub steal: Steal,
-    /// Whether the engine may take a claim back when the remaining work is
-    /// better left to faster classes (the earliest-finish guard).
+    /// The earliest-finish guard: a worker takes a dynamic chunk (or a
+    /// steal) only if it would finish it before the others finish what is
+    /// left without it, and no more than its balanced part of the rest.
     pub guard: bool,
 }
 
@@ -299,7 +300,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         static_fraction: ctx.thresholds.static_fraction,
         static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
         chunking: Chunking::TimeGuided,
-        steal: Steal::Guarded,
+        steal: Steal::Always,
         guard: true,
     }
 }
