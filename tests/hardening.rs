@@ -190,6 +190,62 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
     .expect("re-measured");
 }
 
+#[test]
+fn a_chunk_far_past_its_prediction_is_taken_back() {
+    // The sim is 100x slower than one core, but its stored model says 10x
+    // faster: the plan hands it most of the job. Its first chunk alone would
+    // take ~7 s here; taken back once far past its prediction, the job ends
+    // on the CPU in well under a second (bound: 5 s).
+    let dir = std::env::temp_dir().join(format!("coexec-overdue-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let build = |dir: std::path::PathBuf| {
+        coexec::Runtime::builder()
+            .devices("cpu:1,sim:1@0.01")
+            .map(|b| b.profile_dir(dir).build())
+    };
+    let d = dir.clone();
+    let path = within(Duration::from_secs(60), async move {
+        let rt = build(d)??;
+        rt.run(Synthetic::new(20_000, 1000)).await?;
+        let path = rt.profile_path().ok_or("no profile path")?.to_path_buf();
+        rt.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(path)
+    })
+    .expect("learning run");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let models = v["kernels"]["synthetic/w1000"]["models"]
+        .as_object_mut()
+        .expect("models");
+    let cpu_b = models["cpu"]["b"].as_f64().expect("a cpu model");
+    let key = models
+        .keys()
+        .find(|k| k.starts_with("sim"))
+        .cloned()
+        .unwrap_or_else(|| "sim@0.01+0us".to_string());
+    models.insert(
+        key,
+        serde_json::json!({ "a": 0.0, "b": cpu_b * 10.0, "samples": [], "observed": 10 }),
+    );
+    std::fs::write(&path, v.to_string()).unwrap();
+
+    let d = dir.clone();
+    within(Duration::from_secs(5), async move {
+        let rt = build(d)??;
+        let mut done = rt.run(Synthetic::new(200_000, 1000)).await?;
+        done.kernel.verify()?;
+        rt.shutdown().await;
+        eprintln!(
+            "retries {}, sim items {}, makespan {:.3} s",
+            done.report.retries, done.report.classes[1].items, done.report.makespan_s
+        );
+        assert!(done.report.retries >= 1, "nothing was taken back");
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .expect("taken back");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `coexec args…` with a throwaway profile folder: (exit code, stdout, stderr).
 fn coexec(args: &[&str]) -> (i32, String, String) {
     // A profile folder of this call's own: no state shared between tests

@@ -54,6 +54,14 @@ pub enum KernelError {
     /// The kernel panicked while running a chunk.
     #[error("kernel panicked: {0}")]
     Panicked(String),
+    /// The runtime took the chunk back from a device that ran far past its
+    /// predicted time; it runs elsewhere (the attempt wrote nothing the
+    /// retry does not write again).
+    #[error("taken back after {secs:.3} s, far past its device's predicted time")]
+    TakenBack {
+        /// Seconds the attempt had run.
+        secs: f64,
+    },
     /// A failure injected on purpose (tests of the retry path).
     #[error("injected failure: {0}")]
     Injected(String),

@@ -38,6 +38,10 @@ pub(crate) struct ChunkInfo {
     pub(crate) attempt: u32,
     /// Where earlier attempts failed.
     pub(crate) failures: Failures,
+    /// Seconds of one CPU worker's throughput for the chunk, when the CPU
+    /// class is measured: what a `sim` device models its time from before
+    /// it has run the kernel itself.
+    pub(crate) cpu_secs: Option<f64>,
 }
 
 /// The classes on which a chunk failed once, and twice or more (bit `c`,
@@ -168,6 +172,8 @@ pub(crate) struct JobCore {
     /// Per class, the smallest chunk it is given while its own region
     /// lasts (enough to fill a GPU; see `ClassInfo::min_chunk`).
     min_chunk: Vec<usize>,
+    /// Chunks far past their prediction, taken back (`overdue.rs`).
+    watch: overdue::Watch,
 }
 
 impl JobCore {
@@ -281,6 +287,7 @@ impl JobCore {
             stored_split,
             scratch: Vec::new(),
             min_chunk,
+            watch: overdue::Watch::default(),
         }
     }
 
@@ -306,11 +313,14 @@ impl JobCore {
         }
         let kernel = self.kernel.clone()?;
         let claims = self.claims.clone()?;
+        self.take_back_overdue(now);
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
             self.running[w] = true;
+            self.watch_start(w, r.range.len(), now);
             let info = ChunkInfo {
+                cpu_secs: self.cpu_secs(r.range.len()),
                 range: r.range,
                 phase: Phase::Retry,
                 attempt: r.attempts,
@@ -326,8 +336,10 @@ impl JobCore {
         self.in_flight += 1;
         self.busy_until[w] = now + self.predict(c, range.len());
         self.running[w] = true;
+        self.watch_start(w, range.len(), now);
         Some(Claimed {
             info: ChunkInfo {
+                cpu_secs: self.cpu_secs(range.len()),
                 range,
                 phase,
                 attempt: 0,
@@ -685,7 +697,14 @@ impl JobCore {
         self.busy_until[w] = 0.0;
         self.running[w] = false;
         self.retried += 1;
-        let attempts = chunk.attempt + 1;
+        // A chunk taken back did not fail: it does not use up an attempt.
+        let attempts = match err {
+            KernelError::TakenBack { secs } => {
+                self.taken_back(self.worker_class[w], chunk.range.len(), *secs);
+                chunk.attempt
+            }
+            _ => chunk.attempt + 1,
+        };
         let mut after = After {
             wake: true,
             ..After::default()
@@ -993,5 +1012,6 @@ fn finish_time(starts: &mut [(f64, f64)], items: f64) -> Option<f64> {
     None
 }
 
+mod overdue;
 #[cfg(test)]
 mod tests;

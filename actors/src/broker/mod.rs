@@ -205,7 +205,8 @@ impl Broker {
             in_service,
             self.reg.worker_class.clone(),
             self.trace || m.opts.trace,
-        );
+        )
+        .with_take_back(self.reg.take_back.clone());
         self.next_id += 1;
         let job = Arc::new(Job {
             id: self.next_id,

@@ -97,6 +97,10 @@ pub(crate) struct Registry {
     pub(crate) epoch: Instant,
     pub(crate) classes: Arc<[ClassInfo]>,
     pub(crate) worker_class: Arc<[usize]>,
+    /// Per worker: set when the job it runs a chunk of takes that chunk
+    /// back (see `JobCore::take_back_overdue`); executors that can abandon
+    /// an attempt without a write in flight (the sim's modelled wait) look.
+    pub(crate) take_back: Arc<[AtomicBool]>,
     in_service: Vec<AtomicUsize>,
     /// Items computed per worker, each on its own cache line.
     done: Vec<Padded>,
@@ -115,6 +119,10 @@ impl Registry {
             .map(|c| AtomicUsize::new(c.workers))
             .collect();
         let done = worker_class.iter().map(|_| Padded::default()).collect();
+        let take_back = worker_class
+            .iter()
+            .map(|_| AtomicBool::new(false))
+            .collect();
         Self {
             jobs: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -129,6 +137,7 @@ impl Registry {
             epoch: Instant::now(),
             classes,
             worker_class,
+            take_back,
             in_service,
             done,
             events,

@@ -33,6 +33,13 @@ pub(crate) trait Executor: Send {
         let _ = (kernel, run);
         Ok(false)
     }
+
+    /// The next chunk is of the kernel with this profile key (vetted at
+    /// admission: no call into user code), and one CPU worker would take
+    /// `cpu_secs` for it, where the CPU class is measured.
+    fn begin(&mut self, key: &str, cpu_secs: Option<f64>) {
+        let _ = (key, cpu_secs);
+    }
 }
 
 /// Runs `f`, turning a panic into [`KernelError::Panicked`].
@@ -117,6 +124,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         // one `unsafe` of coexec outside `coexec-kernels`.
         let chunk = unsafe { Chunk::new_unchecked(&claims, info.range.clone()) };
         drop(claims);
+        exec.begin(&job.profile_key, info.cpu_secs);
         let (t0, res) = match exec.prepare(&*kernel, job.id) {
             Ok(false) => (t0, exec.run(&*kernel, &chunk)),
             Ok(true) => (

@@ -1,3 +1,6 @@
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec_kernels::{Chunk, Kernel, KernelError};
@@ -11,37 +14,125 @@ use super::{guarded, Executor};
 /// least the modeled time, so results stay real and this device is never
 /// faster than one core on them. The waiting is a sleep: modelling an
 /// accelerator's time is this device's purpose.
+///
+/// Like a real device, it delivers its outputs at the end: once a kernel's
+/// cost per item is known (from its last chunk here), the modelled wait
+/// comes first and the outputs are written after it. While it waits it
+/// watches its take-back flag: a chunk the job takes back (it ran far past
+/// its prediction) ends with [`KernelError::TakenBack`] having written
+/// nothing, and runs elsewhere. Before it has run a kernel itself, the cost
+/// per item comes from the CPU class's model; with neither, the chunk
+/// writes first and cannot be taken back.
 pub(crate) struct SimExec {
     pub(crate) speed: f64,
     pub(crate) latency: Duration,
+    /// The registry's take-back flags and this worker's index.
+    pub(crate) take_back: Option<(Arc<[AtomicBool]>, usize)>,
+    /// Per kernel (profile key): CPU cost per item of its last chunk here,
+    /// and whether it has a modeled shortcut.
+    pub(crate) per_item: HashMap<String, (f64, bool)>,
+    /// The profile key of the kernel the next chunk is of.
+    pub(crate) key: String,
+    /// One CPU worker's predicted seconds for the next chunk, if known.
+    pub(crate) cpu_secs: Option<f64>,
 }
 
-impl Executor for SimExec {
-    fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
-        let t0 = Instant::now();
-        let cost = match guarded(|| kernel.run_modeled(chunk).transpose())? {
-            Some(d) => d,
-            None => {
-                guarded(|| kernel.run_cpu(chunk))?;
-                t0.elapsed()
-            }
-        };
-        // Checked: a speed the spec allows can still stretch a long cost past
-        // what a Duration holds, and a panic here is outside any guard.
-        let target = Duration::try_from_secs_f64(cost.as_secs_f64() / self.speed)
+impl SimExec {
+    /// A sim of `speed` times one core, paying `latency` per chunk.
+    pub(crate) fn new(
+        speed: f64,
+        latency: Duration,
+        take_back: Option<(Arc<[AtomicBool]>, usize)>,
+    ) -> Self {
+        Self {
+            speed,
+            latency,
+            take_back,
+            per_item: HashMap::new(),
+            key: String::new(),
+            cpu_secs: None,
+        }
+    }
+
+    /// `latency + cost / speed`, checked: a speed the spec allows can still
+    /// stretch a long cost past what a Duration holds, and a panic here is
+    /// outside any guard.
+    fn modelled(&self, cost: f64) -> Result<Duration, KernelError> {
+        Duration::try_from_secs_f64(cost / self.speed)
             .ok()
             .and_then(|d| d.checked_add(self.latency))
             .ok_or_else(|| {
                 KernelError::invalid(
                     "simulated time",
-                    format!("{cost:?} at speed {} is too long to wait", self.speed),
+                    format!("{cost:?} s at speed {} is too long to wait", self.speed),
                 )
-            })?;
-        let spent = t0.elapsed();
-        if target > spent {
-            std::thread::sleep(target - spent);
+            })
+    }
+
+    /// Sleeps until `t0 + until`; with `watch`, gives up when the take-back
+    /// flag is set.
+    fn wait(&self, t0: Instant, until: Duration, watch: bool) -> Result<(), KernelError> {
+        loop {
+            let spent = t0.elapsed();
+            if spent >= until {
+                return Ok(());
+            }
+            if let (true, Some((flags, w))) = (watch, &self.take_back) {
+                if flags[*w].load(Ordering::Acquire) {
+                    return Err(KernelError::TakenBack {
+                        secs: spent.as_secs_f64(),
+                    });
+                }
+            }
+            std::thread::sleep((until - spent).min(TAKE_BACK_POLL));
         }
-        Ok(())
+    }
+}
+
+/// How often a modelled wait looks at its take-back flag.
+const TAKE_BACK_POLL: Duration = Duration::from_millis(2);
+
+impl Executor for SimExec {
+    fn begin(&mut self, key: &str, cpu_secs: Option<f64>) {
+        if self.key != key {
+            self.key.clear();
+            self.key.push_str(key);
+        }
+        self.cpu_secs = cpu_secs;
+    }
+
+    fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
+        let t0 = Instant::now();
+        let n = chunk.len() as f64;
+        // The wait before the outputs: what the model expects of this chunk
+        // less what computing them here will take (nothing for a modeled
+        // shortcut), a little short so as not to overshoot.
+        // Its own last chunk of this kernel, else the CPU class's model.
+        let known = self.per_item.get(&self.key).copied().or_else(|| {
+            self.cpu_secs
+                .filter(|s| s.is_finite() && *s > 0.0 && n > 0.0)
+                .map(|s| (s / n, false))
+        });
+        if let Some((per_item, modeled)) = known {
+            let compute = if modeled { 0.0 } else { per_item * n };
+            let total = self.modelled(per_item * n)?.as_secs_f64();
+            let before = ((total - compute) * 0.95).max(0.0);
+            self.wait(t0, Duration::from_secs_f64(before), true)?;
+        }
+        let t1 = Instant::now();
+        let (cost, modeled) = match guarded(|| kernel.run_modeled(chunk).transpose())? {
+            Some(d) => (d, true),
+            None => {
+                guarded(|| kernel.run_cpu(chunk))?;
+                (t1.elapsed(), false)
+            }
+        };
+        let cost = cost.as_secs_f64();
+        if n > 0.0 {
+            self.per_item.insert(self.key.clone(), (cost / n, modeled));
+        }
+        // Written: the attempt is committed, the rest of the wait is served.
+        self.wait(t0, self.modelled(cost)?, false)
     }
 }
 
@@ -53,10 +144,7 @@ mod tests {
     #[test]
     fn a_stretch_past_what_a_duration_holds_is_an_error_not_a_panic() {
         let mut k = Synthetic::new(100, 1000);
-        let mut sim = SimExec {
-            speed: 1e-300,
-            latency: Duration::ZERO,
-        };
+        let mut sim = SimExec::new(1e-300, Duration::ZERO, None);
         let r = coexec_kernels::with_chunk(&mut k, 0..100, |k, c| sim.run(k, c));
         assert!(matches!(r, Err(KernelError::Invalid { .. })), "{r:?}");
     }

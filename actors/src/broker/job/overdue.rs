@@ -1,0 +1,133 @@
+//! Taking back a chunk that runs far past its prediction.
+//!
+//! A device whose chunk has run [`OVERDUE_FACTOR`] times its predicted time
+//! (plus [`OVERDUE_SLACK_S`] of scheduling noise) is given up on for that
+//! chunk, if another class could run it: the job sets the worker's
+//! take-back flag, the worker's executor ends the attempt with
+//! [`KernelError::TakenBack`](coexec_kernels::KernelError::TakenBack), and
+//! the range goes back as a retry that another worker takes first. The
+//! prediction is the worker's own class model, or, for a class not yet
+//! measured (a cold probe), the fastest measured class's time for the chunk.
+//!
+//! Only executors that hold no write in flight while they wait honour the
+//! flag (the `sim` device writes its outputs before its modelled wait); a
+//! CPU worker inside `run_cpu` cannot be stopped, and its claim stays the
+//! only one on its range, so the exactly-once property holds either way.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::JobCore;
+use crate::perfmodel::Sample;
+
+/// A chunk is overdue past this many times its predicted time...
+pub(crate) const OVERDUE_FACTOR: f64 = 8.0;
+/// ...plus this many seconds.
+pub(crate) const OVERDUE_SLACK_S: f64 = 0.02;
+
+/// Per-worker state of the take-back watch.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    /// The registry's flags, one per worker.
+    flags: Option<Arc<[AtomicBool]>>,
+    /// Workers whose executors honour the flag.
+    watched: Vec<usize>,
+    /// When each worker's chunk in flight started, and its items.
+    started: Vec<(f64, usize)>,
+    /// Whether each worker's chunk in flight was already taken back.
+    flagged: Vec<bool>,
+}
+
+impl JobCore {
+    /// Gives the job the registry's take-back flags (see the module docs).
+    pub(crate) fn with_take_back(mut self, flags: Arc<[AtomicBool]>) -> Self {
+        let n = self.worker_class.len();
+        self.watch.watched = (0..n)
+            .filter(|&w| {
+                let c = self.worker_class[w];
+                matches!(self.classes[c].kind, crate::device::DeviceKind::Sim { .. })
+            })
+            .collect();
+        self.watch.started = vec![(0.0, 0); n];
+        self.watch.flagged = vec![false; n];
+        self.watch.flags = Some(flags);
+        self
+    }
+
+    /// Worker `w` starts a chunk of `items` at `now`: its flag is cleared.
+    pub(super) fn watch_start(&mut self, w: usize, items: usize, now: f64) {
+        let Some(flags) = &self.watch.flags else {
+            return;
+        };
+        self.watch.started[w] = (now, items);
+        self.watch.flagged[w] = false;
+        flags[w].store(false, Ordering::Release);
+    }
+
+    /// Sets the flag of every watched worker whose chunk is overdue at `now`.
+    pub(super) fn take_back_overdue(&mut self, now: f64) {
+        let Some(flags) = &self.watch.flags else {
+            return;
+        };
+        for &v in &self.watch.watched {
+            if !self.running[v] || self.watch.flagged[v] {
+                continue;
+            }
+            let cv = self.worker_class[v];
+            let elsewhere = (0..self.st.len())
+                .any(|k| k != cv && self.st[k].eligible && self.st[k].workers > 0);
+            if !elsewhere {
+                continue;
+            }
+            let (start, items) = self.watch.started[v];
+            let own = self.st[cv]
+                .b()
+                .map(|_| self.st[cv].model.predict(items as f64));
+            let fastest = (0..self.st.len())
+                .filter(|&k| self.st[k].eligible && self.st[k].b().is_some())
+                .map(|k| self.st[k].model.predict(items as f64))
+                .fold(f64::INFINITY, f64::min);
+            let predicted = own.unwrap_or(fastest);
+            if !(predicted.is_finite() && predicted > 0.0) {
+                continue;
+            }
+            if now - start > OVERDUE_FACTOR * predicted + OVERDUE_SLACK_S {
+                tracing::warn!(
+                    worker = v,
+                    items,
+                    secs = now - start,
+                    predicted,
+                    "chunk far past its prediction: taken back, it runs elsewhere"
+                );
+                self.watch.flagged[v] = true;
+                flags[v].store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// `n` items at the CPU class's measured throughput, if there is one.
+    pub(super) fn cpu_secs(&self, n: usize) -> Option<f64> {
+        if self.watch.watched.is_empty() {
+            return None;
+        }
+        let c = self
+            .classes
+            .iter()
+            .position(|k| matches!(k.kind, crate::device::DeviceKind::Cpu))?;
+        self.st[c].b().map(|b| n as f64 / b)
+    }
+
+    /// What a taken-back attempt teaches: its class took at least `secs`
+    /// for `items` (a lower bound, so the model learns the device is slow).
+    pub(super) fn taken_back(&mut self, c: usize, items: usize, secs: f64) {
+        let s = &mut self.st[c];
+        s.model.observe(items as f64, secs);
+        if s.run_samples.len() == super::RUN_SAMPLES {
+            s.run_samples.pop_front();
+        }
+        s.run_samples.push_back(Sample {
+            items: items as f64,
+            secs,
+        });
+    }
+}
