@@ -130,7 +130,7 @@ async fn infer(State(s): State<Arc<Stub>>, headers: HeaderMap, body: Bytes) -> R
         Behavior::Broken => {
             if id % 2 == 1 {
                 outputs(&body, 0, true).into_response()
-            } else if id % 4 == 0 {
+            } else if id.is_multiple_of(4) {
                 (
                     [("x-request-id", (id + 1).to_string())],
                     outputs(&body, 0, false),
