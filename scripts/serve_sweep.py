@@ -364,10 +364,14 @@ def sweep(args):
             finally:
                 code = srv.terminate()
             log(f"  {name}: highest rate at p99 <= {args.bound_ms:g} ms: {fmt_rate(best)}/s (server exit {code})")
+            at_best = [q["report"] for q in probes if q["passed"] and q["rate"] == best]
             runs[name].append(
                 dict(
                     repeat=rep + 1,
                     max_rate=best,
+                    # Sends the generator made > 10 ms late at that rate: on a
+                    # small machine it competes with the server for cores.
+                    late_sends_at_max=at_best[-1]["late_sends"] if at_best else None,
                     server_command=shlex.join(srv.argv),
                     server_exit=code,
                     warmup=warmup,
@@ -468,6 +472,18 @@ def sweep_markdown(report):
     lines.append("")
     for k, v in report["ratios"].items():
         lines.append(f"- {k.replace('_', ' ')}: **{v:.3f}**" if v is not None else f"- {k}: n/a")
+    late = [
+        f"{name} repeat {r['repeat']}: {r['late_sends_at_max']}"
+        for name, runs in report["runs"].items()
+        for r in runs
+        if r.get("late_sends_at_max")
+    ]
+    if late:
+        lines += [
+            "",
+            "Sends the generator made more than 10 ms late at the highest passing rate "
+            "(their lateness is in their latency, so it can only lower a rate): " + "; ".join(late) + ".",
+        ]
     lines += [
         "",
         "## Commands",

@@ -440,7 +440,7 @@ mod tests {
         // Last answer at 600 ms; 6 answers.
         assert!((r.elapsed_s - 0.6).abs() < 1e-9);
         assert!((r.throughput - 10.0).abs() < 1e-9);
-        assert!(table(&[r.clone()]).lines().count() == 2);
+        assert_eq!(table(std::slice::from_ref(&r)).lines().count(), 2);
         assert!(notes(&[r]).len() >= 3);
     }
 }

@@ -186,7 +186,7 @@ mod tests {
             parse("https://127.0.0.1:1"),
             Err(TargetError::Scheme { .. })
         ));
-        assert!(matches!(parse("127.0.0.1:80"), Err(_)));
+        assert!(parse("127.0.0.1:80").is_err());
         assert!(matches!(
             parse("http://u:p@127.0.0.1:1"),
             Err(TargetError::Invalid { .. })
