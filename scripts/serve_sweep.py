@@ -425,6 +425,10 @@ def sweep_table(report):
         lines.append(f"{r['name']:<10} {r['devices']:<20} {r['policy']:<8} {fmt_rate(r['median']):>9}  {runs}")
     for k, v in report["ratios"].items():
         lines.append(f"{k.replace('_', ' ')}: {v:.3f}" if v is not None else f"{k}: n/a")
+    for name, runs in report["runs"].items():
+        for r in runs:
+            if r["server_exit"] != 0:
+                lines.append(f"note: {name} repeat {r['repeat']}: server exit {r['server_exit']} on SIGTERM")
     return "\n".join(lines)
 
 
@@ -645,6 +649,8 @@ def sigterm(args):
     code = srv.terminate(timeout=args.drain_timeout)
     drain_s = time.monotonic() - t0
     t.join()
+    if "report" not in result:
+        die("coexec-load did not finish (see above)", 1)
     argv, r = result["argv"], result["report"]
     answered = r["ok"] + r["status_503"] + r["status_504"] + r["other"]
     checks = [
