@@ -1,0 +1,231 @@
+//! `coexec-load`: an open-loop HTTP load generator for `coexec serve`,
+//! loopback only.
+//!
+//! ```text
+//! rates ─► schedule i at start + i/rate ─► POST /v1/infer (rows of the test set)
+//!                                            │ answer, 503, 504, timeout, cut
+//!                                            ▼
+//!          tally per rate: counts, labels vs the test labels, HDR latencies
+//!          measured from each request's *scheduled* time
+//! ```
+//!
+//! ```text
+//! coexec-load --target http://127.0.0.1:8080 --rate 100,200,400 --requests 2000
+//! ```
+
+mod dataset;
+mod openloop;
+mod report;
+mod target;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Serialize;
+
+use crate::dataset::Dataset;
+use crate::openloop::Plan;
+use crate::report::RateReport;
+
+/// Open-loop load generator for `coexec serve` (loopback targets only).
+///
+/// Request i of each rate is sent at start + i/rate whatever the earlier
+/// ones are doing, and its latency counts from that scheduled time.
+#[derive(Debug, Parser)]
+#[command(name = "coexec-load", version, about)]
+struct Args {
+    /// The server: http://HOST:PORT[/PATH] (path defaults to /v1/infer).
+    /// HOST must resolve to loopback addresses only.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    target: String,
+    /// Arrival rates in requests per second, comma-separated; each runs in
+    /// turn.
+    #[arg(long, value_delimiter = ',', required = true)]
+    rate: Vec<f64>,
+    /// Requests sent at each rate.
+    #[arg(long, default_value_t = 1000)]
+    requests: u64,
+    /// Each rate stops this many seconds after its start; what has not
+    /// answered by then counts as lost, what was not sent as unsent.
+    #[arg(long, default_value_t = 60.0)]
+    duration_limit: f64,
+    /// Seconds a request may take, from its scheduled time, before it counts
+    /// as lost.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Rows of the test set in each request.
+    #[arg(long, default_value_t = 1)]
+    rows_per_request: usize,
+    /// Requests in flight at most (one connection each).
+    #[arg(long, default_value_t = 1024)]
+    max_in_flight: usize,
+    /// The rows and labels: a safetensors file with `x`, `y` (and optionally
+    /// `pred`).
+    #[arg(long, default_value = "examples/models/digits_test.safetensors")]
+    data: PathBuf,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The JSON report.
+#[derive(Serialize)]
+struct Report<'a> {
+    target: &'a str,
+    rows_per_request: usize,
+    timeout_s: f64,
+    duration_limit_s: f64,
+    max_in_flight: usize,
+    data: String,
+    rates: &'a [RateReport],
+}
+
+/// A failure and whether it is the user's (exit 2) or the run's (exit 1).
+enum Failure {
+    Usage(String),
+    Run(String),
+}
+
+fn check_args(a: &Args) -> Result<(), Failure> {
+    let usage = |m: String| Err(Failure::Usage(m));
+    if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return usage(format!(
+            "--rate: {r} is not a positive number of requests per second"
+        ));
+    }
+    if a.requests == 0 {
+        return usage("--requests must be at least 1".into());
+    }
+    // The duplicate check keeps one flag per request.
+    if a.requests > 10_000_000 {
+        return usage(format!(
+            "--requests {} is over the 10000000 a rate may send",
+            a.requests
+        ));
+    }
+    for (flag, v) in [
+        ("--duration-limit", a.duration_limit),
+        ("--timeout", a.timeout),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            return usage(format!("{flag} must be seconds in (0, 86400], got {v}"));
+        }
+    }
+    if a.rows_per_request == 0 {
+        return usage("--rows-per-request must be at least 1".into());
+    }
+    if a.max_in_flight == 0 {
+        return usage("--max-in-flight must be at least 1".into());
+    }
+    Ok(())
+}
+
+async fn run(a: Args) -> Result<(), Failure> {
+    check_args(&a)?;
+    let target = target::resolve(&a.target)
+        .await
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let data = Dataset::load(&a.data).map_err(|e| Failure::Usage(e.to_string()))?;
+    let (target, data) = (Arc::new(target), Arc::new(data));
+    let client = openloop::client(a.max_in_flight);
+    let mut reports = Vec::with_capacity(a.rate.len());
+    for &rate in &a.rate {
+        let plan = Plan {
+            rate,
+            requests: a.requests,
+            rows_per_request: a.rows_per_request,
+            timeout: Duration::from_secs_f64(a.timeout),
+            duration_limit: Duration::from_secs_f64(a.duration_limit),
+            max_in_flight: a.max_in_flight,
+        };
+        let r = openloop::run(&client, &target, &data, &plan).await;
+        if !a.json {
+            eprintln!(
+                "coexec-load: rate {rate}/s: {} sent, {} answered, p99 {:.2} ms",
+                r.sent, r.latency_all.count, r.latency_all.p99_ms
+            );
+        }
+        reports.push(r);
+    }
+    let out = if a.json {
+        let report = Report {
+            target: &a.target,
+            rows_per_request: a.rows_per_request,
+            timeout_s: a.timeout,
+            duration_limit_s: a.duration_limit,
+            max_in_flight: a.max_in_flight,
+            data: a.data.display().to_string(),
+            rates: &reports,
+        };
+        let mut s = serde_json::to_string_pretty(&report)
+            .map_err(|e| Failure::Run(format!("cannot encode the report: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        let mut s = format!(
+            "coexec-load: {} ({}), {} row(s)/request, latency from scheduled send, ms of 200s\n",
+            a.target, target.addr, a.rows_per_request
+        );
+        s.push_str(&report::table(&reports));
+        for n in report::notes(&reports) {
+            s.push_str(&format!("note: {n}\n"));
+        }
+        s
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            let line = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments");
+            eprintln!("coexec-load: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    // One thread: the generator shares a small machine with the server it
+    // measures, and one thread keeps thousands of requests in flight.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("coexec-load: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("coexec-load: {}", m.lines().next().unwrap_or(""));
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(m)) => {
+            eprintln!("coexec-load: {}", m.lines().next().unwrap_or(""));
+            ExitCode::FAILURE
+        }
+    }
+}
