@@ -263,12 +263,13 @@ impl Mlp {
         self.probs.into_vec()
     }
 
-    /// The probability rows of `chunk`, for writing. The kernel's one write to
-    /// its output: when the output API changes, this is the line that moves.
-    fn out_rows(&self, chunk: &Chunk) -> &mut [f32] {
-        // SAFETY: the runtime hands this chunk's items to this call alone, and
-        // `run_cpu` takes this slice once per chunk.
-        unsafe { self.probs.slice_mut(chunk.range()) }
+    /// Calls `f` with the probability rows of `chunk`, for writing. The
+    /// kernel's one write to its output: when the output API changes, this is
+    /// the function that moves. The slice does not outlive `f`.
+    fn with_out_rows<R>(&self, chunk: &Chunk, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        // SAFETY: the runtime hands this chunk's items to this `run_cpu` call
+        // alone, and `run_cpu` calls this once, not from within `f`.
+        f(unsafe { self.probs.slice_mut(chunk.range()) })
     }
 }
 
@@ -290,7 +291,7 @@ impl Kernel for Mlp {
         check_chunk(chunk, self.items(), 1)?;
         let inp = self.weights.inputs();
         let x = &self.x[chunk.lo() * inp..chunk.hi() * inp];
-        self.weights.forward(x, self.out_rows(chunk))
+        self.with_out_rows(chunk, |out| self.weights.forward(x, out))
     }
 }
 
