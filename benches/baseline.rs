@@ -13,7 +13,7 @@
 //! thread leave room to even out a thread that falls behind.
 
 use coexec_kernels::workloads::Workload;
-use coexec_kernels::{Chunk, Kernel, KernelError};
+use coexec_kernels::{claim_parts, Kernel, KernelError};
 use rayon::prelude::*;
 
 /// Chunks per pool thread in each step.
@@ -25,8 +25,8 @@ pub fn run_rayon<W: Workload>(
     pool: &rayon::ThreadPool,
     mut w: W,
 ) -> Result<W::Output, KernelError> {
-    while let Some(step) = w.next_step()? {
-        run_step_rayon(pool, &step)?;
+    while let Some(mut step) = w.next_step()? {
+        run_step_rayon(pool, &mut step)?;
         w.absorb(step)?;
     }
     Ok(w.finish())
@@ -34,7 +34,10 @@ pub fn run_rayon<W: Workload>(
 
 /// Computes every item of `kernel` once on `pool` (see the module docs for the
 /// chunking); the first error stops the run and is returned.
-pub fn run_step_rayon<K: Kernel>(pool: &rayon::ThreadPool, kernel: &K) -> Result<(), KernelError> {
+pub fn run_step_rayon<K: Kernel>(
+    pool: &rayon::ThreadPool,
+    kernel: &mut K,
+) -> Result<(), KernelError> {
     let n = kernel.items();
     if n == 0 {
         return Ok(());
@@ -46,13 +49,12 @@ pub fn run_step_rayon<K: Kernel>(pool: &rayon::ThreadPool, kernel: &K) -> Result
         .max(1)
         * grain;
     let chunks = n.div_ceil(per_chunk);
+    let cuts: Vec<usize> = (0..=chunks).map(|c| (c * per_chunk).min(n)).collect();
+    let (kernel, parts) = claim_parts(kernel, &cuts);
     pool.install(|| {
-        (0..chunks)
+        parts
             .into_par_iter()
             .with_max_len(1)
-            .try_for_each(|c| {
-                let lo = c * per_chunk;
-                kernel.run_cpu(&Chunk::new(lo..(lo + per_chunk).min(n)))
-            })
+            .try_for_each(|c| kernel.run_cpu(&c))
     })
 }

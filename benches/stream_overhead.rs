@@ -37,8 +37,7 @@ impl Kernel for Echo {
         self.x.len()
     }
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
-        // SAFETY: the runtime hands this chunk's items to this call alone.
-        let out = unsafe { self.out.slice_mut(chunk.range()) };
+        let out = self.out.chunk_mut(chunk);
         out.copy_from_slice(&self.x[chunk.range()]);
         Ok(())
     }

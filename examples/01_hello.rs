@@ -11,7 +11,7 @@ async fn main() -> Result<(), coexec::Error> {
         .devices("cpu,sim:1@4")?
         .in_memory_profiles()
         .build()?;
-    let done = rt.run(Synthetic::new(200_000, 200)).await?;
+    let mut done = rt.run(Synthetic::new(200_000, 200)).await?;
     done.kernel.verify().expect("every item exactly once");
     println!("{}", done.report.summary());
     rt.shutdown().await;

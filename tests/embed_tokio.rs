@@ -33,7 +33,7 @@ async fn app() -> Result<(), coexec::Error> {
         }));
     }
     for t in tasks {
-        let done = t.await.expect("task")?;
+        let mut done = t.await.expect("task")?;
         done.kernel.verify().expect("exactly once");
     }
     assert_eq!(ticker.await.expect("ticker"), 10);

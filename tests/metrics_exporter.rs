@@ -168,7 +168,7 @@ async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
         .in_memory_profiles()
         .metrics(addr)
         .build()?;
-    let done = rt.run(Synthetic::new(ITEMS, 50)).await?;
+    let mut done = rt.run(Synthetic::new(ITEMS, 50)).await?;
     done.kernel.verify()?;
     let chunks: usize = done.report.classes.iter().map(|c| c.chunks).sum();
     assert!(chunks > 0);
@@ -274,5 +274,119 @@ async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
     assert_eq!(status, 404, "only /metrics is served");
 
     rt.shutdown().await;
+    Ok(())
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit`:
+/// a hang shows up as a failure, not as a test that never ends.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .map_err(|_| format!("did not finish within {limit:?}"))?
+}
+
+#[test]
+fn a_scrape_answers_while_idle_and_slow_clients_hold_connections(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let rt = coexec::Runtime::builder()
+        .devices("cpu:1")?
+        .in_memory_profiles()
+        .metrics("127.0.0.1:0".parse()?)
+        .build()?;
+    let addr = rt.metrics_addr().ok_or("no metrics address")?;
+    assert_ne!(addr.port(), 0, "the bound port is reported");
+
+    // 50 clients that connect and say nothing.
+    let idle: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(1)))
+        .collect::<Result<_, _>>()?;
+    // One that drips a header byte every 100 ms, for as long as it may.
+    let drip = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    let dripper = std::thread::spawn(move || {
+        let mut drip = drip;
+        let started = Instant::now();
+        let head = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+        let _ = drip.write_all(head);
+        while started.elapsed() < Duration::from_secs(15) {
+            if drip.write_all(b"a").is_err() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    });
+    std::thread::sleep(Duration::from_millis(200));
+
+    // A scrape while all of them are open.
+    let t = Instant::now();
+    let (status, body) = within(Duration::from_secs(3), move || {
+        get(addr, "/metrics").map_err(|e| e.to_string())
+    })?;
+    let took = t.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(took < Duration::from_secs(1), "scrape took {took:?}");
+
+    // Concurrent scrapers all answer.
+    let scrapers: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || get(addr, "/metrics").map(|r| r.0).ok()))
+        .collect();
+    for s in scrapers {
+        assert_eq!(s.join().ok().flatten(), Some(200));
+    }
+
+    // The drip client is cut off by the deadline, not served forever.
+    let cut = dripper.join().map_err(|_| "dripper panicked")?;
+    let cut = cut.ok_or("the slow client was never cut off")?;
+    assert!(cut < Duration::from_secs(10), "cut off after {cut:?}");
+
+    // A head larger than the limit is refused, not read into memory.
+    let big = within(Duration::from_secs(5), move || {
+        let mut s =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(4)))
+            .map_err(|e| e.to_string())?;
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Big: ");
+        let _ = s.write_all(&vec![b'a'; 64 * 1024]);
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        Ok(String::from_utf8_lossy(&raw).into_owned())
+    })?;
+    assert!(
+        big.is_empty() || big.starts_with("HTTP/1.1 431"),
+        "an oversized head was answered: {big:?}"
+    );
+    drop(idle);
+
+    // Another runtime cannot take the port; the error says so.
+    let taken = coexec::Runtime::builder()
+        .devices("cpu:1")?
+        .in_memory_profiles()
+        .metrics(addr)
+        .build();
+    assert!(
+        matches!(taken, Err(coexec::Error::MetricsBind { .. })),
+        "{taken:?}"
+    );
+
+    // The server ends with its runtime.
+    let rt_done = within(Duration::from_secs(10), move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(rt.shutdown());
+        Ok(())
+    });
+    rt_done?;
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
+        "still serving after shutdown"
+    );
     Ok(())
 }

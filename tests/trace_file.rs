@@ -20,7 +20,7 @@ async fn trace_file_holds_every_chunk_on_its_workers_track(
     // and the trace must keep them apart.
     let mut reports = Vec::new();
     for _ in 0..2 {
-        let done = rt.run(Synthetic::new(ITEMS, 50)).await?;
+        let mut done = rt.run(Synthetic::new(ITEMS, 50)).await?;
         done.kernel.verify()?;
         assert!(
             !done.report.chunks.is_empty(),

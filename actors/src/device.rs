@@ -90,6 +90,11 @@ impl DeviceSpec {
 /// Most workers one class may have: more is a typo, not a machine.
 pub const MAX_WORKERS: usize = 4096;
 
+/// Speeds a simulated device may have, relative to one CPU worker: slower
+/// than a hundredth of a core, one chunk would outlast any probe; the upper
+/// bound keeps `cost / speed` well above a nanosecond's rounding.
+pub const SIM_SPEEDS: std::ops::RangeInclusive<f64> = 0.01..=1e9;
+
 /// A parsed device list, as given to `--devices` or `COEXEC_DEVICES`.
 ///
 /// ```
@@ -138,8 +143,14 @@ impl FromStr for DeviceList {
                     let speed: f64 = speed
                         .parse()
                         .ok()
-                        .filter(|x: &f64| x.is_finite() && *x > 0.0 && *x <= 1e9)
-                        .ok_or_else(|| bad(format!("`{speed}` is not a speed in (0, 1e9]")))?;
+                        .filter(|x: &f64| SIM_SPEEDS.contains(x))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "`{speed}` is not a speed in [{}, {:e}]",
+                                SIM_SPEEDS.start(),
+                                SIM_SPEEDS.end()
+                            ))
+                        })?;
                     let latency = match lat {
                         Some(l) => duration(l).map_err(bad)?,
                         None => Duration::ZERO,

@@ -37,6 +37,15 @@ pub enum ActorError {
         /// The last error.
         last: String,
     },
+    /// A kernel method panicked, or a kernel contradicted itself (its
+    /// `items()` changed during its run).
+    #[error("kernel `{kernel}`: {why}")]
+    KernelMisbehaved {
+        /// Kernel name (`?` if `name()` itself failed).
+        kernel: String,
+        /// What it did.
+        why: String,
+    },
     /// The job was cancelled because the runtime shut down.
     #[error("the runtime shut down before the job finished")]
     Shutdown,

@@ -14,7 +14,7 @@
 //! (`broker::space`, `broker::job`, [`policy`], [`perfmodel`]) that the
 //! actors only feed.
 #![warn(missing_docs, unreachable_pub)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // one exception: the claim site in worker/mod.rs
 
 mod broker;
 mod device;
@@ -29,8 +29,10 @@ mod worker;
 
 pub use broker::registry::JobOrder;
 pub use broker::JobOptions;
-pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS};
+pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS, SIM_SPEEDS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
 pub use report::{imbalance, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
-pub use system::{cores, gpus, resolve, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS};
+pub use system::{
+    cores, gpus, resolve, worker_cap, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS,
+};

@@ -10,6 +10,7 @@ use coexec_kernels::cuda::{self, GpuInfo, StreamWorker};
 use coexec_kernels::Kernel;
 
 use crate::broker::registry::{Event, JobOrder, Registry};
+use crate::broker::vetted::Vetted;
 use crate::broker::{Broker, JobOptions, Submit};
 use crate::device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End};
 use crate::policy::{by_name, Thresholds};
@@ -86,6 +87,14 @@ pub fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// Most worker threads one class gets on this machine: every worker wakes to
+/// look for work while jobs are live, and thousands of threads on a few
+/// cores spend their time waking (cpu:4096 on two cores took a minute for a
+/// job cpu:2 does in 0.3 s).
+pub fn worker_cap() -> usize {
+    (64 * cores()).max(256)
 }
 
 /// The GPUs CUDA can see, or why there are none.
@@ -176,6 +185,28 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
                 )
             }
         };
+        let cap = worker_cap();
+        let workers = if workers > cap {
+            tracing::warn!(
+                "{name}: {workers} workers on {} cores; running {cap} (more only contend for the cores)",
+                cores()
+            );
+            cap
+        } else {
+            workers
+        };
+        if let DeviceKind::Sim { speed, .. } = spec.kind {
+            if !crate::device::SIM_SPEEDS.contains(&speed) {
+                return Err(ActorError::DeviceSpec {
+                    spec: format!("sim@{speed}"),
+                    why: format!(
+                        "speed {speed} outside [{}, {:e}]",
+                        crate::device::SIM_SPEEDS.start(),
+                        crate::device::SIM_SPEEDS.end()
+                    ),
+                });
+            }
+        }
         let fill_threads = match &spec.kind {
             DeviceKind::Cuda { id } => found
                 .iter()
@@ -239,10 +270,14 @@ impl Engine {
         // never asked to host actix.
         let (tx, rx) = std::sync::mpsc::channel();
         let reg2 = reg.clone();
+        let reg_gone = reg.clone();
         let (th, trace) = (cfg.thresholds, cfg.trace);
         let system_thread = std::thread::Builder::new()
             .name("coexec-actors".into())
             .spawn(move || {
+                // However this thread ends (a panic in a handler included),
+                // live jobs fail and waiting callers are answered at once.
+                let _dead = SystemGone(reg_gone);
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
                     let profiler = Profiler { store, nu: th.nu }.start();
@@ -256,6 +291,7 @@ impl Engine {
                             policy,
                             trace,
                             next_id: 0,
+                            admitted: Default::default(),
                         }
                     });
                     let _ = tx.send((broker, profiler, actix::System::current()));
@@ -346,14 +382,26 @@ impl Engine {
         if self.reg.is_closed() {
             return Err(ActorError::Shutdown);
         }
+        // The kernel's metadata is asked here, on the caller's thread and
+        // under a guard, never on the actors' thread.
+        let vetted = Arc::new(Vetted::new(kernel.clone())?);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.reg.owe();
         self.broker.do_send(Submit {
-            kernel,
+            kernel: vetted.clone(),
             opts,
             reply: tx,
         });
-        rx.await.map_err(|_| ActorError::Shutdown)?
+        let report = match rx.await {
+            Ok(r) => r?,
+            Err(_) => {
+                // Dropped unanswered: the actor system is gone.
+                self.reg.forgive();
+                return Err(ActorError::Shutdown);
+            }
+        };
+        vetted.still_matches(&*kernel)?;
+        Ok(report)
     }
 
     /// Items computed per class since the engine started.
@@ -397,8 +445,76 @@ impl Engine {
     }
 }
 
+/// Closes the registry when the actor system's thread ends.
+struct SystemGone(Arc<Registry>);
+
+impl Drop for SystemGone {
+    fn drop(&mut self) {
+        if !self.0.is_closed() {
+            tracing::error!("the actor system stopped: failing live jobs");
+        }
+        self.0.close(true);
+    }
+}
+
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coexec_kernels::Synthetic;
+
+    /// Runs `f` on a fresh tokio runtime, failing after `limit` instead of
+    /// hanging.
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("tokio");
+            let _ = tx.send(rt.block_on(f));
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
+    }
+
+    #[test]
+    fn when_the_actor_system_dies_callers_and_drain_hear_at_once() {
+        within(Duration::from_secs(20), async {
+            let cfg = EngineConfig {
+                devices: Some("cpu:1".parse().expect("spec")),
+                profile_dir: ProfileDir::InMemory,
+                ..Default::default()
+            };
+            let mut engine = Engine::start(cfg).expect("start");
+            let system = engine.system.take().expect("system");
+            let thread = engine.system_thread.take().expect("thread");
+            // A job that would take minutes, in flight when the system dies.
+            let long = engine.submit(
+                Arc::new(Synthetic::new(2_000, 20_000_000)),
+                JobOptions::default(),
+            );
+            let killer = async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                system.stop();
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            };
+            let (r, ()) = tokio::join!(long, killer);
+            assert!(matches!(r, Err(ActorError::Shutdown)), "{r:?}");
+            let r = engine
+                .submit(Arc::new(Synthetic::new(10, 1)), JobOptions::default())
+                .await;
+            assert!(matches!(r, Err(ActorError::Shutdown)), "{r:?}");
+            engine.drain().await;
+        });
     }
 }

@@ -2,23 +2,69 @@
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+
+use crate::claim::{next_id, Chunk, ClaimSpace};
 
 /// A fixed-size buffer of `items × stride` elements whose item ranges are written
 /// concurrently by the workers that own them.
 ///
-/// The runtime hands every item range of a job to exactly one worker at a time
-/// (the broker's claim is the proof), so two workers never touch the same
-/// elements. The buffer itself cannot check that; the one way to write it is the
-/// `unsafe` [`DisjointBuf::slice_mut`], whose caller states the guarantee.
+/// The one way to write it from `&self` is [`DisjointBuf::chunk_mut`] (or
+/// [`DisjointBuf::chunk_mut_blocks`]), which takes the worker's claim
+/// ([`Chunk`]) and gives the elements of exactly the claim's items. Claims of
+/// one job never overlap, and a claim hands out each buffer's slice once, so
+/// two `&mut` to the same element cannot exist. A kernel with several output
+/// buffers takes one slice from each with the same chunk:
+///
+/// ```
+/// use coexec_kernels::{with_chunk, DisjointBuf};
+///
+/// let (mut a, mut b) = (DisjointBuf::<u32>::new(8, 1), DisjointBuf::<u32>::new(8, 2));
+/// with_chunk(&mut (), 2..4, |_, c| {
+///     let (x, y) = (a.chunk_mut(c), b.chunk_mut(c));
+///     x.fill(1);
+///     y.fill(2);
+/// });
+/// assert_eq!(a.as_slice(), &[0, 0, 1, 1, 0, 0, 0, 0]);
+/// assert_eq!(&b.as_slice()[4..8], &[2, 2, 2, 2]);
+/// ```
+///
+/// Taking the same buffer's slice twice from one chunk panics; a slice cannot
+/// outlive its chunk, and nothing else gives `&mut` to the elements:
+///
+/// ```compile_fail
+/// use coexec_kernels::{with_chunk, DisjointBuf};
+/// let b = DisjointBuf::<u32>::new(8, 1);
+/// let s = with_chunk(&mut (), 0..4, |_, c| b.chunk_mut(c)); // outlives the chunk
+/// ```
+///
+/// ```compile_fail
+/// let b = coexec_kernels::DisjointBuf::<u32>::new(8, 1);
+/// let s: &mut [u32] = b.slice_mut(0..8); // no unchecked write access
+/// ```
+///
+/// Reading needs `&mut self` ([`DisjointBuf::as_slice`]) or ownership
+/// ([`DisjointBuf::into_vec`]): no writer can be active then.
 pub struct DisjointBuf<T> {
     data: Box<[UnsafeCell<T>]>,
     stride: usize,
+    /// This buffer's id, for the claims' "taken" check.
+    id: u64,
+    /// The id of the claim space (job) it is bound to; 0: none yet.
+    owner_id: AtomicU64,
+    /// That space, to tell whether it is still alive.
+    owner: Mutex<Weak<ClaimSpace>>,
 }
 
-// SAFETY: the buffer hands out `&mut` only through `slice_mut`, whose contract
-// forbids overlapping live borrows; shared reads happen only through `&mut self`
-// or `into_vec`, after all writers are gone.
-unsafe impl<T: Send> Sync for DisjointBuf<T> {}
+// SAFETY: `&self` hands out `&mut [T]` only through `chunk_mut*`, for elements
+// of the caller's claim: claims of one space never overlap (the minting
+// contract of `Chunk::new_unchecked`), the buffer serves one live space at a
+// time (`bind`), and a claim hands out one slice per buffer (`Chunk::take`).
+// So sharing the buffer moves `T` values between threads (`T: Send`); `T:
+// Sync` as well, since the elements are reachable from several threads over
+// the buffer's life.
+unsafe impl<T: Send + Sync> Sync for DisjointBuf<T> {}
 
 impl<T: Copy + Default> DisjointBuf<T> {
     /// A buffer of `items` items of `stride` elements each, filled with `T::default()`.
@@ -31,21 +77,28 @@ impl<T: Copy + Default> DisjointBuf<T> {
         let data = (0..items * stride)
             .map(|_| UnsafeCell::new(value))
             .collect();
-        Self { data, stride }
+        Self::wrap(data, stride)
     }
 }
 
 impl<T> DisjointBuf<T> {
+    fn wrap(data: Box<[UnsafeCell<T>]>, stride: usize) -> Self {
+        Self {
+            data,
+            stride,
+            id: next_id(),
+            owner_id: AtomicU64::new(0),
+            owner: Mutex::new(Weak::new()),
+        }
+    }
+
     /// Wraps an existing vector; its length must be a multiple of `stride`.
     pub fn from_vec(v: Vec<T>, stride: usize) -> Self {
         assert!(
-            stride > 0 && v.len() % stride == 0,
+            stride > 0 && v.len().is_multiple_of(stride),
             "length not a multiple of stride"
         );
-        Self {
-            data: v.into_iter().map(UnsafeCell::new).collect(),
-            stride,
-        }
+        Self::wrap(v.into_iter().map(UnsafeCell::new).collect(), stride)
     }
 
     /// Number of items.
@@ -58,45 +111,84 @@ impl<T> DisjointBuf<T> {
         self.stride
     }
 
-    /// The elements of items `range`, for writing.
-    ///
-    /// # Safety
-    ///
-    /// No other reference to any element of these items may be alive while the
-    /// returned slice is: the caller owns `range` exclusively (a chunk the
-    /// broker handed to this worker) and takes at most one slice of it per
-    /// buffer at a time.
+    /// Binds the buffer to `chunk`'s space, or panics if another live space
+    /// (a job still running) holds it.
+    fn bind(&self, chunk: &Chunk) {
+        let space = chunk.space();
+        if self.owner_id.load(Ordering::Acquire) == space.id() {
+            // Bound to this space, which `chunk` keeps alive: nobody rebinds.
+            return;
+        }
+        let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(live) = owner.upgrade() {
+            if live.id() != space.id() {
+                panic!("a DisjointBuf is written by two jobs at once (shared between kernels?)");
+            }
+        }
+        *owner = std::sync::Arc::downgrade(space);
+        self.owner_id.store(space.id(), Ordering::Release);
+    }
+
+    /// The elements of `chunk`'s items, for writing.
     ///
     /// # Panics
     ///
-    /// If `range` is out of bounds.
+    /// If the chunk is out of bounds, if this buffer's slice was already
+    /// taken from `chunk`, or if another job is writing the buffer.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice_mut(&self, range: Range<usize>) -> &mut [T] {
-        let lo = range.start * self.stride;
-        let hi = range.end * self.stride;
+    pub fn chunk_mut<'a>(&'a self, chunk: &'a Chunk) -> &'a mut [T] {
+        self.elements(chunk, chunk.range())
+    }
+
+    /// The elements of `chunk`'s blocks of `grain` items (item block `b` is
+    /// this buffer's item `b`): for kernels that keep one partial result per
+    /// block ([`Kernel::grain`](crate::Kernel::grain)).
+    ///
+    /// Sound because claims are grain-aligned: a chunk starts on a block
+    /// boundary and ends on one or inside this buffer's last block, so two
+    /// claims never share a block.
+    ///
+    /// # Panics
+    ///
+    /// If the chunk is not aligned that way, out of bounds, or as
+    /// [`DisjointBuf::chunk_mut`].
+    #[allow(clippy::mut_from_ref)]
+    pub fn chunk_mut_blocks<'a>(&'a self, chunk: &'a Chunk, grain: usize) -> &'a mut [T] {
+        assert!(grain > 0, "grain 0");
+        let blocks = chunk.lo() / grain..chunk.hi().div_ceil(grain);
+        assert!(
+            chunk.lo() % grain == 0 && (chunk.hi() % grain == 0 || blocks.end == self.items()),
+            "chunk {:?} is not aligned on grain {grain}",
+            chunk.range()
+        );
+        self.elements(chunk, blocks)
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn elements<'a>(&'a self, chunk: &'a Chunk, items: Range<usize>) -> &'a mut [T] {
+        let lo = items.start * self.stride;
+        let hi = items.end * self.stride;
         let cells = &self.data[lo..hi];
-        // SAFETY: `UnsafeCell<T>` has the layout of `T`; exclusivity over these
-        // elements is the caller's promise above.
+        self.bind(chunk);
+        chunk.take(self.id);
+        // SAFETY: `UnsafeCell<T>` has the layout of `T`. No other reference to
+        // these elements is alive: other claims of this space hold other items
+        // (other blocks), other spaces are refused by `bind` while this one
+        // lives, this claim hands out this buffer's slice once (`take`), and
+        // `&self` readers do not exist (reads need `&mut self`).
         unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), cells.len()) }
     }
 
     /// All elements, for reading once writers are done.
     pub fn as_slice(&mut self) -> &[T] {
-        let len = self.data.len();
-        // SAFETY: `&mut self` excludes every writer; layout as above.
-        unsafe { std::slice::from_raw_parts(UnsafeCell::raw_get(self.data.as_ptr()), len) }
+        self.as_mut_slice()
     }
 
-    /// All elements, for reading, from a shared reference.
-    ///
-    /// # Safety
-    ///
-    /// No writer may be active on any element (the job is not running).
-    pub unsafe fn as_slice_shared(&self) -> &[T] {
-        // SAFETY: the caller guarantees no concurrent writer.
-        unsafe {
-            std::slice::from_raw_parts(UnsafeCell::raw_get(self.data.as_ptr()), self.data.len())
-        }
+    /// All elements, for writing with the buffer held exclusively.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        let len = self.data.len();
+        // SAFETY: `&mut self` excludes every writer; layout as above.
+        unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(self.data.as_ptr()), len) }
     }
 
     /// The elements as a vector.
@@ -120,17 +212,25 @@ impl<T: std::fmt::Debug> std::fmt::Debug for DisjointBuf<T> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
+    fn mint(space: &Arc<ClaimSpace>, r: Range<usize>) -> Chunk {
+        // SAFETY: each test mints disjoint ranges per space.
+        unsafe { Chunk::new_unchecked(space, r) }
+    }
+
     #[test]
-    fn disjoint_writes_land() {
+    fn buf_disjoint_claims_write_concurrently() {
         let mut b = DisjointBuf::<u32>::new(10, 2);
+        let space = ClaimSpace::new();
         std::thread::scope(|s| {
             for (lo, hi) in [(0, 4), (4, 10)] {
-                let b = &b;
+                let (b, space) = (&b, &space);
                 s.spawn(move || {
-                    // SAFETY: the two ranges are disjoint and each taken once.
-                    let out = unsafe { b.slice_mut(lo..hi) };
+                    let c = mint(space, lo..hi);
+                    let out = b.chunk_mut(&c);
                     for (k, v) in out.iter_mut().enumerate() {
                         *v = (lo * 2 + k) as u32;
                     }
@@ -138,5 +238,89 @@ mod tests {
             }
         });
         assert_eq!(b.as_slice(), (0..20).collect::<Vec<u32>>().as_slice());
+    }
+
+    #[test]
+    #[should_panic(expected = "taken twice")]
+    fn buf_a_claim_gives_one_slice_per_buffer() {
+        let b = DisjointBuf::<u32>::new(4, 1);
+        let space = ClaimSpace::new();
+        let c = mint(&space, 0..4);
+        let _x = b.chunk_mut(&c);
+        let _y = b.chunk_mut(&c);
+    }
+
+    #[test]
+    fn buf_rearm_allows_a_second_attempt() {
+        let mut b = DisjointBuf::<u32>::new(4, 1);
+        let space = ClaimSpace::new();
+        let mut c = mint(&space, 1..3);
+        b.chunk_mut(&c).fill(1);
+        c.rearm();
+        b.chunk_mut(&c).fill(2);
+        drop(c);
+        assert_eq!(b.as_slice(), &[0, 2, 2, 0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "two jobs")]
+    fn buf_two_live_jobs_cannot_share_a_buffer() {
+        let b = DisjointBuf::<u32>::new(4, 1);
+        let (s1, s2) = (ClaimSpace::new(), ClaimSpace::new());
+        let c1 = mint(&s1, 0..2);
+        let c2 = mint(&s2, 2..4);
+        let _x = b.chunk_mut(&c1);
+        let _y = b.chunk_mut(&c2);
+    }
+
+    #[test]
+    fn buf_binds_to_the_next_job_once_the_first_is_gone() {
+        let mut b = DisjointBuf::<u32>::new(4, 1);
+        for v in 1..4 {
+            let space = ClaimSpace::new();
+            let c = mint(&space, 0..4);
+            b.chunk_mut(&c).fill(v);
+        }
+        assert_eq!(b.as_slice(), &[3; 4]);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "overlaps")]
+    fn buf_debug_builds_catch_overlapping_claims() {
+        let space = ClaimSpace::new();
+        let _a = mint(&space, 0..5);
+        let _b = mint(&space, 4..8);
+    }
+
+    #[test]
+    fn buf_blocks_follow_the_grain() {
+        let mut b = DisjointBuf::<u32>::new(3, 1); // 3 blocks of 4 items: 10 items
+        let space = ClaimSpace::new();
+        {
+            let (c1, c2) = (mint(&space, 0..4), mint(&space, 4..10));
+            b.chunk_mut_blocks(&c1, 4).fill(1);
+            b.chunk_mut_blocks(&c2, 4).fill(2);
+        }
+        assert_eq!(b.as_slice(), &[1, 2, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not aligned")]
+    fn buf_blocks_refuse_an_unaligned_chunk() {
+        let b = DisjointBuf::<u32>::new(3, 1);
+        let space = ClaimSpace::new();
+        let c = mint(&space, 0..5);
+        let _ = b.chunk_mut_blocks(&c, 4);
+    }
+
+    #[test]
+    fn buf_zero_items() {
+        let mut b = DisjointBuf::<u32>::new(0, 3);
+        let space = ClaimSpace::new();
+        let c = mint(&space, 0..0);
+        assert!(b.chunk_mut(&c).is_empty());
+        drop(c);
+        assert!(b.as_slice().is_empty());
     }
 }

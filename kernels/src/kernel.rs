@@ -1,53 +1,9 @@
 //! The `Kernel` trait: one data-parallel operation over items `0..n`.
 
-use std::ops::Range;
 use std::time::Duration;
 
 use crate::cuda::CudaKernel;
-use crate::KernelError;
-
-/// A contiguous item range `[lo, hi)` handed to one worker.
-///
-/// The runtime creates a chunk only for items it has claimed for that worker
-/// alone, so a kernel may write the outputs of `range()` without synchronising
-/// with other chunks of the same job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
-    range: Range<usize>,
-}
-
-impl Chunk {
-    /// A chunk over `range`.
-    pub fn new(range: Range<usize>) -> Self {
-        debug_assert!(range.start <= range.end);
-        Self { range }
-    }
-
-    /// The item range.
-    pub fn range(&self) -> Range<usize> {
-        self.range.clone()
-    }
-
-    /// First item.
-    pub fn lo(&self) -> usize {
-        self.range.start
-    }
-
-    /// One past the last item.
-    pub fn hi(&self) -> usize {
-        self.range.end
-    }
-
-    /// Number of items.
-    pub fn len(&self) -> usize {
-        self.range.end - self.range.start
-    }
-
-    /// Whether the chunk holds no item.
-    pub fn is_empty(&self) -> bool {
-        self.range.is_empty()
-    }
-}
+use crate::{Chunk, KernelError};
 
 /// One data-parallel operation over items `0..items()`.
 ///
@@ -75,9 +31,9 @@ impl Chunk {
 ///         self.out.items()
 ///     }
 ///     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
-///         // SAFETY: the runtime gives this chunk's items to this call alone,
-///         // and we take one slice of the buffer.
-///         let out = unsafe { self.out.slice_mut(chunk.range()) };
+///         // The outputs of exactly this chunk's items, which the runtime
+///         // gave to this call alone: no `unsafe` needed.
+///         let out = self.out.chunk_mut(chunk);
 ///         for (v, i) in out.iter_mut().zip(chunk.range()) {
 ///             *v = 2 * i as u64;
 ///         }
@@ -85,8 +41,9 @@ impl Chunk {
 ///     }
 /// }
 ///
-/// let k = Double { out: DisjointBuf::new(8, 1) };
-/// k.run_cpu(&Chunk::new(0..8)).unwrap();
+/// let mut k = Double { out: DisjointBuf::new(8, 1) };
+/// coexec_kernels::with_chunk(&mut k, 0..8, |k, c| k.run_cpu(c)).unwrap();
+/// assert_eq!(k.out.as_slice()[3], 6);
 /// ```
 pub trait Kernel: Send + Sync + 'static {
     /// Stable name, used for profiles, reports and metrics (`"matmul"`).
@@ -109,7 +66,8 @@ pub trait Kernel: Send + Sync + 'static {
     }
 
     /// Computes the items of `chunk` on the calling CPU thread, writing only
-    /// their outputs.
+    /// their outputs (through [`DisjointBuf::chunk_mut`](crate::DisjointBuf::chunk_mut),
+    /// which the chunk unlocks).
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError>;
 
     /// For the simulated accelerator (`sim`): writes the outputs of `chunk`

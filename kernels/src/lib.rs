@@ -10,20 +10,24 @@
 //! The workloads of the method's paper live in [`workloads`]: [`Synthetic`] and
 //! [`Empty`] for testing and measuring the scheduler, and the four benchmarks
 //! (matmul, kmeans, pathfinder, nbody). All `unsafe` code and every CUDA call of
-//! coexec is in this crate.
+//! coexec is in this crate, but for one line: the worker loop of
+//! `coexec-actors` mints each [`Chunk`] (the claim on a job's items) with
+//! [`Chunk::new_unchecked`]. Kernels need no `unsafe`: a chunk unlocks the
+//! outputs of exactly its items ([`DisjointBuf::chunk_mut`]).
 //!
 //! ```
-//! use coexec_kernels::{Chunk, Kernel, Synthetic};
+//! use coexec_kernels::{with_chunk, Kernel, Synthetic};
 //!
-//! let k = Synthetic::new(1000, 10);
-//! k.run_cpu(&Chunk::new(0..600)).unwrap();
-//! k.run_cpu(&Chunk::new(600..1000)).unwrap();
+//! let mut k = Synthetic::new(1000, 10);
+//! with_chunk(&mut k, 0..600, |k, c| k.run_cpu(c)).unwrap();
+//! with_chunk(&mut k, 600..1000, |k, c| k.run_cpu(c)).unwrap();
 //! k.verify().unwrap();
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buf;
+mod claim;
 mod error;
 mod kernel;
 pub mod workloads;
@@ -35,6 +39,7 @@ pub mod cuda;
 pub mod cuda;
 
 pub use buf::DisjointBuf;
+pub use claim::{claim_parts, with_chunk, Chunk, ClaimSpace};
 pub use error::KernelError;
-pub use kernel::{Chunk, Kernel};
+pub use kernel::Kernel;
 pub use workloads::{run_sequential, Empty, OneShot, Synthetic, Workload};

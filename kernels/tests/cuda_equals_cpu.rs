@@ -14,7 +14,7 @@ use coexec_kernels::workloads::{
     run_sequential, KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob,
     NbodyProblem, PathfinderJob, PathfinderProblem, Workload,
 };
-use coexec_kernels::{Chunk, Kernel, KernelError, Synthetic};
+use coexec_kernels::{claim_parts, Kernel, KernelError, Synthetic};
 
 /// One line straight to the terminal, in one write: the harness captures
 /// `eprintln!`, and tests on other threads write at the same time.
@@ -42,7 +42,7 @@ fn workers(test: &str) -> Option<[StreamWorker; 2]> {
 
 /// Cut points of `0..n` at uneven places (aligned to `grain`), dealt to the
 /// two workers alternately.
-fn chunks(n: usize, grain: usize) -> Vec<Chunk> {
+fn cuts(n: usize, grain: usize) -> Vec<usize> {
     let mut cuts = vec![
         0,
         1,
@@ -61,7 +61,9 @@ fn chunks(n: usize, grain: usize) -> Vec<Chunk> {
     cuts.push(n);
     cuts.sort_unstable();
     cuts.dedup();
-    cuts.windows(2).map(|w| Chunk::new(w[0]..w[1])).collect()
+    cuts.insert(0, 0);
+    cuts.dedup();
+    cuts
 }
 
 /// Runs every chunk of `k` on the two workers, on two threads. `Ok(false)`
@@ -69,18 +71,23 @@ fn chunks(n: usize, grain: usize) -> Vec<Chunk> {
 fn run_gpu<K: Kernel + CudaKernel>(
     test: &str,
     ws: &mut [StreamWorker; 2],
-    k: &K,
+    k: &mut K,
 ) -> Result<bool, KernelError> {
-    let all = chunks(k.items(), k.grain());
+    let cuts = cuts(k.items(), k.grain());
+    let (k, all) = claim_parts(k, &cuts);
+    // Dealt alternately: each claim moves to the one thread that runs it.
+    let mut hands: [Vec<_>; 2] = [Vec::new(), Vec::new()];
+    for (i, c) in all.into_iter().enumerate() {
+        hands[i % 2].push(c);
+    }
     let [w0, w1] = ws;
     let r = std::thread::scope(|s| {
         let h: Vec<_> = [w0, w1]
             .into_iter()
-            .enumerate()
-            .map(|(t, w)| {
-                let all = &all;
+            .zip(hands)
+            .map(|(w, hand)| {
                 s.spawn(move || {
-                    for c in all.iter().skip(t).step_by(2) {
+                    for c in &hand {
                         w.run(k, c)?;
                     }
                     Ok::<(), KernelError>(())
@@ -110,8 +117,8 @@ fn run_workload_gpu<W: Workload>(
 where
     W::Step: CudaKernel,
 {
-    while let Some(step) = w.next_step().expect("next step") {
-        if !run_gpu(test, ws, &step).expect("GPU run") {
+    while let Some(mut step) = w.next_step().expect("next step") {
+        if !run_gpu(test, ws, &mut step).expect("GPU run") {
             return None;
         }
         w.absorb(step).expect("absorb");
@@ -152,8 +159,8 @@ fn devices_lists_or_explains() {
 fn synthetic_cuda_equals_cpu() {
     let test = "synthetic_cuda_equals_cpu";
     let Some(mut ws) = workers(test) else { return };
-    let k = Synthetic::new(100_003, 200);
-    if !run_gpu(test, &mut ws, &k).unwrap() {
+    let mut k = Synthetic::new(100_003, 200);
+    if !run_gpu(test, &mut ws, &mut k).unwrap() {
         return;
     }
     k.verify().unwrap();

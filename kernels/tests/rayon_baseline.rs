@@ -58,7 +58,7 @@ fn rayon_matches_sequential_bit_for_bit() -> Result<(), KernelError> {
     assert_eq!((a.iterations, &a.membership), (b.iterations, &b.membership));
     assert_eq!(a.centres, b.centres);
 
-    let k = run_rayon(&pool, OneShot::new(Synthetic::new(10_000, 3)))?.expect("absorbed");
+    let mut k = run_rayon(&pool, OneShot::new(Synthetic::new(10_000, 3)))?.expect("absorbed");
     k.verify()
         .map_err(|e| KernelError::invalid("synthetic", e))?;
     Ok(())
@@ -125,7 +125,13 @@ fn default_size_timings() -> Result<(), KernelError> {
 fn kmeans_kdd_cup_timings() -> Result<(), KernelError> {
     let dir = std::env::var_os("COEXEC_KMEANS_DATA")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "/work/shared/data/rodinia-kmeans".into());
+        .unwrap_or_else(|| {
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../shared/data/rodinia-kmeans"
+            )
+            .into()
+        });
     for file in ["kdd_cup.xz", "819200.txt.xz", "204800.txt.xz"] {
         let d = std::sync::Arc::new(time(&format!("{file} load"), || {
             KmeansData::read(dir.join(file))

@@ -20,9 +20,22 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// A bug in coexec: an invariant of the runtime did not hold. Please
+    /// report it.
+    #[error("internal error (a bug in coexec): {0}")]
+    Internal(String),
     /// The Prometheus exporter could not start.
     #[error("metrics exporter: {0}")]
     Metrics(String),
+    /// The metrics address could not be bound (in use, not allowed).
+    #[error("metrics address {addr}: {source}")]
+    MetricsBind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing an output file failed.
     #[error("{path}: {source}")]
     Io {

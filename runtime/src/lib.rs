@@ -24,7 +24,7 @@
 //! # async fn main() -> Result<(), coexec::Error> {
 //! // One CPU worker and a simulated accelerator twice as fast.
 //! let rt = coexec::Runtime::builder().devices("cpu:1,sim:1@2")?.in_memory_profiles().build()?;
-//! let done = rt.run(Synthetic::new(20_000, 100)).await?;
+//! let mut done = rt.run(Synthetic::new(20_000, 100)).await?;
 //! assert!(done.kernel.verify().is_ok());
 //! assert_eq!(done.report.classes.iter().map(|c| c.items).sum::<usize>(), 20_000);
 //! rt.shutdown().await;
@@ -42,6 +42,8 @@ pub mod trace;
 
 pub use builder::Builder;
 pub use coexec_actors::policy::Thresholds;
+pub use coexec_actors::profiler::ProfileFile;
+pub use coexec_actors::ActorError;
 pub use coexec_actors::{
     ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport,
     RunReport,
@@ -49,14 +51,43 @@ pub use coexec_actors::{
 pub use error::Error;
 pub use runtime::{Done, Runtime};
 
-/// Kernels: the trait, the output buffer and the workloads.
+/// Kernels: the trait, the claim ([`Chunk`](kernels::Chunk)), the output
+/// buffer and the workloads.
 pub mod kernels {
-    pub use coexec_kernels::*;
+    pub use coexec_kernels::{
+        claim_parts, run_sequential, with_chunk, Chunk, DisjointBuf, Empty, Kernel, KernelError,
+        OneShot, Synthetic, Workload,
+    };
+
+    /// The built-in workloads: the method's benchmarks and the scheduler's
+    /// test kernels.
+    pub mod workloads {
+        pub use coexec_kernels::workloads::{
+            argmax, busy_ns_per_round, check_bytes, Bodies, GlibcRand, KmeansConfig, KmeansData,
+            KmeansJob, KmeansResult, KmeansStep, LabeledRows, Matmul, MatmulJob, MatmulProblem,
+            MatmulResult, Mlp, MlpWeights, NbodyJob, NbodyProblem, NbodyResult, NbodyStep,
+            PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
+        };
+        pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
+    }
+
+    /// A kernel's GPU twin ([`Kernel::cuda`](super::Kernel::cuda)) and the GPUs.
+    pub mod cuda {
+        pub use coexec_kernels::cuda::{CudaKernel, GpuInfo, StreamWorker};
+    }
 }
 
-/// Policies and the planner.
+/// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
-    pub use coexec_actors::policy::*;
+    pub use coexec_actors::policy::{
+        by_name, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds,
+    };
+
+    /// The names of the built-in policies, in the order `coexec policies`
+    /// lists them.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        coexec_actors::policy::POLICIES.iter().map(|p| p.name())
+    }
 }
 
 /// The few names most programs need.

@@ -1,11 +1,23 @@
-//! The Prometheus exporter.
+//! The Prometheus exporter: `/metrics` over HTTP/1.1, served by axum on a
+//! tokio runtime this module owns, for as long as the coexec runtime lives.
+//!
+//! A scrape must not depend on another client's manners, so every connection
+//! is its own task (idle or slow clients hold only themselves), the request
+//! head is bounded in size ([`MAX_HEAD`]) and in time ([`HEAD_DEADLINE`]),
+//! and a whole connection has a deadline ([`CONNECTION_DEADLINE`]).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::OnceLock;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::Error;
 
@@ -13,86 +25,186 @@ use coexec_actors::metrics::{enable_chunk_histograms, render_chunk_histograms, C
 
 /// How often histograms are drained between scrapes (the exporter's default).
 const UPKEEP: Duration = Duration::from_secs(5);
+/// Longest a client may take to send its request head.
+pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// Longest a connection may live, whatever it does.
+pub(crate) const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
+/// Largest request head read (hyper's smallest buffer; larger heads get 431).
+pub(crate) const MAX_HEAD: usize = 8 * 1024;
+/// Connections served at once; more wait in the kernel's accept queue. Each
+/// lives at most [`CONNECTION_DEADLINE`], so a flood delays a scrape by at
+/// most that.
+const MAX_CONNECTIONS: usize = 512;
 
-static INSTALLED: OnceLock<SocketAddr> = OnceLock::new();
+/// The recorder is global to the process: installed once, shared by every
+/// runtime that serves metrics.
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Serves `/metrics` on `addr` (once per process; the recorder is global).
-///
-/// The exporter crate's own listener answers every path with the metrics;
-/// a scrape endpoint should answer only its path, so a plain blocking server
-/// on its own thread does the HTTP: one request per connection, 404 elsewhere.
-pub(crate) fn install(addr: SocketAddr) -> Result<(), Error> {
-    if let Some(prev) = INSTALLED.get() {
-        return if *prev == addr {
-            Ok(())
-        } else {
-            Err(Error::Metrics(format!(
-                "already serving on {prev}; one exporter per process"
-            )))
-        };
+fn handle() -> Result<PrometheusHandle, Error> {
+    // Two runtimes starting at once must not both try to install.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
     }
-    let listener = TcpListener::bind(addr).map_err(|e| Error::Metrics(format!("{addr}: {e}")))?;
     let recorder = PrometheusBuilder::new()
         .set_buckets(&CHUNK_BUCKETS)
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();
-    let handle = recorder.handle();
+    let h = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
     coexec_actors::metrics::describe();
     enable_chunk_histograms();
-
-    let upkeep = handle.clone();
-    std::thread::Builder::new()
-        .name("coexec-metrics-upkeep".into())
-        .spawn(move || loop {
-            std::thread::sleep(UPKEEP);
-            upkeep.run_upkeep();
-        })
-        .map_err(|e| Error::Metrics(e.to_string()))?;
-    std::thread::Builder::new()
-        .name("coexec-metrics".into())
-        .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                if let Err(e) = serve(stream, &handle) {
-                    tracing::debug!("metrics request: {e}");
-                }
-            }
-        })
-        .map_err(|e| Error::Metrics(e.to_string()))?;
-    let _ = INSTALLED.set(addr);
-    Ok(())
+    Ok(HANDLE.get_or_init(|| h).clone())
 }
 
-/// Answers one request: the exposition text for `GET /metrics`, 404 for any
-/// other path, 405 for any other method.
-fn serve(stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
-    // A client that never finishes its request must not stall the next scrape.
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Headers end at the first empty line; their content is not needed.
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 0 && !line.trim_end().is_empty() {
-        line.clear();
+/// A running exporter; dropping it stops the server.
+#[derive(Debug)]
+pub(crate) struct MetricsServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` now (so a port in use is the caller's error) and serves
+    /// `/metrics` there on a thread of its own until dropped.
+    pub(crate) fn start(addr: SocketAddr) -> Result<Self, Error> {
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|source| Error::MetricsBind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| Error::MetricsBind { addr, source })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::Metrics(e.to_string()))?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(
+                "metrics served on {addr}: reachable from other machines, without authentication"
+            );
+        }
+        let handle = handle()?;
+        // A runtime of its own: the exporter must not depend on whether (or
+        // which) tokio runtime the user has, and must end with ours.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Metrics(e.to_string()))?;
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("coexec-metrics".into())
+            .spawn(move || rt.block_on(serve(listener, handle, stopped)))
+            .map_err(|e| Error::Metrics(e.to_string()))?;
+        Ok(Self {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let (status, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", handle.render() + &render_chunk_histograms()),
-        ("GET", _) => (
-            "404 Not Found",
-            "not found; metrics are at /metrics\n".to_string(),
-        ),
-        _ => ("405 Method Not Allowed", "only GET\n".to_string()),
+
+    /// The address served (with the port the system chose for port 0).
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and waits for its thread, off the async workers.
+    pub(crate) async fn stop(mut self) {
+        let thread = self.signal();
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+
+    fn signal(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.thread.take()
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        // Not joined here: a drop may happen on an async worker. The thread
+        // ends as soon as it sees the signal; its connections go with it.
+        let _ = self.signal();
+    }
+}
+
+fn router(handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let h = handle.clone();
+                async move {
+                    (
+                        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                        h.render() + &render_chunk_histograms(),
+                    )
+                }
+            }),
+        )
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "not found; metrics are at /metrics\n",
+            )
+                .into_response()
+        })
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    handle: PrometheusHandle,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("metrics exporter: {e}");
+            return;
+        }
     };
-    let mut out = stream;
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    out.flush()
+    let upkeep = handle.clone();
+    let service = TowerToHyperService::new(router(handle));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut tick = tokio::time::interval(UPKEEP);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stopped => return,
+            _ = tick.tick() => { upkeep.run_upkeep(); continue; }
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: back off, then go on.
+                    tracing::debug!("metrics accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_DEADLINE)
+                .max_buf_size(MAX_HEAD)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_DEADLINE, conn).await {
+                Ok(Err(e)) => tracing::debug!("metrics request: {e}"),
+                Err(_) => tracing::debug!("metrics connection past its deadline: closed"),
+                Ok(Ok(())) => {}
+            }
+            drop(permit);
+        });
+    }
 }

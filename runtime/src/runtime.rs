@@ -29,7 +29,7 @@ pub struct Done<K> {
 /// #[tokio::main]
 /// async fn main() -> Result<(), coexec::Error> {
 ///     let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
-///     let done = rt.run(Synthetic::new(10_000, 50)).await?;
+///     let mut done = rt.run(Synthetic::new(10_000, 50)).await?;
 ///     done.kernel.verify().expect("every item exactly once");
 ///     println!("{}", done.report.summary());
 ///     rt.shutdown().await;
@@ -39,6 +39,9 @@ pub struct Done<K> {
 #[derive(Debug)]
 pub struct Runtime {
     engine: Engine,
+    /// Stops with the runtime (declared after `engine`: it outlives the
+    /// last job's metrics).
+    metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl Runtime {
@@ -49,11 +52,13 @@ impl Runtime {
     }
 
     pub(crate) fn start(b: Builder) -> Result<Self, Error> {
-        if let Some(addr) = b.metrics {
-            crate::metrics::install(addr)?;
-        }
+        let metrics = b
+            .metrics
+            .map(crate::metrics::MetricsServer::start)
+            .transpose()?;
         Ok(Self {
             engine: Engine::start(b.cfg)?,
+            metrics,
         })
     }
 
@@ -71,10 +76,8 @@ impl Runtime {
         let report = self.engine.submit(k.clone(), opts).await?;
         // Workers drop their handles before the job is reported over, so the
         // kernel is ours alone again.
-        let kernel = Arc::try_unwrap(k).map_err(|_| Error::Config {
-            what: "kernel",
-            why: "still shared after its run (a bug)".into(),
-        })?;
+        let kernel = Arc::try_unwrap(k)
+            .map_err(|_| Error::Internal("the kernel is still shared after its run".into()))?;
         Ok(Done { kernel, report })
     }
 
@@ -122,6 +125,12 @@ impl Runtime {
             .collect()
     }
 
+    /// Where `/metrics` is served, with the port the system chose if the
+    /// builder asked for port 0 (`None`: no exporter).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
+    }
+
     /// The GPUs in use.
     pub fn gpus(&self) -> &[GpuInfo] {
         self.engine.gpus()
@@ -133,7 +142,7 @@ impl Runtime {
     }
 
     /// Everything the profiler knows.
-    pub async fn profile(&self) -> Result<coexec_actors::profiler::ProfileFile, Error> {
+    pub async fn profile(&self) -> Result<crate::ProfileFile, Error> {
         Ok(self.engine.profile().await?)
     }
 
@@ -142,6 +151,9 @@ impl Runtime {
     pub async fn shutdown(mut self) {
         self.engine.drain().await;
         self.engine.shutdown(false);
+        if let Some(m) = self.metrics.take() {
+            m.stop().await;
+        }
     }
 
     /// Stops now: jobs still running fail with a shutdown error. (Dropping

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use coexec_kernels::{Kernel, KernelError};
+use coexec_kernels::{ClaimSpace, Kernel, KernelError};
 
 use super::space::Space;
 use crate::device::{ClassInfo, End};
@@ -70,6 +70,8 @@ impl Failures {
 pub(crate) struct Claimed {
     pub(crate) info: ChunkInfo,
     pub(crate) kernel: Arc<dyn Kernel>,
+    /// The job's claim space, to mint the chunk in.
+    pub(crate) claims: Arc<ClaimSpace>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +133,9 @@ pub(crate) struct After {
 /// A job's scheduling state.
 pub(crate) struct JobCore {
     kernel: Option<Arc<dyn Kernel>>,
+    /// The claim space the job's chunks are minted in; dropped with the
+    /// kernel, so the kernel's buffers are free for its next run.
+    claims: Option<Arc<ClaimSpace>>,
     name: String,
     policy: String,
     items: usize,
@@ -242,8 +247,13 @@ impl JobCore {
             kernel: kernel.name().to_string(),
             why: format!("policy `{policy}` leaves no device class that can run it"),
         });
+        // A job over by admission (no items, or no device) holds no handle:
+        // its submitter is answered at once and must get the kernel back
+        // unshared.
+        let finished = items == 0 || failed.is_some();
         Self {
-            kernel: Some(kernel.clone()),
+            kernel: (!finished).then(|| kernel.clone()),
+            claims: (!finished).then(ClaimSpace::new),
             name: kernel.name().to_string(),
             policy: policy.to_string(),
             items,
@@ -265,13 +275,21 @@ impl JobCore {
             busy_until: vec![0.0; worker_class.len()],
             running: vec![false; worker_class.len()],
             worker_class,
-            finished: items == 0 || failed.is_some(),
+            finished,
             failed,
             trace: trace.then(Vec::new),
             stored_split,
             scratch: Vec::new(),
             min_chunk,
         }
+    }
+
+    /// Drops the job's handle on its kernel (the job is over), so that a
+    /// submitter answered next is the kernel's only owner.
+    pub(crate) fn release_kernel(&mut self) {
+        debug_assert!(self.finished, "kernel released from a live job");
+        self.kernel = None;
+        self.claims = None;
     }
 
     /// Whether no worker needs to look at this job again.
@@ -287,6 +305,7 @@ impl JobCore {
             return None;
         }
         let kernel = self.kernel.clone()?;
+        let claims = self.claims.clone()?;
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
@@ -297,7 +316,11 @@ impl JobCore {
                 attempt: r.attempts,
                 failures: r.failures,
             };
-            return Some(Claimed { info, kernel });
+            return Some(Claimed {
+                info,
+                kernel,
+                claims,
+            });
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
@@ -311,6 +334,7 @@ impl JobCore {
                 failures: Failures::default(),
             },
             kernel,
+            claims,
         })
     }
 
@@ -503,13 +527,27 @@ impl JobCore {
             let start = (self.busy_until[v] - now).max(0.0) + self.st[cv].model.a();
             starts.push((start, bv));
         }
-        let t_others = finish_time(&mut starts, self.space.total_left() as f64);
+        let left = self.space.total_left() as f64;
+        let t_others = finish_time(&mut starts, left);
+        // The balanced end (issue 13): no more than this worker's part of
+        // what is left if everyone, itself included, shares it to finish
+        // together. Without it a class with a fixed cost per chunk (whose
+        // chunks are floored at LATENCY_CHUNKS·a·b) takes the whole rest in
+        // one chunk while the others idle: cold runs of cpu:1,sim:1@2 whose
+        // sim paid a few ms of wake-up per chunk ended at imbalance 0.1-0.5.
+        starts.push((a, b));
+        let fair = finish_time(&mut starts, left).map_or(f64::INFINITY, |t| ((t - a) * b).ceil());
         self.scratch = starts;
         let Some(t_others) = t_others else {
             return Some(n);
         };
-        let max = ((t_others - a) * b).floor();
+        // A GPU's balanced part is at least what fills it: a smaller chunk
+        // takes as long as a full one.
         let fill = self.min_chunk[c];
+        let fair_floor = if fill > self.grain { fill } else { need };
+        let max = ((t_others - a) * b)
+            .floor()
+            .min(fair.max(fair_floor as f64));
         if max >= n as f64 {
             Some(n)
         } else if fill > self.grain && max < fill as f64 && self.sibling_busy(w, c) {
@@ -634,6 +672,8 @@ impl JobCore {
         if self.done == self.items && self.in_flight == 0 {
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -688,6 +728,8 @@ impl JobCore {
         if self.failed.is_some() {
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -717,6 +759,8 @@ impl JobCore {
             });
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
             after.finished = true;
         }
         after
@@ -728,6 +772,8 @@ impl JobCore {
             self.failed = Some(why);
             self.finished = true;
             self.kernel = None;
+            self.claims = None;
+            self.claims = None;
         }
     }
 

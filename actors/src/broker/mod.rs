@@ -4,6 +4,7 @@
 pub(crate) mod job;
 pub(crate) mod registry;
 pub(crate) mod space;
+pub(crate) mod vetted;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -74,6 +75,41 @@ pub(crate) struct Broker {
     pub(crate) policy: Arc<dyn Policy>,
     pub(crate) trace: bool,
     pub(crate) next_id: u64,
+    /// Jobs admitted per profile key, for [`REMEASURE_EVERY`].
+    pub(crate) admitted: std::collections::HashMap<String, u64>,
+}
+
+/// Every this many jobs of a kernel, a class the plan gives nothing gets a
+/// small region anyway: a model that says it is hopeless (one bad
+/// measurement, a profile from a bad day) would otherwise never be measured
+/// again, run after run.
+pub(crate) const REMEASURE_EVERY: u64 = 8;
+
+/// Gives every eligible class in service that `adm` leaves out a region of
+/// about a thousandth of the items (at least a grain): a bounded cost, since
+/// a class k times slower than the rest together stretches the job by about
+/// k/1000, and enough items for one measured chunk.
+fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) {
+    if adm.pool || items == 0 {
+        return;
+    }
+    let small = ((items / 1000).max(grain).min(items) as f64) / items as f64;
+    let left_out: Vec<usize> = (0..speeds.len())
+        .filter(|&c| speeds[c].eligible && speeds[c].workers > 0 && adm.shares[c] <= 0.0)
+        .collect();
+    let given: f64 = adm.shares.iter().sum();
+    if left_out.is_empty() || given <= 0.0 {
+        return;
+    }
+    let taken = (small * left_out.len() as f64).min(0.5);
+    for s in &mut adm.shares {
+        *s *= (1.0 - taken) / given;
+    }
+    let each = taken / left_out.len() as f64;
+    for c in left_out {
+        tracing::debug!(class = c, "re-measuring a class the plan left out");
+        adm.shares[c] = each;
+    }
 }
 
 impl Actor for Broker {
@@ -149,6 +185,11 @@ impl Broker {
             adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
         }
         let profile_key = kernel.profile_key();
+        let seen = self.admitted.entry(profile_key.clone()).or_default();
+        *seen += 1;
+        if (*seen).is_multiple_of(REMEASURE_EVERY) {
+            remeasure(&mut adm, &speeds, ctx.items, grain);
+        }
         // The kernel moves into the job: once the registry has it, a worker
         // may finish and answer it at once, and the caller then needs to be
         // its only owner.

@@ -207,6 +207,7 @@ impl Registry {
         self.ring();
         let (result, samples) = {
             let mut core = job.core();
+            core.release_kernel();
             (core.report(), core.samples())
         };
         match result {
@@ -242,6 +243,14 @@ impl Registry {
     /// the broker has even admitted the job).
     pub(crate) fn owe(&self) {
         self.owed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A submitter whose request was dropped unanswered (the actor system
+    /// went away with it in a mailbox) no longer waits.
+    pub(crate) fn forgive(&self) {
+        if self.owed.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
     }
 
     /// Answers `job`'s submitter, once: whoever comes first (the broker with

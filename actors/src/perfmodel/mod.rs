@@ -97,9 +97,15 @@ impl SpeedModel {
         self.observed += 1;
         // A refit sorts the window twice: do it on every sample while the
         // model is young, then on every fourth (the hot path calls this per chunk).
-        if self.samples.len() < 16 || self.observed % 4 == 0 || !self.is_known() {
+        if self.samples.len() < 16 || self.observed.is_multiple_of(4) || !self.is_known() {
             self.refit();
         }
+    }
+
+    /// Keeps at most [`WINDOW`] samples (a file written by hand or by an
+    /// older build may hold more): what is loaded is what a run would keep.
+    pub fn keep_window(&mut self) {
+        self.samples.truncate(WINDOW);
     }
 
     /// Drops the sample history and refits from `samples` (used when a probe
@@ -132,7 +138,7 @@ impl SpeedModel {
 /// the model is unknown or the window is small.
 fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
     if samples.len() < 8 || !(b.is_finite() && b > 0.0) {
-        return samples.to_vec();
+        return drop_worst_few(samples, a);
     }
     let resid: Vec<f64> = samples
         .iter()
@@ -146,6 +152,35 @@ fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
         .filter(|(_, r)| (*r - med).abs() <= 3.0 * mad)
         .map(|(s, _)| *s)
         .collect()
+}
+
+/// A young model's samples (a cold probe's) without the few that its own fit
+/// explains worst, each off by more than half its time: one chunk that paid
+/// a wake-up or a page-fault storm would otherwise steer the whole fit (issue
+/// 13: a sim whose first two 24- and 48-item chunks took 4 ms fitted at 15×
+/// its speed and took the whole job's rest in one chunk). Noise on a chunk's
+/// time is one-sided (delays), so the slow are dropped first; at most
+/// `(len − 2) / 2` go, so four samples out-vote one bad one and a model
+/// cannot talk itself out of its own data.
+fn drop_worst_few(samples: &[Sample], prev_a: f64) -> Vec<Sample> {
+    let mut kept = samples.to_vec();
+    for _ in 0..samples.len().saturating_sub(2) / 2 {
+        let Some((a, b)) = fit(&kept, prev_a) else {
+            break;
+        };
+        let worst = kept
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, (s.secs - (a + s.items / b)) / s.secs))
+            .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()));
+        match worst {
+            Some((i, r)) if r.abs() > 0.5 => {
+                kept.swap_remove(i);
+            }
+            _ => break,
+        }
+    }
+    kept
 }
 
 /// Least squares for `t = a + n·c` with `a ≥ 0`, `c > 0`; weighted by `1/t²`
@@ -273,5 +308,36 @@ mod tests {
             m.observe(100.0, 0.002);
         }
         assert!((m.b() - 5e4).abs() / 5e4 < 0.01);
+    }
+
+    #[test]
+    fn a_slow_first_chunk_does_not_steer_a_young_model() {
+        // A sim 2x one core (~700k items/s): its first two chunks paid a
+        // 4 ms wake-up each; the fit of all of them said 10M items/s.
+        let mut m = SpeedModel::default();
+        for (n, t) in [
+            (24.0, 0.0043),
+            (48.0, 0.0042),
+            (1218.0, 0.0019),
+            (1218.0, 0.0019),
+            (1218.0, 0.0019),
+            (1218.0, 0.0019),
+            (609.0, 0.0010),
+        ] {
+            m.observe(n, t);
+        }
+        assert!((5e5..1e6).contains(&m.b()), "b = {}", m.b());
+        assert!(m.a() < 5e-4, "a = {}", m.a());
+    }
+
+    #[test]
+    fn a_real_fixed_cost_is_not_dropped_as_an_outlier() {
+        // Every chunk pays 4 ms (a launch): nothing is an outlier.
+        let mut m = SpeedModel::default();
+        for n in [24.0, 48.0, 10_000.0, 36_000.0, 64_000.0] {
+            m.observe(n, 0.004 + n / 8e5);
+        }
+        assert!((m.a() - 0.004).abs() < 1e-4, "a = {}", m.a());
+        assert!((m.b() - 8e5).abs() / 8e5 < 0.01, "b = {}", m.b());
     }
 }

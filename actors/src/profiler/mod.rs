@@ -8,7 +8,8 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler, Message};
 
 pub use store::{
-    split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore, PROFILE_VERSION,
+    implausible, split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore,
+    MAX_FIXED_S, PROFILE_VERSION, SPEED_RANGE,
 };
 
 use crate::perfmodel::{Sample, SpeedModel};

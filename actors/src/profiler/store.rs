@@ -103,11 +103,95 @@ pub fn split_delta(stored: &[f64], learned: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A stored fixed cost per chunk above this is not believed (seconds): no
+/// probe measures a chunk's launch and transfer at a minute.
+pub const MAX_FIXED_S: f64 = 60.0;
+/// Stored speeds outside this range are not believed (items per second per
+/// worker): slower than an item per quarter hour, or faster than a trillion.
+pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e12;
+
+/// Why a stored model is not believed, or `None` if it is plausible.
+///
+/// ```
+/// use coexec_actors::profiler::implausible;
+/// use coexec_actors::SpeedModel;
+///
+/// assert!(implausible(&SpeedModel::with_params(1e-4, 2e5)).is_none());
+/// assert!(implausible(&SpeedModel::with_params(1e308, 2e5)).is_some());
+/// assert!(implausible(&SpeedModel::with_params(0.0, 1e-300)).is_some());
+/// ```
+pub fn implausible(m: &SpeedModel) -> Option<String> {
+    let (a, b) = (m.a(), m.b());
+    if !(a.is_finite() && (0.0..=MAX_FIXED_S).contains(&a)) {
+        return Some(format!("fixed cost {a} s outside 0..={MAX_FIXED_S} s"));
+    }
+    if !(b.is_finite() && SPEED_RANGE.contains(&b)) {
+        return Some(format!(
+            "speed {b} items/s outside {:e}..={:e}",
+            SPEED_RANGE.start(),
+            SPEED_RANGE.end()
+        ));
+    }
+    let bad = m
+        .samples()
+        .iter()
+        .filter(|s| !(s.items.is_finite() && s.secs.is_finite() && s.items > 0.0 && s.secs > 0.0))
+        .count();
+    (bad > 0).then(|| format!("{bad} sample(s) not finite and positive"))
+}
+
+/// Drops what a loaded file holds that no run of this build would have
+/// written: implausible models, splits that are not shares, sample windows
+/// longer than [`WINDOW`](crate::perfmodel::WINDOW). Returns what was
+/// dropped, one entry per model or split.
+fn sanitize(file: &mut ProfileFile) -> Vec<String> {
+    let mut dropped = Vec::new();
+    for (kernel, k) in &mut file.kernels {
+        k.models.retain(|class, m| match implausible(m) {
+            Some(why) => {
+                dropped.push(format!("{kernel}/{class}: {why}"));
+                false
+            }
+            None => {
+                m.keep_window();
+                true
+            }
+        });
+        let shares_ok = k
+            .split
+            .values()
+            .all(|p| p.is_finite() && (0.0..=1.0).contains(p))
+            && k.split.values().sum::<f64>() <= 1.0 + 1e-6;
+        if !shares_ok {
+            dropped.push(format!(
+                "{kernel}: stored split {:?} is not shares",
+                k.split
+            ));
+            k.split.clear();
+        }
+    }
+    dropped
+}
+
+/// What this process learned since its last save: merged into whatever is
+/// on disk at the next save, so that processes sharing a profile add up
+/// instead of overwriting each other.
+#[derive(Debug, Default)]
+struct Pending {
+    /// New samples per class key (the last [`WINDOW`](crate::perfmodel::WINDOW)
+    /// of them: a model keeps no more) and how many there were in all.
+    samples: BTreeMap<String, (Vec<Sample>, u64)>,
+    runs: u64,
+    /// The split this process stored, if it replaced the one it found.
+    split: Option<BTreeMap<String, f64>>,
+}
+
 /// The profiler's memory: models per kernel and class, and where they live.
 #[derive(Debug)]
 pub struct ProfileStore {
     path: Option<PathBuf>,
     file: ProfileFile,
+    pending: BTreeMap<String, Pending>,
     dirty: bool,
     last_save: Option<Instant>,
 }
@@ -121,6 +205,79 @@ pub struct Learned {
     pub split_replaced: bool,
 }
 
+/// Reads the profile at `path`: `Ok(None)` if there is none, `Err` with a
+/// sentence if it is unusable (corrupt, another version, another machine).
+/// What is loaded is sanitized; the second value says what was dropped.
+fn read_profile(
+    path: &Path,
+    fingerprint: &Fingerprint,
+) -> Result<Option<(ProfileFile, Vec<String>)>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("unreadable ({e})")),
+    };
+    match serde_json::from_str::<ProfileFile>(&text) {
+        Ok(f) if f.version != PROFILE_VERSION => Err(format!(
+            "has format version {}, expected {PROFILE_VERSION}",
+            f.version
+        )),
+        Ok(f) if f.fingerprint != *fingerprint => Err("was learned on another machine".into()),
+        Ok(mut f) => {
+            let dropped = sanitize(&mut f);
+            Ok(Some((f, dropped)))
+        }
+        Err(e) => Err(format!("is corrupt ({e})")),
+    }
+}
+
+/// Holds the profile's lock file (`<profile>.lock`) while alive: one
+/// process at a time reads, merges and renames.
+struct Locked(std::fs::File);
+
+impl Locked {
+    fn take(path: &Path) -> std::io::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))?;
+        f.lock()?;
+        Ok(Self(f))
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Removes the temporary files of saves that never reached their rename
+/// (a process killed mid-save). Only under the lock: a writer holds it from
+/// its temporary file to its rename, so any found then is an orphan.
+fn remove_orphans(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("{name}.");
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(n) = n.to_str() else { continue };
+        if n.starts_with(&prefix) && n.ends_with(".tmp") {
+            match std::fs::remove_file(e.path()) {
+                Ok(()) => tracing::info!(file = n, "removed a stale temporary profile"),
+                Err(e) => {
+                    tracing::debug!(file = n, "could not remove a stale temporary profile: {e}")
+                }
+            }
+        }
+    }
+}
+
 impl ProfileStore {
     /// A store that lives only in memory.
     pub fn in_memory(fingerprint: Fingerprint) -> Self {
@@ -131,6 +288,7 @@ impl ProfileStore {
                 fingerprint,
                 kernels: BTreeMap::new(),
             },
+            pending: BTreeMap::new(),
             dirty: false,
             last_save: None,
         }
@@ -138,31 +296,32 @@ impl ProfileStore {
 
     /// The store for `fingerprint` in `dir`, loaded if a valid file is there.
     /// A corrupt or foreign file is ignored with a warning and recalibrated
-    /// (overwritten at the next save).
+    /// (overwritten at the next save); implausible models in a valid file
+    /// are dropped with one warning (and measured again).
     pub fn open(dir: &Path, fingerprint: Fingerprint) -> Self {
         let path = dir.join(format!("coexec-profile-{}.json", fingerprint.id()));
         let mut store = Self::in_memory(fingerprint);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match serde_json::from_str::<ProfileFile>(&text) {
-                Ok(f)
-                    if f.version == PROFILE_VERSION && f.fingerprint == store.file.fingerprint =>
-                {
-                    store.file = f;
+        if path.parent().is_some_and(Path::exists) {
+            if let Ok(_lock) = Locked::take(&path) {
+                remove_orphans(&path);
+            }
+        }
+        match read_profile(&path, &store.file.fingerprint) {
+            Ok(Some((f, dropped))) => {
+                if !dropped.is_empty() {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "profile: {} stored model(s) or split(s) not believed, measuring again: {}",
+                        dropped.len(),
+                        dropped.join("; ")
+                    );
                 }
-                Ok(f) if f.version != PROFILE_VERSION => tracing::warn!(
-                    path = %path.display(),
-                    "profile has format version {}, expected {PROFILE_VERSION}: ignored, recalibrating",
-                    f.version
-                ),
-                Ok(_) => {
-                    tracing::warn!(path = %path.display(), "profile was learned on another machine: ignored, recalibrating")
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "profile is corrupt ({e}): ignored, recalibrating")
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(path = %path.display(), "profile unreadable ({e}): ignored"),
+                store.file = f;
+            }
+            Ok(None) => {}
+            Err(why) => {
+                tracing::warn!(path = %path.display(), "profile {why}: ignored, recalibrating")
+            }
         }
         store.path = Some(path);
         store
@@ -207,6 +366,7 @@ impl ProfileStore {
         nu: f64,
     ) -> Learned {
         let k = self.file.kernels.entry(key.to_string()).or_default();
+        let pending = self.pending.entry(key.to_string()).or_default();
         for (c, s) in classes.iter().zip(samples) {
             if s.is_empty() {
                 continue;
@@ -215,8 +375,14 @@ impl ProfileStore {
             for x in s {
                 m.observe(x.items, x.secs);
             }
+            let (kept, n) = pending.samples.entry(c.clone()).or_default();
+            kept.extend_from_slice(s);
+            let excess = kept.len().saturating_sub(crate::perfmodel::WINDOW);
+            kept.drain(..excess);
+            *n += s.len() as u64;
         }
         k.runs += 1;
+        pending.runs += 1;
         let stored: Vec<f64> = classes
             .iter()
             .map(|c| k.split.get(c).copied().unwrap_or(f64::NAN))
@@ -229,6 +395,7 @@ impl ProfileStore {
                 .cloned()
                 .zip(learned.iter().copied())
                 .collect();
+            pending.split = Some(k.split.clone());
         }
         self.dirty = true;
         Learned {
@@ -237,9 +404,13 @@ impl ProfileStore {
         }
     }
 
-    /// Writes the file if anything changed (atomically: temp file, rename).
+    /// Writes the file if anything changed: under the profile's lock, reads
+    /// what is on disk now (other processes may have saved since this one
+    /// loaded), adds this process's new samples and runs to it, and replaces
+    /// the file atomically (temporary file, rename). The store then holds the
+    /// merged profile.
     pub fn save(&mut self) -> std::io::Result<()> {
-        let Some(path) = &self.path else {
+        let Some(path) = self.path.clone() else {
             return Ok(());
         };
         if !self.dirty {
@@ -248,13 +419,49 @@ impl ProfileStore {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
+        let _lock = Locked::take(&path)?;
+        remove_orphans(&path);
+        let merged = match read_profile(&path, &self.file.fingerprint) {
+            Ok(Some((mut disk, _))) => {
+                self.merge_into(&mut disk);
+                disk
+            }
+            Ok(None) => self.file.clone(),
+            Err(why) => {
+                tracing::warn!(path = %path.display(), "profile {why}: overwritten");
+                self.file.clone()
+            }
+        };
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        let text = serde_json::to_string_pretty(&self.file).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)?;
+        let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.file = merged;
+        self.pending.clear();
         self.dirty = false;
         self.last_save = Some(Instant::now());
         Ok(())
+    }
+
+    /// Adds what this process learned since its last save to `disk`.
+    fn merge_into(&self, disk: &mut ProfileFile) {
+        for (key, p) in &self.pending {
+            let k = disk.kernels.entry(key.clone()).or_default();
+            k.runs += p.runs;
+            for (class, (samples, n)) in &p.samples {
+                let m = k.models.entry(class.clone()).or_default();
+                let before = m.observed;
+                for s in samples {
+                    m.observe(s.items, s.secs);
+                }
+                m.observed = before + n;
+            }
+            if let Some(split) = &p.split {
+                k.split = split.clone();
+            }
+        }
     }
 
     /// Saves if dirty and the last save is older than `every`.
@@ -335,5 +542,80 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(other.file()).unwrap()).unwrap();
         let s = ProfileStore::open(&dir, fp());
         assert!(s.file().kernels.is_empty());
+    }
+
+    fn run_of(store: &mut ProfileStore, kernel: &str, secs: f64) {
+        let classes = vec!["cpu".to_string()];
+        let samples = vec![vec![Sample { items: 100.0, secs }; 4]];
+        store.observe(kernel, &classes, &samples, &[1.0], 0.05);
+    }
+
+    #[test]
+    fn two_stores_on_one_file_add_up_instead_of_overwriting() {
+        let dir = tempdir("merge");
+        let mut a = ProfileStore::open(&dir, fp());
+        let mut b = ProfileStore::open(&dir, fp());
+        run_of(&mut a, "ka", 0.01);
+        run_of(&mut b, "kb", 0.02);
+        run_of(&mut b, "kb", 0.02);
+        a.save().unwrap();
+        b.save().unwrap();
+        run_of(&mut a, "kb", 0.02);
+        a.save().unwrap();
+        let c = ProfileStore::open(&dir, fp());
+        let k = &c.file().kernels;
+        assert_eq!(k["ka"].runs, 1);
+        assert_eq!(k["kb"].runs, 3, "b's two runs and a's one");
+        assert!(k["ka"].models["cpu"].is_known() && k["kb"].models["cpu"].is_known());
+        assert_eq!(k["kb"].models["cpu"].observed, 12);
+    }
+
+    #[test]
+    fn orphaned_temporary_files_are_removed() {
+        let dir = tempdir("tmp");
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = format!("coexec-profile-{}.json", fp().id());
+        let orphan = dir.join(format!("{name}.999999.tmp"));
+        let unrelated = dir.join("other.json.1.tmp");
+        std::fs::write(&orphan, "half a profile").unwrap();
+        std::fs::write(&unrelated, "not ours").unwrap();
+        let mut s = ProfileStore::open(&dir, fp());
+        assert!(!orphan.exists(), "an orphan from a killed save is removed");
+        std::fs::write(&orphan, "half a profile").unwrap();
+        run_of(&mut s, "k", 0.01);
+        s.save().unwrap();
+        assert!(!orphan.exists());
+        assert!(unrelated.exists(), "only this profile's temporary files go");
+    }
+
+    #[test]
+    fn implausible_models_and_long_windows_are_dropped_on_load() {
+        let dir = tempdir("sane");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("coexec-profile-{}.json", fp().id()));
+        let mut good = SpeedModel::default();
+        for _ in 0..3 * crate::perfmodel::WINDOW {
+            good.observe(100.0, 0.01);
+        }
+        let mut v = serde_json::to_value(ProfileStore::in_memory(fp()).file()).unwrap();
+        let mut long = serde_json::to_value(&good).unwrap();
+        let sample = long["samples"][0].clone();
+        long["samples"] = serde_json::Value::Array(vec![sample; 10 * crate::perfmodel::WINDOW]);
+        v["kernels"]["k"] = serde_json::json!({
+            "models": {
+                "cpu": long,
+                "sim@2+0us": serde_json::to_value(SpeedModel::with_params(1e308, 1e5)).unwrap(),
+                "sim@3+0us": serde_json::to_value(SpeedModel::with_params(0.0, 1e-300)).unwrap(),
+            },
+            "split": { "cpu": 0.5, "sim@2+0us": 7.0 },
+            "runs": 3,
+        });
+        std::fs::write(&path, v.to_string()).unwrap();
+        let s = ProfileStore::open(&dir, fp());
+        let k = &s.file().kernels["k"];
+        assert_eq!(k.models.len(), 1, "only the plausible model stays");
+        assert_eq!(k.models["cpu"].samples().len(), crate::perfmodel::WINDOW);
+        assert!(k.split.is_empty(), "a split that is not shares goes");
+        assert_eq!(k.runs, 3);
     }
 }

@@ -101,8 +101,22 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
                 }
             }
         };
-        let Claimed { info, kernel } = claimed;
-        let chunk = Chunk::new(info.range.clone());
+        let Claimed {
+            info,
+            kernel,
+            claims,
+        } = claimed;
+        #[allow(unsafe_code)]
+        // SAFETY: `info.range` was claimed from the job's item space for this
+        // worker alone (`JobCore::claim`: the space hands out disjoint ranges,
+        // and a failed range returns to the job only after its chunk is
+        // dropped below). Proof: the Space partition property test
+        // (`broker::space::tests::claims_partition_the_items`) and the
+        // exactly-once property test (tests/broker_exactly_once.rs); debug
+        // builds also check every claim against the live ones. This is the
+        // one `unsafe` of coexec outside `coexec-kernels`.
+        let chunk = unsafe { Chunk::new_unchecked(&claims, info.range.clone()) };
+        drop(claims);
         let (t0, res) = match exec.prepare(&*kernel, job.id) {
             Ok(false) => (t0, exec.run(&*kernel, &chunk)),
             Ok(true) => (
@@ -112,6 +126,10 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
             Err(e) => (t0, Err(e)),
         };
         let t1 = job.start.elapsed().as_secs_f64();
+        // The claim ends before the job hears of it: the range may be handed
+        // out again (a retry) and the kernel back to its owner.
+        let (range, len) = (chunk.range(), chunk.len());
+        drop(chunk);
         drop(kernel);
         if fair {
             job.service_ns
@@ -121,13 +139,13 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         let after = match &res {
             Ok(()) => {
                 strikes = 0;
-                reg.add_done(w, chunk.len());
-                labels.chunk_done(core.name(), info.phase, chunk.len(), t1 - t0);
-                tracing::debug!(worker = w, class = %class, lo = chunk.lo(), hi = chunk.hi(), phase = info.phase.as_str(), secs = t1 - t0, "chunk");
+                reg.add_done(w, len);
+                labels.chunk_done(core.name(), info.phase, len, t1 - t0);
+                tracing::debug!(worker = w, class = %class, lo = range.start, hi = range.end, phase = info.phase.as_str(), secs = t1 - t0, "chunk");
                 core.complete(w, c, &info, t0, t1)
             }
             Err(e) => {
-                tracing::warn!(worker = w, class = %class, items = ?chunk.range(), error = %e, "chunk failed; it goes back to the broker");
+                tracing::warn!(worker = w, class = %class, items = ?range, error = %e, "chunk failed; it goes back to the broker");
                 labels.chunk_failed();
                 if matches!(e, KernelError::Cuda(_) | KernelError::CudaUnavailable(_)) {
                     strikes += 1;

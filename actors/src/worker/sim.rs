@@ -26,11 +26,38 @@ impl Executor for SimExec {
                 t0.elapsed()
             }
         };
-        let target = self.latency + cost.div_f64(self.speed);
+        // Checked: a speed the spec allows can still stretch a long cost past
+        // what a Duration holds, and a panic here is outside any guard.
+        let target = Duration::try_from_secs_f64(cost.as_secs_f64() / self.speed)
+            .ok()
+            .and_then(|d| d.checked_add(self.latency))
+            .ok_or_else(|| {
+                KernelError::invalid(
+                    "simulated time",
+                    format!("{cost:?} at speed {} is too long to wait", self.speed),
+                )
+            })?;
         let spent = t0.elapsed();
         if target > spent {
             std::thread::sleep(target - spent);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coexec_kernels::Synthetic;
+
+    #[test]
+    fn a_stretch_past_what_a_duration_holds_is_an_error_not_a_panic() {
+        let mut k = Synthetic::new(100, 1000);
+        let mut sim = SimExec {
+            speed: 1e-300,
+            latency: Duration::ZERO,
+        };
+        let r = coexec_kernels::with_chunk(&mut k, 0..100, |k, c| sim.run(k, c));
+        assert!(matches!(r, Err(KernelError::Invalid { .. })), "{r:?}");
     }
 }

@@ -16,12 +16,21 @@ use crate::{Chunk, KernelError};
 
 /// Plain data that crosses the bus as bytes: no padding, no pointers, every
 /// bit pattern valid.
-pub(crate) trait Pod: Copy + DeviceRepr + Send + Sync + 'static {}
-impl Pod for u8 {}
-impl Pod for u32 {}
-impl Pod for i32 {}
-impl Pod for u64 {}
-impl Pod for f32 {}
+/// # Safety
+///
+/// Every bit pattern of `size_of::<Self>()` bytes is a valid `Self`, and
+/// `Self` has no padding: its bytes are copied to and from the device as is.
+pub(crate) unsafe trait Pod: Copy + DeviceRepr + Send + Sync + 'static {}
+// SAFETY: plain integers and floats: no padding, every bit pattern valid.
+unsafe impl Pod for u8 {}
+// SAFETY: as above.
+unsafe impl Pod for u32 {}
+// SAFETY: as above.
+unsafe impl Pod for i32 {}
+// SAFETY: as above.
+unsafe impl Pod for u64 {}
+// SAFETY: as above.
+unsafe impl Pod for f32 {}
 
 fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
     // SAFETY: `Pod` types have no padding and no invalid bit patterns, so

@@ -42,8 +42,7 @@ impl CudaKernel for Synthetic {
         unsafe { w.launch(&f, grid_1d(n, 256), &[&out, &lo, &n32, &work])? };
         w.download::<u64>(0, n)?;
         w.finish()?;
-        // SAFETY: the runtime hands this chunk's items to this call alone.
-        let dst = unsafe { self.out().slice_mut(chunk.range()) };
+        let dst = self.out().chunk_mut(chunk);
         dst.copy_from_slice(w.downloaded::<u64>(0, n));
         for a in &self.audit()[chunk.range()] {
             a.fetch_add(1, Ordering::Relaxed);
@@ -86,8 +85,7 @@ impl CudaKernel for Matmul {
         }
         let f = w.function(&MATMUL, "matmul")?;
         let tiles = (dim as u32).div_ceil(TILE);
-        // SAFETY: the runtime hands this chunk's items to this call alone.
-        let dst = unsafe { self.c().slice_mut(chunk.range()) };
+        let dst = self.c().chunk_mut(chunk);
         let piece = matmul_piece(d2);
         for lo in (chunk.lo()..chunk.hi()).step_by(piece) {
             let hi = (lo + piece).min(chunk.hi());
@@ -193,8 +191,7 @@ impl CudaKernel for PathfinderStep {
         debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
         w.download::<i32>(out_slot, hi - lo)?;
         w.finish()?;
-        // SAFETY: the runtime hands this chunk's columns to this call alone.
-        let dst = unsafe { self.dst().slice_mut(chunk.range()) };
+        let dst = self.dst().chunk_mut(chunk);
         dst.copy_from_slice(w.downloaded::<i32>(out_slot, hi - lo));
         Ok(())
     }
@@ -263,9 +260,7 @@ impl CudaKernel for NbodyStep {
         let [px, py, pz] = self.new_pos();
         let [vx, vy, vz] = self.new_vel();
         for (k, buf) in [px, py, pz, vx, vy, vz].into_iter().enumerate() {
-            // SAFETY: the runtime hands this chunk's bodies to this call
-            // alone; each of the six buffers is sliced once here.
-            let dst = unsafe { buf.slice_mut(r.clone()) };
+            let dst = buf.chunk_mut(chunk);
             dst.copy_from_slice(&res[k * cnt..(k + 1) * cnt]);
         }
         Ok(())
@@ -310,9 +305,9 @@ impl CudaKernel for KmeansStep {
         let [pts, centres] = self.run_inputs(w)?;
         let pts_ptr = w.addr(&pts) + (chunk.lo() * f * 4) as u64;
         let c_ptr = w.addr(&centres);
-        // SAFETY: read-only view of this chunk's memberships, which the
-        // runtime hands to this call alone; dropped before the write below.
-        let old = unsafe { self.membership().slice_mut(chunk.range()) };
+        // This chunk's memberships: uploaded as the kernel's input here, and
+        // overwritten with its output below (the same mutable slice).
+        let old = self.membership().chunk_mut(chunk);
         let member = w.upload(0, &[&*old])?;
         let sums = w.scratch::<f32>(1, nb * k * f)?;
         let counts = w.scratch::<u32>(2, nb * k)?;
@@ -345,20 +340,16 @@ impl CudaKernel for KmeansStep {
         w.finish()?;
         drop((pts, centres));
         old.copy_from_slice(w.downloaded::<i32>(0, n));
-        // SAFETY: the chunk's blocks are exactly the blocks its points fill
-        // (chunks are block-aligned), handed to this call alone; each buffer
-        // is sliced once here.
-        unsafe {
-            self.sums()
-                .slice_mut(blocks.clone())
-                .copy_from_slice(w.downloaded::<f32>(1, nb * k * f));
-            self.counts()
-                .slice_mut(blocks.clone())
-                .copy_from_slice(w.downloaded::<u32>(2, nb * k));
-            self.changed()
-                .slice_mut(blocks)
-                .copy_from_slice(w.downloaded::<u32>(3, nb));
-        }
+        // The chunk's blocks (chunks are block-aligned).
+        self.sums()
+            .chunk_mut_blocks(chunk, g)
+            .copy_from_slice(w.downloaded::<f32>(1, nb * k * f));
+        self.counts()
+            .chunk_mut_blocks(chunk, g)
+            .copy_from_slice(w.downloaded::<u32>(2, nb * k));
+        self.changed()
+            .chunk_mut_blocks(chunk, g)
+            .copy_from_slice(w.downloaded::<u32>(3, nb));
         Ok(())
     }
 }

@@ -83,13 +83,26 @@ impl KmeansData {
                     line: 0,
                     why: format!("cannot allocate for decompression: {e}"),
                 })?;
+            // Bounded: a small .xz can decompress to more than the machine has.
+            let limit = super::memory_limit() / 2;
             xz2::read::XzDecoder::new(raw.as_slice())
+                .take(limit.saturating_add(1))
                 .read_to_end(&mut text)
                 .map_err(|e| KernelError::Input {
                     path: path.to_path_buf(),
                     line: 0,
                     why: format!("corrupt or truncated xz data: {e}"),
                 })?;
+            if text.len() as u64 > limit {
+                return Err(KernelError::Input {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    why: format!(
+                        "decompresses to more than {:.1} GiB (half the memory available at start)",
+                        limit as f64 / (1u64 << 30) as f64
+                    ),
+                });
+            }
             Self::parse(&text, path)
         } else {
             Self::parse(&raw, path)
@@ -132,7 +145,17 @@ impl KmeansData {
                     .iter()
                     .position(|&b| is_sep(b))
                     .map_or(line.len(), |k| p + k);
-                values.push(atof(&line[p..e]));
+                let v = atof(&line[p..e]);
+                if !v.is_finite() {
+                    return Err(err(
+                        no,
+                        format!(
+                            "`{}` is not a finite number",
+                            String::from_utf8_lossy(&line[p..e])
+                        ),
+                    ));
+                }
+                values.push(v);
                 p = e;
             }
             let nf = values.len() - start;
@@ -176,6 +199,73 @@ impl KmeansData {
             values,
             source: None,
         })
+    }
+
+    /// The shape of Rodinia's `kdd_cup`: points.
+    pub const KDD_POINTS: usize = 494_020;
+    /// The shape of Rodinia's `kdd_cup`: features per point.
+    pub const KDD_FEATURES: usize = 34;
+    /// The default seed of [`KmeansData::generated`].
+    pub const GENERATED_SEED: u64 = 0x6b6d_6561_6e73;
+    /// Blobs in [`KmeansData::generated`].
+    pub const GENERATED_BLOBS: u64 = 8;
+
+    /// A generated input where Rodinia's files are absent, in the spirit of
+    /// Rodinia's own synthetic inputs (its `datagen` draws clustered
+    /// points): [`KmeansData::GENERATED_BLOBS`] Gaussian blobs in
+    /// `features` dimensions with value ranges like `kdd_cup`'s columns.
+    ///
+    /// Feature `j` has a range `[0, hi_j]` following kdd_cup's column kinds
+    /// (for 34 features: `j = 0` a duration, up to 1000; `1, 2` byte counts,
+    /// up to 5000; `3..=15` small counts, up to 4; `16, 17` connection
+    /// counts, up to 511; `18..=24` and `27..=33` rates, up to 1; `25, 26`
+    /// host counts, up to 255; beyond 34 the pattern repeats). Blob `b`'s
+    /// centre is `hi_j · unit(stream(seed, 21, b·features + j))` and its
+    /// spread `hi_j / 20`. Point `i` belongs to blob
+    /// `stream(seed, 20, i) mod blobs`; its value `j` is the centre plus the
+    /// spread times a standard normal (Box–Muller in f64 from draws
+    /// `stream(seed, 22, 2e)` and `stream(seed, 22, 2e + 1)` with
+    /// `e = i·features + j`), clamped to the range and rounded to f32. Every value depends on
+    /// its index alone, so the input is generated on every core.
+    pub fn generated(points: usize, features: usize, seed: u64) -> Result<Self, KernelError> {
+        use super::rng::{par_by_index, stream};
+        check_bytes("kmeans data", &[points, features], 4)?;
+        let n = points * features;
+        let hi = |j: usize| -> f64 {
+            match j % 34 {
+                0 => 1000.0,
+                1 | 2 => 5000.0,
+                3..=15 => 4.0,
+                16 | 17 => 511.0,
+                25 | 26 => 255.0,
+                _ => 1.0,
+            }
+        };
+        let unit = |z: u64| (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        let values = par_by_index("kmeans data", n, |e| {
+            let (i, j) = (e / features as u64, (e % features as u64) as usize);
+            let b = stream(seed, 20, i) % Self::GENERATED_BLOBS;
+            let h = hi(j);
+            let centre = h * unit(stream(seed, 21, b * features as u64 + j as u64));
+            // 1 − unit ∈ (0, 1]: the logarithm is finite.
+            let u1 = 1.0 - unit(stream(seed, 22, 2 * e));
+            let u2 = unit(stream(seed, 22, 2 * e + 1));
+            let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            (centre + h / 20.0 * normal).clamp(0.0, h) as f32
+        })?;
+        Ok(Self {
+            points,
+            features,
+            values,
+            source: None,
+        })
+    }
+
+    /// `kdd_cup`'s shape, generated ([`KmeansData::generated`] with
+    /// [`KmeansData::GENERATED_SEED`]): what kmeans runs on where Rodinia's
+    /// file is absent.
+    pub fn generated_kdd_shape() -> Result<Self, KernelError> {
+        Self::generated(Self::KDD_POINTS, Self::KDD_FEATURES, Self::GENERATED_SEED)
     }
 
     /// Number of points.
@@ -419,8 +509,11 @@ impl KmeansConfig {
         if self.block == 0 {
             return Err(KernelError::invalid("kmeans block", "must be at least 1"));
         }
-        if self.threshold.is_nan() {
-            return Err(KernelError::invalid("kmeans threshold", "is NaN"));
+        if self.threshold.is_nan() || self.threshold < 0.0 {
+            return Err(KernelError::invalid(
+                "kmeans threshold",
+                format!("{} is not a fraction of points at least 0", self.threshold),
+            ));
         }
         Ok(self)
     }
@@ -537,18 +630,14 @@ impl Kernel for KmeansStep {
             return Ok(());
         }
         let (k, f, g) = (self.clusters, self.data.features, self.block);
-        let blocks = chunk.lo() / g..chunk.hi().div_ceil(g);
-        // SAFETY: the runtime hands this chunk's points to this call alone; its
-        // blocks are exactly the blocks those points fill (chunks are
-        // block-aligned), and each buffer is sliced once here.
-        let (member, sums, counts, changed) = unsafe {
-            (
-                self.membership.slice_mut(chunk.range()),
-                self.sums.slice_mut(blocks.clone()),
-                self.counts.slice_mut(blocks.clone()),
-                self.changed.slice_mut(blocks.clone()),
-            )
-        };
+        // This chunk's points, and the blocks they fill (chunks are
+        // block-aligned, so no other chunk shares a block).
+        let (member, sums, counts, changed) = (
+            self.membership.chunk_mut(chunk),
+            self.sums.chunk_mut_blocks(chunk, g),
+            self.counts.chunk_mut_blocks(chunk, g),
+            self.changed.chunk_mut_blocks(chunk, g),
+        );
         let pts = &self.data.values[chunk.lo() * f..chunk.hi() * f];
         let per_block = member.chunks_mut(g).zip(pts.chunks(g * f));
         let partials = sums
@@ -763,11 +852,49 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Where the Rodinia inputs are (`COEXEC_KMEANS_DATA` or the shared folder).
+    /// Where the Rodinia inputs are: `COEXEC_KMEANS_DATA`, else
+    /// `shared/data/rodinia-kmeans` beside the repository.
     fn data_dir() -> PathBuf {
         std::env::var_os("COEXEC_KMEANS_DATA")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/work/shared/data/rodinia-kmeans"))
+            .unwrap_or_else(|| {
+                PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../shared/data/rodinia-kmeans"
+                ))
+            })
+    }
+
+    #[test]
+    fn generated_input_is_deterministic_clustered_and_in_range() {
+        let a = KmeansData::generated(5000, 34, 7).unwrap();
+        let b = KmeansData::generated(5000, 34, 7).unwrap();
+        assert_eq!((a.points(), a.features()), (5000, 34));
+        assert!(a
+            .values()
+            .iter()
+            .zip(b.values())
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        let c = KmeansData::generated(5000, 34, 8).unwrap();
+        assert_ne!(a.values(), c.values());
+        for i in 0..a.points() {
+            for (j, &v) in a.point(i).iter().enumerate() {
+                let hi = match j {
+                    0 => 1000.0,
+                    1 | 2 => 5000.0,
+                    3..=15 => 4.0,
+                    16 | 17 => 511.0,
+                    25 | 26 => 255.0,
+                    _ => 1.0,
+                };
+                assert!((0.0..=hi).contains(&v) && v.is_finite(), "{i},{j}: {v}");
+            }
+        }
+        // Points of one blob lie near each other: kmeans converges.
+        let got = run_sequential(KmeansJob::new(a, KmeansConfig::default()).unwrap()).unwrap();
+        assert!(got.iterations < 100, "{} iterations", got.iterations);
+        let kdd = KmeansData::generated_kdd_shape().unwrap();
+        assert_eq!((kdd.points(), kdd.features()), (494_020, 34));
     }
 
     /// Rodinia's `kmeans_clustering`, single thread, written out plainly.
@@ -1018,15 +1145,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs ../shared/data/rodinia-kmeans (or COEXEC_KMEANS_DATA): run with -- --ignored"]
     fn rodinia_100_file() {
         let path = data_dir().join("100");
-        if !path.exists() {
-            eprintln!(
-                "skipped: {} not found (set COEXEC_KMEANS_DATA)",
-                path.display()
-            );
-            return;
-        }
         let d = KmeansData::read(&path).unwrap();
         assert_eq!((d.points(), d.features()), (100, 34));
         let (want, iters, member) = reference(&d, 5, 0.001);

@@ -262,15 +262,6 @@ impl Mlp {
     pub fn into_probs(self) -> Vec<f32> {
         self.probs.into_vec()
     }
-
-    /// Calls `f` with the probability rows of `chunk`, for writing. The
-    /// kernel's one write to its output: when the output API changes, this is
-    /// the function that moves. The slice does not outlive `f`.
-    fn with_out_rows<R>(&self, chunk: &Chunk, f: impl FnOnce(&mut [f32]) -> R) -> R {
-        // SAFETY: the runtime hands this chunk's items to this `run_cpu` call
-        // alone, and `run_cpu` calls this once, not from within `f`.
-        f(unsafe { self.probs.slice_mut(chunk.range()) })
-    }
 }
 
 impl Kernel for Mlp {
@@ -291,7 +282,7 @@ impl Kernel for Mlp {
         check_chunk(chunk, self.items(), 1)?;
         let inp = self.weights.inputs();
         let x = &self.x[chunk.lo() * inp..chunk.hi() * inp];
-        self.with_out_rows(chunk, |out| self.weights.forward(x, out))
+        self.weights.forward(x, self.probs.chunk_mut(chunk))
     }
 }
 

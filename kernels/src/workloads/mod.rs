@@ -72,10 +72,10 @@ pub trait Workload: Send {
 /// Runs `w` on the calling thread: each step is one [`Kernel::run_cpu`] call
 /// over all its items.
 pub fn run_sequential<W: Workload>(mut w: W) -> Result<W::Output, KernelError> {
-    while let Some(step) = w.next_step()? {
+    while let Some(mut step) = w.next_step()? {
         let n = step.items();
         if n > 0 {
-            step.run_cpu(&Chunk::new(0..n))?;
+            crate::with_chunk(&mut step, 0..n, |k, c| k.run_cpu(c))?;
         }
         w.absorb(step)?;
     }
@@ -90,7 +90,7 @@ pub fn run_sequential<W: Workload>(mut w: W) -> Result<W::Output, KernelError> {
 /// use coexec_kernels::workloads::{run_sequential, OneShot};
 /// use coexec_kernels::Synthetic;
 ///
-/// let k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
+/// let mut k = run_sequential(OneShot::new(Synthetic::new(100, 2)))?.expect("absorbed");
 /// k.verify().map_err(|e| coexec_kernels::KernelError::invalid("synthetic", e))?;
 /// # Ok::<(), coexec_kernels::KernelError>(())
 /// ```
@@ -153,9 +153,16 @@ pub(crate) fn check_chunk(chunk: &Chunk, items: usize, grain: usize) -> Result<(
     Ok(())
 }
 
-/// Refuses sizes whose buffers would not fit in memory: `elems` elements of
-/// `elem_bytes` bytes each, at most [`MAX_BYTES`] in all.
-pub(crate) fn check_bytes(
+/// Refuses sizes whose buffers would not fit in memory: `parts` multiplied
+/// elements of `elem_bytes` bytes each, at most [`memory_limit`] in all.
+///
+/// ```
+/// use coexec_kernels::workloads::check_bytes;
+///
+/// assert_eq!(check_bytes("x", &[10, 3], 4).unwrap(), 30);
+/// assert!(check_bytes("x", &[1 << 40, 1 << 20], 4).is_err());
+/// ```
+pub fn check_bytes(
     what: &'static str,
     parts: &[usize],
     elem_bytes: usize,
@@ -169,21 +176,41 @@ pub(crate) fn check_bytes(
             .checked_mul(p)
             .ok_or_else(|| KernelError::invalid(what, format!("{parts:?} overflows")))?;
     }
+    let limit = memory_limit();
     match n.checked_mul(elem_bytes) {
-        Some(b) if b as u64 <= MAX_BYTES => Ok(n),
+        Some(b) if b as u64 <= limit => Ok(n),
         _ => Err(KernelError::invalid(
             what,
             format!(
-                "{parts:?} × {elem_bytes} bytes exceeds the {} GiB limit",
-                MAX_BYTES >> 30
+                "{parts:?} × {elem_bytes} bytes exceeds the memory limit of {:.1} GiB (memory available at start)",
+                limit as f64 / (1u64 << 30) as f64
             ),
         )),
     }
 }
 
-/// The largest single buffer a workload constructor accepts (64 GiB): beyond
-/// it a size is a typo, not a benchmark.
+/// Where the machine's memory cannot be read, the most a workload buffer
+/// may take (64 GiB): beyond it a size is a typo, not a benchmark.
 pub(crate) const MAX_BYTES: u64 = 64 << 30;
+
+/// The most one workload buffer may take: the memory this machine had
+/// available (`MemAvailable` in `/proc/meminfo`) when first asked, measured
+/// once per process; [`MAX_BYTES`] where that cannot be read. Asking for
+/// more would not fail at allocation (Linux overcommits) but abort, or bring
+/// the OOM killer, once the buffer is touched.
+pub fn memory_limit() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemAvailable:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(MAX_BYTES, |kib| kib.saturating_mul(1024))
+    })
+}
 
 /// A zero-filled vector of `n` elements, or an error instead of an abort when
 /// the allocation fails.
@@ -216,7 +243,12 @@ pub(crate) mod testutil {
 
     /// Turns `(cuts, order_seed)` into chunks of `0..items` aligned to `grain`,
     /// in a shuffled order.
-    pub(crate) fn chunks(items: usize, grain: usize, cuts: &[u16], order_seed: u64) -> Vec<Chunk> {
+    pub(crate) fn chunks(
+        items: usize,
+        grain: usize,
+        cuts: &[u16],
+        order_seed: u64,
+    ) -> Vec<std::ops::Range<usize>> {
         let blocks = items.div_ceil(grain.max(1));
         let mut points: Vec<usize> = cuts
             .iter()
@@ -233,7 +265,7 @@ pub(crate) mod testutil {
         points.push(items);
         points.sort_unstable();
         points.dedup();
-        let mut out: Vec<Chunk> = points.windows(2).map(|w| Chunk::new(w[0]..w[1])).collect();
+        let mut out: Vec<_> = points.windows(2).map(|w| w[0]..w[1]).collect();
         // Fisher–Yates with splitmix64.
         let mut s = order_seed;
         for i in (1..out.len()).rev() {
@@ -245,13 +277,22 @@ pub(crate) mod testutil {
     }
 
     /// Runs every chunk of `k` on two threads, the chunks dealt alternately.
-    pub(crate) fn run_split<K: Kernel>(k: &K, chunks: &[Chunk]) -> Result<(), KernelError> {
+    /// `chunks` must partition the items (as [`chunks`] makes them).
+    pub(crate) fn run_split<K: Kernel>(
+        k: &mut K,
+        chunks: &[std::ops::Range<usize>],
+    ) -> Result<(), KernelError> {
+        let space = crate::ClaimSpace::new();
+        let (k, space) = (&*k, &space);
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..2)
                 .map(|t| {
                     s.spawn(move || {
-                        for c in chunks.iter().skip(t).step_by(2) {
-                            k.run_cpu(c)?;
+                        for r in chunks.iter().skip(t).step_by(2) {
+                            // SAFETY: the ranges partition the items, each is
+                            // minted once, and the caller holds `k` exclusively.
+                            let c = unsafe { Chunk::new_unchecked(space, r.clone()) };
+                            k.run_cpu(&c)?;
                         }
                         Ok::<(), KernelError>(())
                     })
@@ -272,9 +313,9 @@ pub(crate) mod testutil {
         seed: u64,
     ) -> Result<W::Output, KernelError> {
         let mut round = 0u64;
-        while let Some(step) = w.next_step()? {
+        while let Some(mut step) = w.next_step()? {
             let chunks = chunks(step.items(), step.grain(), cuts, seed.wrapping_add(round));
-            run_split(&step, &chunks)?;
+            run_split(&mut step, &chunks)?;
             w.absorb(step)?;
             round += 1;
         }
@@ -284,7 +325,7 @@ pub(crate) mod testutil {
     #[test]
     fn chunks_partition_the_range() {
         let c = chunks(10_000, 1024, &[3, 1, 9, 3, 200], 7);
-        let mut v: Vec<_> = c.iter().map(|c| (c.lo(), c.hi())).collect();
+        let mut v: Vec<_> = c.iter().map(|c| (c.start, c.end)).collect();
         v.sort_unstable();
         assert_eq!(v.first().map(|x| x.0), Some(0));
         assert_eq!(v.last().map(|x| x.1), Some(10_000));
@@ -303,7 +344,7 @@ mod tests {
 
     #[test]
     fn one_shot_runs_synthetic_and_empty() {
-        let k = run_sequential(OneShot::new(Synthetic::new(50, 1)))
+        let mut k = run_sequential(OneShot::new(Synthetic::new(50, 1)))
             .unwrap()
             .unwrap();
         k.verify().unwrap();

@@ -128,55 +128,50 @@ pub struct Bodies {
 }
 
 impl Bodies {
-    /// The "shell" initial state of `n` bodies from `seed` (module docs).
+    /// The "shell" initial state of `n` bodies from `seed` (module docs),
+    /// generated on every core and equal bit for bit to drawing `u_k` one
+    /// after the other. The draws come in triples: triple `t` is
+    /// `u_{3t}, u_{3t+1}, u_{3t+2}`; a body is an accepted direction triple
+    /// followed by its scale triple, and a rejected triple is skipped. Which
+    /// triples are accepted depends on each triple alone (computed in
+    /// parallel); where bodies start is a cheap scan of those flags; each
+    /// body is then computed from its start alone (in parallel).
     pub fn shell(n: usize, seed: u64) -> Self {
-        let scale = 1.54f32;
-        let vscale = scale * 8.0;
-        let (inner, outer) = (2.5 * scale, 4.0 * scale);
-        let mut k = 0u64;
-        let mut u = || {
-            k += 1;
-            unit_f32(stream(seed, 3, k - 1))
+        use rayon::prelude::*;
+        // Acceptance is the unit ball over the cube, π/6 ≈ 0.52: a body takes
+        // 2.9 triples on average; more are flagged if these run out.
+        let mut triples = n as u64 * 3 + 1024;
+        let starts = loop {
+            let accepted: Vec<bool> = (0..triples)
+                .into_par_iter()
+                .map(|t| shell_direction(seed, t).is_some())
+                .collect();
+            let mut starts = Vec::with_capacity(n);
+            let mut t = 0;
+            while starts.len() < n && t < accepted.len() {
+                if accepted[t] {
+                    starts.push(t as u64);
+                    t += 2;
+                } else {
+                    t += 1;
+                }
+            }
+            if starts.len() == n {
+                break starts;
+            }
+            triples *= 2;
         };
-        let mut b = Bodies {
-            x: Vec::with_capacity(n),
-            y: Vec::with_capacity(n),
-            z: Vec::with_capacity(n),
+        let rows: Vec<[f32; 6]> = starts.par_iter().map(|&t| shell_body(seed, t)).collect();
+        let col = |c: usize| rows.iter().map(|r| r[c]).collect::<Vec<f32>>();
+        Bodies {
+            x: col(0),
+            y: col(1),
+            z: col(2),
             m: vec![1.0; n],
-            vx: Vec::with_capacity(n),
-            vy: Vec::with_capacity(n),
-            vz: Vec::with_capacity(n),
-        };
-        while b.x.len() < n {
-            let q = [u() * 2.0 - 1.0, u() * 2.0 - 1.0, u() * 2.0 - 1.0];
-            let len = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2]).sqrt();
-            if !(1e-6..=1.0).contains(&len) {
-                continue;
-            }
-            let q = [q[0] / len, q[1] / len, q[2] / len];
-            let p = [
-                q[0] * (inner + (outer - inner) * u()),
-                q[1] * (inner + (outer - inner) * u()),
-                q[2] * (inner + (outer - inner) * u()),
-            ];
-            let mut axis = [0.0f32, 0.0, 1.0];
-            if 1.0 - q[2] < 1e-6 {
-                let l = (q[1] * q[1] + q[0] * q[0]).sqrt().max(f32::MIN_POSITIVE);
-                axis = [q[1] / l, q[0] / l, 0.0];
-            }
-            let v = [
-                p[1] * axis[2] - p[2] * axis[1],
-                p[2] * axis[0] - p[0] * axis[2],
-                p[0] * axis[1] - p[1] * axis[0],
-            ];
-            b.x.push(p[0]);
-            b.y.push(p[1]);
-            b.z.push(p[2]);
-            b.vx.push(v[0] * vscale);
-            b.vy.push(v[1] * vscale);
-            b.vz.push(v[2] * vscale);
+            vx: col(3),
+            vy: col(4),
+            vz: col(5),
         }
-        b
     }
 
     /// Number of bodies.
@@ -188,6 +183,56 @@ impl Bodies {
     pub fn is_empty(&self) -> bool {
         self.x.is_empty()
     }
+}
+
+/// The draw `u_k` of the shell state.
+fn shell_u(seed: u64, k: u64) -> f32 {
+    unit_f32(stream(seed, 3, k))
+}
+
+/// Triple `t` as a body's direction: `q` normalised, or `None` where the
+/// shell rejects it (`|q| > 1` or `|q| < 10⁻⁶`).
+fn shell_direction(seed: u64, t: u64) -> Option<[f32; 3]> {
+    let u = |i: u64| shell_u(seed, 3 * t + i);
+    let q = [u(0) * 2.0 - 1.0, u(1) * 2.0 - 1.0, u(2) * 2.0 - 1.0];
+    let len = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2]).sqrt();
+    if !(1e-6..=1.0).contains(&len) {
+        return None;
+    }
+    Some([q[0] / len, q[1] / len, q[2] / len])
+}
+
+/// The body whose direction is triple `t` (accepted) and scale triple
+/// `t + 1`: position and velocity, `[x, y, z, vx, vy, vz]`.
+fn shell_body(seed: u64, t: u64) -> [f32; 6] {
+    let scale = 1.54f32;
+    let vscale = scale * 8.0;
+    let (inner, outer) = (2.5 * scale, 4.0 * scale);
+    let q = shell_direction(seed, t).unwrap_or([0.0, 0.0, 1.0]);
+    let u = |i: u64| shell_u(seed, 3 * (t + 1) + i);
+    let p = [
+        q[0] * (inner + (outer - inner) * u(0)),
+        q[1] * (inner + (outer - inner) * u(1)),
+        q[2] * (inner + (outer - inner) * u(2)),
+    ];
+    let mut axis = [0.0f32, 0.0, 1.0];
+    if 1.0 - q[2] < 1e-6 {
+        let l = (q[1] * q[1] + q[0] * q[0]).sqrt().max(f32::MIN_POSITIVE);
+        axis = [q[1] / l, q[0] / l, 0.0];
+    }
+    let v = [
+        p[1] * axis[2] - p[2] * axis[1],
+        p[2] * axis[0] - p[0] * axis[2],
+        p[0] * axis[1] - p[1] * axis[0],
+    ];
+    [
+        p[0],
+        p[1],
+        p[2],
+        v[0] * vscale,
+        v[1] * vscale,
+        v[2] * vscale,
+    ]
 }
 
 /// Bodies computed per pass over `j`.
@@ -247,19 +292,17 @@ impl Kernel for NbodyStep {
         }
         let (dt, eps2, damping) = self.params();
         let o = &self.old;
-        let r = chunk.range();
-        // SAFETY: the runtime hands this chunk's bodies to this call alone,
-        // and each of the six buffers is sliced once here.
-        let (px, py, pz, vx, vy, vz) = unsafe {
-            (
-                self.new_pos[0].slice_mut(r.clone()),
-                self.new_pos[1].slice_mut(r.clone()),
-                self.new_pos[2].slice_mut(r.clone()),
-                self.new_vel[0].slice_mut(r.clone()),
-                self.new_vel[1].slice_mut(r.clone()),
-                self.new_vel[2].slice_mut(r.clone()),
-            )
-        };
+        // The chunk unlocks one slice of each of the six buffers.
+        let (px, py, pz) = (
+            self.new_pos[0].chunk_mut(chunk),
+            self.new_pos[1].chunk_mut(chunk),
+            self.new_pos[2].chunk_mut(chunk),
+        );
+        let (vx, vy, vz) = (
+            self.new_vel[0].chunk_mut(chunk),
+            self.new_vel[1].chunk_mut(chunk),
+            self.new_vel[2].chunk_mut(chunk),
+        );
         let last = chunk.hi() - 1;
         let mut g = chunk.lo();
         while g < chunk.hi() {
@@ -408,6 +451,77 @@ mod tests {
     use super::super::run_sequential;
     use super::super::testutil::{run_workload_split, splits};
     use super::*;
+
+    /// The shell state as this crate drew it before, one value after the other.
+    fn shell_one_thread(n: usize, seed: u64) -> Bodies {
+        let scale = 1.54f32;
+        let vscale = scale * 8.0;
+        let (inner, outer) = (2.5 * scale, 4.0 * scale);
+        let mut k = 0u64;
+        let mut u = || {
+            k += 1;
+            unit_f32(stream(seed, 3, k - 1))
+        };
+        let mut b = Bodies {
+            x: Vec::with_capacity(n),
+            y: Vec::with_capacity(n),
+            z: Vec::with_capacity(n),
+            m: vec![1.0; n],
+            vx: Vec::with_capacity(n),
+            vy: Vec::with_capacity(n),
+            vz: Vec::with_capacity(n),
+        };
+        while b.x.len() < n {
+            let q = [u() * 2.0 - 1.0, u() * 2.0 - 1.0, u() * 2.0 - 1.0];
+            let len = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2]).sqrt();
+            if !(1e-6..=1.0).contains(&len) {
+                continue;
+            }
+            let q = [q[0] / len, q[1] / len, q[2] / len];
+            let p = [
+                q[0] * (inner + (outer - inner) * u()),
+                q[1] * (inner + (outer - inner) * u()),
+                q[2] * (inner + (outer - inner) * u()),
+            ];
+            let mut axis = [0.0f32, 0.0, 1.0];
+            if 1.0 - q[2] < 1e-6 {
+                let l = (q[1] * q[1] + q[0] * q[0]).sqrt().max(f32::MIN_POSITIVE);
+                axis = [q[1] / l, q[0] / l, 0.0];
+            }
+            let v = [
+                p[1] * axis[2] - p[2] * axis[1],
+                p[2] * axis[0] - p[0] * axis[2],
+                p[0] * axis[1] - p[1] * axis[0],
+            ];
+            b.x.push(p[0]);
+            b.y.push(p[1]);
+            b.z.push(p[2]);
+            b.vx.push(v[0] * vscale);
+            b.vy.push(v[1] * vscale);
+            b.vz.push(v[2] * vscale);
+        }
+        b
+    }
+    #[test]
+    fn parallel_shell_equals_the_one_thread_draws() {
+        for (n, seed) in [
+            (0, 1),
+            (1, 1),
+            (2, 7),
+            (1000, 3),
+            (100_000, NbodyProblem::DEFAULT_SEED),
+        ] {
+            let (a, b) = (Bodies::shell(n, seed), shell_one_thread(n, seed));
+            for (x, y) in [(&a.x, &b.x), (&a.y, &b.y), (&a.z, &b.z), (&a.m, &b.m)]
+                .into_iter()
+                .chain([(&a.vx, &b.vx), (&a.vy, &b.vy), (&a.vz, &b.vz)])
+            {
+                assert_eq!(x.len(), n);
+                assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+            }
+        }
+    }
+
     use proptest::prelude::*;
 
     /// NVIDIA's CPU reference, transcribed: float4 AoS, one body at a time.

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::rng::par_generate_arc;
 use super::{check_bytes, check_chunk, try_zeroed, Workload};
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
@@ -79,6 +80,81 @@ impl GlibcRand {
         self.r = if self.r == 30 { 0 } else { self.r + 1 };
         (v >> 1) as i32
     }
+
+    /// The generator `n` draws further on, in `O(31² · log n)` without
+    /// drawing them. The words obey `x[i+31] = x[i+28] + x[i]` mod 2³², a
+    /// linear recurrence with characteristic polynomial `P = t³¹ − t²⁸ − 1`,
+    /// so with the current window `y[0..31]` (the last 31 words, oldest
+    /// first), `y[k] = Σⱼ cⱼ·y[j]` where `Σⱼ cⱼ tʲ = tᵏ mod P` (P is monic,
+    /// so the division works over the integers mod 2³²).
+    ///
+    /// ```
+    /// use coexec_kernels::workloads::GlibcRand;
+    ///
+    /// let mut a = GlibcRand::new(9);
+    /// for _ in 0..1000 {
+    ///     a.next_i32();
+    /// }
+    /// let mut b = GlibcRand::new(9).jumped(1000);
+    /// assert_eq!(a.next_i32(), b.next_i32());
+    /// ```
+    pub fn jumped(&self, n: u64) -> Self {
+        let y: [u32; 31] = std::array::from_fn(|j| self.state[(self.f + j) % 31]);
+        // c = tⁿ mod P, by squaring.
+        let mut c = [0u32; 31];
+        c[0] = 1;
+        let mut base = [0u32; 31];
+        base[1] = 1;
+        let mut e = n;
+        while e > 0 {
+            if e & 1 == 1 {
+                c = poly_mulmod(&c, &base);
+            }
+            base = poly_mulmod(&base, &base);
+            e >>= 1;
+        }
+        // The new window is y[n..n+31]: tⁿ⁺ᵐ for m = 0..31.
+        let mut state = [0u32; 31];
+        for s in &mut state {
+            *s = c.iter().zip(&y).fold(0u32, |acc, (&cj, &yj)| {
+                acc.wrapping_add(cj.wrapping_mul(yj))
+            });
+            c = poly_times_t(&c);
+        }
+        // Oldest word first at 0; the feedback tap is 3 words behind the
+        // front, i.e. 28 ahead of it.
+        Self { state, f: 0, r: 28 }
+    }
+}
+
+/// `a·b mod (t³¹ − t²⁸ − 1)`, coefficients mod 2³².
+fn poly_mulmod(a: &[u32; 31], b: &[u32; 31]) -> [u32; 31] {
+    let mut p = [0u32; 61];
+    for (i, &ai) in a.iter().enumerate() {
+        if ai == 0 {
+            continue;
+        }
+        for (j, &bj) in b.iter().enumerate() {
+            p[i + j] = p[i + j].wrapping_add(ai.wrapping_mul(bj));
+        }
+    }
+    // tⁱ = tⁱ⁻³¹·(t²⁸ + 1), highest first so every carried term is reduced too.
+    for i in (31..61).rev() {
+        let v = p[i];
+        p[i - 3] = p[i - 3].wrapping_add(v);
+        p[i - 31] = p[i - 31].wrapping_add(v);
+    }
+    std::array::from_fn(|i| p[i])
+}
+
+/// `c·t mod (t³¹ − t²⁸ − 1)`.
+fn poly_times_t(c: &[u32; 31]) -> [u32; 31] {
+    let top = c[30];
+    let mut out = [0u32; 31];
+    out[1..].copy_from_slice(&c[..30]);
+    out[28] = out[28].wrapping_add(top);
+    out[0] = out[0].wrapping_add(top);
+    out
 }
 
 /// A pathfinder grid: `cols` columns, `rows` rows, costs from `srand(seed)`,
@@ -101,7 +177,8 @@ impl PathfinderProblem {
     /// A `cols × rows` grid with Rodinia's seed. Refuses zero sizes, grids
     /// over 64 GiB, and more rows than an `i32` path cost can hold.
     pub fn new(cols: usize, rows: usize) -> Result<Self, KernelError> {
-        check_bytes("pathfinder size", &[cols, rows], 1)?;
+        // The grid is `i32`s.
+        check_bytes("pathfinder size", &[cols, rows], 4)?;
         if rows > (i32::MAX / 9) as usize {
             return Err(KernelError::invalid(
                 "pathfinder rows",
@@ -281,9 +358,7 @@ impl Kernel for PathfinderStep {
 
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.cols, 1)?;
-        // SAFETY: the runtime hands this chunk's columns to this call alone,
-        // and this is the one slice taken of `dst` here.
-        let out = unsafe { self.dst.slice_mut(chunk.range()) };
+        let out = self.dst.chunk_mut(chunk);
         let mut scratch = (Vec::new(), Vec::new());
         let mut lo = chunk.lo();
         for o in out.chunks_mut(Self::BAND) {
@@ -363,15 +438,18 @@ impl PathfinderJob {
     /// Generates the grid of `problem` (glibc `rand() % 10`, row-major).
     pub fn new(problem: PathfinderProblem) -> Result<Self, KernelError> {
         let cells = problem.cols * problem.rows;
-        let mut wall = try_zeroed::<u8>("pathfinder grid", cells)?;
-        let mut g = GlibcRand::new(problem.seed);
-        for c in wall.iter_mut() {
-            *c = (g.next_i32() % 10) as u8;
-        }
+        // On every core: each block of cells starts from the generator
+        // jumped ahead to its first cell (`GlibcRand::jumped`), so the grid
+        // is the one-thread sequence bit for bit.
+        let g0 = GlibcRand::new(problem.seed);
+        let wall = par_generate_arc("pathfinder grid", cells, |first| {
+            let mut g = g0.jumped(first);
+            move || (g.next_i32() % 10) as u8
+        })?;
         let src: Vec<i32> = wall[..problem.cols].iter().map(|&c| c as i32).collect();
         Ok(Self {
             problem,
-            wall: wall.into(),
+            wall,
             row_at: 0,
             src: Some(src),
             spare: Some(try_zeroed("pathfinder row", problem.cols)?),
@@ -456,6 +534,41 @@ mod tests {
     use super::super::testutil::{run_workload_split, splits};
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn jumped_equals_drawing() {
+        let mut seq = GlibcRand::new(9);
+        let mut drawn = 0u64;
+        for n in [0u64, 1, 2, 3, 30, 31, 32, 100, 1000, 12_345, 70_000] {
+            while drawn < n {
+                seq.next_i32();
+                drawn += 1;
+            }
+            let mut j = GlibcRand::new(9).jumped(n);
+            let mut s = seq.clone();
+            for _ in 0..100 {
+                assert_eq!(s.next_i32(), j.next_i32(), "after {n} draws");
+            }
+        }
+        // Jumps compose from any position.
+        let mut a = GlibcRand::new(3).jumped(17).jumped(40);
+        let mut b = GlibcRand::new(3).jumped(57);
+        assert_eq!(a.next_i32(), b.next_i32());
+    }
+
+    #[test]
+    fn parallel_grid_equals_the_one_thread_loop() {
+        // Sizes below, at and across the generation block, ragged ends.
+        let block = super::super::rng::GEN_BLOCK;
+        for (cols, rows) in [(1, 1), (7, 3), (1000, 1), (block / 10 + 3, 21), (333, 9000)] {
+            let p = PathfinderProblem::new(cols, rows).unwrap();
+            let job = PathfinderJob::new(p).unwrap();
+            // The reference: the one-thread fill this crate used before.
+            let mut g = GlibcRand::new(p.seed);
+            assert_eq!(job.wall.len(), cols * rows);
+            assert!(job.wall.iter().all(|&c| c == (g.next_i32() % 10) as u8));
+        }
+    }
 
     /// Rodinia's loop, one row at a time, from the same grid.
     fn reference(p: PathfinderProblem) -> Vec<i32> {

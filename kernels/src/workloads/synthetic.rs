@@ -41,9 +41,9 @@ impl Synthetic {
     }
 
     /// Checks that every item holds its value and was written exactly once.
-    pub fn verify(&self) -> Result<(), String> {
-        // SAFETY: called between runs, with no writer active.
-        let out = unsafe { self.out.as_slice_shared() };
+    /// Takes `&mut self`: no run can be writing the outputs meanwhile.
+    pub fn verify(&mut self) -> Result<(), String> {
+        let out = self.out.as_slice();
         for (i, (v, n)) in out.iter().zip(self.audit.iter()).enumerate() {
             let n = n.load(Ordering::Relaxed);
             if n != 1 {
@@ -80,8 +80,7 @@ impl Synthetic {
     }
 
     fn write(&self, chunk: &Chunk) {
-        // SAFETY: the runtime hands this chunk's items to this call alone.
-        let out = unsafe { self.out.slice_mut(chunk.range()) };
+        let out = self.out.chunk_mut(chunk);
         for (v, i) in out.iter_mut().zip(chunk.range()) {
             *v = Self::expected(i);
             self.audit[i].fetch_add(1, Ordering::Relaxed);
@@ -193,15 +192,17 @@ mod tests {
 
     #[test]
     fn synthetic_detects_missing_and_double_items() {
-        let k = Synthetic::new(100, 3);
-        k.run_cpu(&Chunk::new(0..50)).unwrap();
+        let mut k = Synthetic::new(100, 3);
+        crate::with_chunk(&mut k, 0..50, |k, c| k.run_cpu(c)).unwrap();
         assert!(k
             .verify()
             .unwrap_err()
             .contains("item 50 was computed 0 times"));
-        k.run_modeled(&Chunk::new(50..100)).unwrap().unwrap();
+        crate::with_chunk(&mut k, 50..100, |k, c| k.run_modeled(c))
+            .unwrap()
+            .unwrap();
         k.verify().unwrap();
-        k.run_cpu(&Chunk::new(10..11)).unwrap();
+        crate::with_chunk(&mut k, 10..11, |k, c| k.run_cpu(c)).unwrap();
         assert!(k
             .verify()
             .unwrap_err()

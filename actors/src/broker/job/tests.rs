@@ -234,9 +234,8 @@ impl Sim {
             if fail {
                 job.fail(w, &ch.info, &KernelError::Injected("test".into()));
             } else {
-                ch.kernel
-                    .run_cpu(&Chunk::new(ch.info.range.clone()))
-                    .unwrap();
+                // The kernel is `Empty`: running it would do nothing (and
+                // only the worker loop mints chunks).
                 for i in ch.info.range.clone() {
                     counts[i] += 1;
                 }
@@ -572,5 +571,23 @@ fn a_gpu_is_given_chunks_that_fill_it() {
         );
         let e = sim().ideal(items) / out.makespan;
         assert!(e > 0.85, "known {known}: E = {e:.3}");
+    }
+}
+
+#[test]
+fn a_job_of_zero_items_is_over_at_admission_and_holds_no_kernel() {
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 20e-6, 3e6, true)]);
+    for p in crate::policy::POLICIES {
+        for grain in [1, 7] {
+            let (mut job, _) = sim.job(p.name(), 0, grain).unwrap();
+            assert!(job.is_over(), "{}", p.name());
+            // The submitter is answered at once: the job must not keep a
+            // handle on the kernel (the bug: `Arc::try_unwrap` then failed).
+            assert!(job.kernel.is_none(), "{} keeps the kernel", p.name());
+            assert!(job.claims.is_none());
+            assert!(job.claim(0, 0, 0.0).is_none());
+            let report = job.report().unwrap();
+            assert_eq!(report.items, 0);
+        }
     }
 }

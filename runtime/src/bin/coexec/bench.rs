@@ -9,7 +9,8 @@ use crate::report::{
     AloneResult, Baseline, BenchReport, ClassResult, LearningRun, Machine, Overhead, PolicyResult,
     WorkloadBench,
 };
-use crate::workload::{default_kmeans_file, Prepared, WorkloadArgs, BENCHMARKS, NAMES};
+use crate::stats::{median_ci95, rel_half_width};
+use crate::workload::{Prepared, WorkloadArgs, BENCHMARKS, NAMES};
 use crate::{build, speed_sum, Common, Failure};
 
 /// A class slower alone than this many times the fastest is predicted, not run.
@@ -34,8 +35,12 @@ fn job_time(reports: &[RunReport]) -> f64 {
 /// How many times the bench runs each configuration.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rounds {
-    /// Runs of every configuration (alone classes, policies).
+    /// Runs of every configuration (alone classes, policies) at least.
     pub(crate) repeat: usize,
+    /// Seconds after which no further round starts once `repeat` rounds
+    /// are done; until then rounds go on while any configuration's median
+    /// is not known to ±2% (95%).
+    pub(crate) budget_s: f64,
     /// Cold/warm pairs for the learning comparison.
     pub(crate) pairs: usize,
 }
@@ -49,7 +54,16 @@ pub(crate) async fn bench(
     json: Option<PathBuf>,
     plot: Option<PathBuf>,
 ) -> Result<(), Failure> {
-    let Rounds { repeat, pairs } = rounds;
+    let Rounds {
+        repeat,
+        pairs,
+        budget_s,
+    } = rounds;
+    if !(0.0..=86_400.0).contains(&budget_s) {
+        return Err(Failure::Usage(format!(
+            "--budget {budget_s}: expected 0..=86400 seconds"
+        )));
+    }
     if repeat == 0 || repeat > 1000 {
         return Err(Failure::Usage(format!(
             "--repeat {repeat}: expected 1..=1000"
@@ -63,16 +77,8 @@ pub(crate) async fn bench(
     if names.is_empty() {
         names = BENCHMARKS.iter().map(|s| s.to_string()).collect();
         // The default set runs wherever the repository is cloned: without
-        // Rodinia's input beside it, kmeans is left out with a line saying
-        // how to give it (asked for by name, a missing input is an error).
-        let input = default_kmeans_file();
-        if args.file.is_none() && !input.exists() {
-            eprintln!(
-                "kmeans: not run, no input at {} (give --file, or COEXEC_KMEANS_DATA=DIR with kdd_cup.xz)",
-                input.display()
-            );
-            names.retain(|n| n != "kmeans");
-        }
+        // Rodinia's input beside it, kmeans runs on a generated input of
+        // kdd_cup's shape (its table header names the input).
     }
     for n in &names {
         if n != "overhead" && !NAMES.contains(&n.as_str()) {
@@ -139,12 +145,15 @@ pub(crate) async fn bench(
             report.overhead = Some(overhead(common, repeat).await?);
             continue;
         }
+        let t = std::time::Instant::now();
         let w = Prepared::new(name, args, true, speed_sum(&rt))?;
+        let prepare_s = t.elapsed().as_secs_f64();
         // Bars per class; the bench runs the job many times, so they grow.
         let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
         let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, rounds, common).await;
         bars.finish();
-        let wb = wb?;
+        let mut wb = wb?;
+        wb.inputs_s += prepare_s;
         print_table(&wb);
         report.workloads.push(wb);
     }
@@ -194,13 +203,17 @@ async fn bench_one(
     rounds: Rounds,
     common: &Common,
 ) -> Result<WorkloadBench, Failure> {
-    let Rounds { repeat, pairs } = rounds;
+    let Rounds {
+        repeat,
+        pairs,
+        budget_s,
+    } = rounds;
     let hybrid = coexec::policy::by_name("hybrid").map_err(|e| Failure::Run(e.to_string()))?;
     // One co-executed warm-up teaches the profiler every class's speed; a
     // class predicted to take more than SLOW_FACTOR times the fastest alone
     // is not run alone (the paper's N-body CPU would take hours): its time
     // is the model's prediction, and says so.
-    let warm = w
+    let warm_ran = w
         .run(
             rt,
             JobOptions {
@@ -208,8 +221,9 @@ async fn bench_one(
                 ..Default::default()
             },
         )
-        .await?
-        .reports;
+        .await?;
+    let inputs_s = warm_ran.inputs_s;
+    let warm = warm_ran.reports;
     let predicted: Vec<f64> = (0..classes.len())
         .map(|c| {
             warm.iter()
@@ -253,10 +267,22 @@ async fn bench_one(
         w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
     }
     let mut runs: Vec<Vec<(f64, Vec<RunReport>)>> = vec![Vec::new(); configs.len()];
-    for _ in 0..repeat {
+    // Rounds in the same interleaved order until every configuration's
+    // median is known to ±PRECISION (95%) or the budget is spent.
+    let started = std::time::Instant::now();
+    for round in 1.. {
         for (k, opts) in configs.iter().enumerate() {
             let reports = w.run(rt, opts.clone()).await?.reports;
             runs[k].push((job_time(&reports), reports));
+        }
+        let precise = runs.iter().all(|r| {
+            let times: Vec<f64> = r.iter().map(|x| x.0).collect();
+            rel_half_width(median(&times), median_ci95(&times)) <= PRECISION
+        });
+        if round >= repeat
+            && (precise || started.elapsed().as_secs_f64() >= budget_s || round >= MAX_ROUNDS)
+        {
+            break;
         }
     }
     let alone: Vec<AloneResult> = classes
@@ -268,6 +294,7 @@ async fn bench_one(
                 AloneResult {
                     class: cname.clone(),
                     median_s: median(&times),
+                    ci_s: median_ci95(&times),
                     runs_s: times,
                     predicted: false,
                 }
@@ -276,6 +303,7 @@ async fn bench_one(
                 class: cname.clone(),
                 median_s: predicted[c],
                 runs_s: Vec::new(),
+                ci_s: None,
                 predicted: true,
             },
         })
@@ -296,7 +324,30 @@ async fn bench_one(
             .min_by(|a, b| (a.0 - med).abs().total_cmp(&(b.0 - med).abs()))
             .cloned()
             .unwrap_or_default();
-        results.push(policy_result(p, t, &reports, times, ideal, best_s));
+        let mut r = policy_result(p, t, &reports, times, ideal, best_s);
+        // Intervals: T's own, and E's and the speed-up's from T's and the
+        // alone classes' ends (a predicted class counts as exact).
+        r.makespan_s = med;
+        r.efficiency = ideal / med;
+        r.speedup_vs_best = best_s / med;
+        r.ci_s = median_ci95(&r.runs_s);
+        let ends = |hi: bool| -> Option<Vec<f64>> {
+            alone
+                .iter()
+                .map(|a| match (a.predicted, a.ci_s) {
+                    (true, _) => Some(a.median_s),
+                    (false, Some((l, h))) => Some(if hi { h } else { l }),
+                    (false, None) => None,
+                })
+                .collect()
+        };
+        if let (Some((tl, th)), Some(lo), Some(hi)) = (r.ci_s, ends(false), ends(true)) {
+            let ideal_of = |v: &[f64]| 1.0 / v.iter().map(|t| 1.0 / t).sum::<f64>();
+            let best_of = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+            r.efficiency_ci = Some((ideal_of(&lo) / th, ideal_of(&hi) / tl));
+            r.speedup_ci = Some((best_of(&lo) / th, best_of(&hi) / tl));
+        }
+        results.push(r);
     }
     // Learning: a cold profile, then the same job again from what it stored;
     // `pairs` such pairs, each on a fresh profile, compared by their medians
@@ -376,6 +427,7 @@ async fn bench_one(
         policies: results,
         learning,
         baseline,
+        inputs_s,
     })
 }
 
@@ -416,6 +468,9 @@ fn policy_result(
         policy: p.to_string(),
         makespan_s: t,
         runs_s: runs,
+        ci_s: None,
+        efficiency_ci: None,
+        speedup_ci: None,
         ideal_s: ideal,
         efficiency: ideal / t,
         speedup_vs_best: best / t,
@@ -424,20 +479,73 @@ fn policy_result(
     }
 }
 
+/// The precision `bench` repeats for: the median's 95% interval within ±2%.
+const PRECISION: f64 = 0.02;
+/// Rounds at most, whatever the budget.
+const MAX_ROUNDS: usize = 200;
+
+/// `±x.x%` of a median's interval, `±?` without one (under 6 runs).
+fn pm(median: f64, ci: Option<(f64, f64)>) -> String {
+    let w = rel_half_width(median, ci);
+    if w.is_finite() {
+        format!("±{:.1}%", 100.0 * w)
+    } else {
+        "±?".into()
+    }
+}
+
+/// E with its interval. Nothing beats T* (the ideal on these devices): an
+/// E above 1 is the noise of the measurement, shown as `= T*` within it.
+fn efficiency_text(e: f64, ci: Option<(f64, f64)>) -> String {
+    if e > 1.0 {
+        let w = ci.map(|(lo, hi)| (hi - 1.0).max(1.0 - lo).max(e - 1.0));
+        match w {
+            Some(w) => format!("= T* within ±{:.1}%", 100.0 * w),
+            None => format!("= T* within ±{:.1}%?", 100.0 * (e - 1.0)),
+        }
+    } else {
+        format!("{e:.3} {}", pm(e, ci))
+    }
+}
+
+/// The speed-up over the best class alone with its interval; one whose
+/// interval holds 1 is marked as inside the noise.
+fn speedup_text(s: f64, ci: Option<(f64, f64)>) -> String {
+    let noise = match ci {
+        Some((lo, hi)) => lo <= 1.0 && 1.0 <= hi,
+        None => true,
+    };
+    format!(
+        "{s:.3}x {}{}",
+        pm(s, ci),
+        if noise { " (noise)" } else { "" }
+    )
+}
+
 fn print_table(w: &WorkloadBench) {
     println!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
+    println!(
+        "  inputs generated in {:.2} s on {} threads (outside every T)",
+        w.inputs_s,
+        rayon::current_num_threads()
+    );
     for a in &w.alone {
         let note = if a.predicted {
             "  (predicted by its speed model: too slow to run alone)"
         } else {
             ""
         };
-        println!("  T alone {:<14} {:>9.4} s{note}", a.class, a.median_s);
+        println!(
+            "  T alone {:<14} {:>9.4} s {}{note}",
+            a.class,
+            a.median_s,
+            pm(a.median_s, a.ci_s)
+        );
     }
     println!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
     println!(
-        "  {:<16} {:>9} {:>7} {:>9} {:>7}  split",
-        "policy", "T (s)", "E", "speed-up", "δ"
+        "  {:<16} {:>9} {:>8} {:>24} {:>24} {:>7}  split",
+        "policy", "T (s)", "±95%", "E", "speed-up", "δ"
     );
     for p in &w.policies {
         let split = p
@@ -447,8 +555,14 @@ fn print_table(w: &WorkloadBench) {
             .collect::<Vec<_>>()
             .join(", ");
         println!(
-            "  {:<16} {:>9.4} {:>7.3} {:>8.3}x {:>7.3}  {}",
-            p.policy, p.makespan_s, p.efficiency, p.speedup_vs_best, p.imbalance, split
+            "  {:<16} {:>9.4} {:>8} {:>24} {:>24} {:>7.3}  {}",
+            p.policy,
+            p.makespan_s,
+            pm(p.makespan_s, p.ci_s),
+            efficiency_text(p.efficiency, p.efficiency_ci),
+            speedup_text(p.speedup_vs_best, p.speedup_ci),
+            p.imbalance,
+            split
         );
     }
     if !w.learning.is_empty() {

@@ -1,10 +1,19 @@
 //! `coexec`: run and benchmark data-parallel jobs on every CPU core and GPU
 //! stream at once.
 
+/// `println!` for what the CLI prints: a closed stdout (`coexec policies |
+/// head -1`) ends the program quietly instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::emit(format_args!($($t)*))
+    };
+}
+
 mod bench;
 mod plot;
 mod progress;
 mod report;
+mod stats;
 mod workload;
 
 #[path = "../../../../benches/baseline.rs"]
@@ -70,9 +79,15 @@ enum Cmd {
         /// Policies to co-execute with, comma-separated.
         #[arg(long, default_value = "hybrid,static,static+dynamic")]
         policies: String,
-        /// Repeats of every configuration (medians are reported).
+        /// Repeats of every configuration at least (medians are reported);
+        /// rounds go on until each median's 95% interval is within ±2% or
+        /// --budget runs out.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Seconds per workload after which no further round starts once
+        /// --repeat rounds are done (0: exactly --repeat rounds).
+        #[arg(long, default_value_t = 30.0)]
+        budget: f64,
         /// Cold/warm pairs for the learning comparison: each pair runs the
         /// job on a fresh profile, then again from what it stored (0: none).
         #[arg(long, default_value_t = 5)]
@@ -120,7 +135,8 @@ impl From<coexec::Error> for Failure {
         match &e {
             coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
             | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
-            | coexec::Error::Config { .. } => Failure::Usage(e.to_string()),
+            | coexec::Error::Config { .. }
+            | coexec::Error::MetricsBind { .. } => Failure::Usage(e.to_string()),
             _ => Failure::Run(e.to_string()),
         }
     }
@@ -165,6 +181,8 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour codes only where a terminal will read them.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -190,6 +208,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one line to stdout; exits (0) if the reader has gone.
+pub(crate) fn emit(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("coexec: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Refuses an output path that cannot be written, before a long run: its
+/// folder must exist and it must not be a folder itself.
+fn check_output(flag: &str, path: &std::path::Path) -> Result<(), Failure> {
+    let bad = |why: &str| Err(Failure::Usage(format!("{flag} {}: {why}", path.display())));
+    if path.is_dir() {
+        return bad("is a directory");
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return bad("its folder does not exist");
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => bad(&e.to_string()),
+    }
+}
+
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
 pub(crate) fn build(
     common: &Common,
@@ -208,15 +268,21 @@ pub(crate) fn build(
         None if in_memory => b.in_memory_profiles(),
         None => b,
     };
-    Ok(b.build()?)
+    let rt = b.build()?;
+    if let Some(addr) = rt.metrics_addr() {
+        // On stderr: stdout may be JSON. With port 0 this is the only way to
+        // learn the port.
+        eprintln!("coexec: metrics at http://{addr}/metrics");
+    }
+    Ok(rt)
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Policies => {
-            for p in coexec::policy::POLICIES {
-                println!("{:<16} {}", p.name(), p.describe());
+            for p in coexec_actors::policy::POLICIES {
+                outln!("{:<16} {}", p.name(), p.describe());
             }
             Ok(())
         }
@@ -234,11 +300,21 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             args,
             policies,
             repeat,
+            budget,
             pairs,
             json,
             plot,
         } => {
-            let rounds = bench::Rounds { repeat, pairs };
+            for (flag, p) in [("--json", &json), ("--plot", &plot)] {
+                if let Some(p) = p {
+                    check_output(flag, p)?;
+                }
+            }
+            let rounds = bench::Rounds {
+                repeat,
+                pairs,
+                budget_s: budget,
+            };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
     }
@@ -250,14 +326,14 @@ fn devices(json: bool) -> Result<(), Failure> {
     if json {
         let v =
             serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     for c in &classes {
-        println!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
+        outln!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
     }
     for g in &gpus {
-        println!(
+        outln!(
             "cuda:{}   {}  {:.1} GiB  {} SMs  compute {}.{}",
             g.id,
             g.name,
@@ -268,7 +344,7 @@ fn devices(json: bool) -> Result<(), Failure> {
         );
     }
     if let Some(why) = why_no_gpu {
-        println!("no CUDA device ({why})");
+        outln!("no CUDA device ({why})");
     }
     Ok(())
 }
@@ -281,9 +357,14 @@ async fn run(
     print: bool,
     trace: Option<PathBuf>,
 ) -> Result<(), Failure> {
+    if let Some(p) = &trace {
+        check_output("--trace", p)?;
+    }
     let rt = std::sync::Arc::new(build(common, None, false)?);
     let speed_sum = speed_sum(&rt);
+    let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, speed_sum)?;
+    let prepare_s = t.elapsed().as_secs_f64();
     let opts = JobOptions {
         trace: trace.is_some(),
         ..Default::default()
@@ -292,6 +373,9 @@ async fn run(
     let outcome = w.run(&rt, opts).await;
     bars.finish();
     let ran = outcome?;
+    let t_output = std::time::Instant::now();
+    // Inputs: built once (grid, kmeans input) and for the job (matrices, bodies).
+    let (inputs_s, runs_s) = (prepare_s + ran.inputs_s, ran.wall_s);
     let (result, reports) = (ran.result, ran.reports);
     if let Some(path) = &trace {
         coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
@@ -307,8 +391,8 @@ async fn run(
         if let Some(o) = result.as_object_mut() {
             o.remove("row_text");
         }
-        let v = serde_json::json!({ "workload": name, "params": w.params(args), "result": result, "runs": reports });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        let v = serde_json::json!({ "workload": name, "params": w.params(args), "input": w.input(), "result": result, "runs": reports, "inputs_s": inputs_s, "runs_s": runs_s });
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else if !print {
         let total: f64 = reports.iter().map(|r| r.makespan_s).sum();
         let last = reports.last();
@@ -320,15 +404,25 @@ async fn run(
         if let Some(r) = last {
             line += &format!("; last run: {}", r.summary());
         }
-        println!("{line}");
+        outln!("{line}");
+        if let Some(input) = w.input() {
+            outln!("  input: {input}");
+        }
         if let Some(o) = result.as_object() {
             for (k, v) in o
                 .iter()
                 .filter(|(k, _)| *k != "row_text" && *k != "membership")
             {
-                println!("  {k}: {v}");
+                outln!("  {k}: {v}");
             }
         }
+    }
+    if !json && !print {
+        outln!(
+            "time: inputs {inputs_s:.2} s ({} threads), runs {runs_s:.2} s, output {:.2} s",
+            rayon::current_num_threads(),
+            t_output.elapsed().as_secs_f64()
+        );
     }
     match std::sync::Arc::try_unwrap(rt) {
         Ok(rt) => rt.shutdown().await,
@@ -347,7 +441,13 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
     rt.classes()
         .iter()
         .map(|c| {
-            c.workers as f64
+            // CPU workers beyond the cores add no speed: sizing by them would
+            // make `cpu:4096` a 4096-core job on any machine.
+            let workers = match c.kind {
+                coexec::DeviceKind::Cpu => c.workers.min(coexec_actors::cores()),
+                _ => c.workers,
+            };
+            workers as f64
                 * match c.kind {
                     coexec::DeviceKind::Cpu => 1.0,
                     coexec::DeviceKind::Sim { speed, .. } => speed,

@@ -34,6 +34,8 @@ pub(crate) struct AloneResult {
     /// Median over the repeats.
     pub(crate) median_s: f64,
     pub(crate) runs_s: Vec<f64>,
+    /// 95% interval of the median (order statistics; none under 6 runs).
+    pub(crate) ci_s: Option<(f64, f64)>,
     /// Not run: the speed model's prediction for a class far slower than
     /// the fastest (see `coexec bench --help`).
     pub(crate) predicted: bool,
@@ -55,6 +57,12 @@ pub(crate) struct PolicyResult {
     /// Median makespan over the repeats.
     pub(crate) makespan_s: f64,
     pub(crate) runs_s: Vec<f64>,
+    /// 95% interval of the median makespan (none under 6 runs).
+    pub(crate) ci_s: Option<(f64, f64)>,
+    /// E's interval from T's and the classes' alone (interval arithmetic).
+    pub(crate) efficiency_ci: Option<(f64, f64)>,
+    /// The speed-up's interval, likewise.
+    pub(crate) speedup_ci: Option<(f64, f64)>,
     /// T* = 1 / Σ 1/T_i over the classes alone.
     pub(crate) ideal_s: f64,
     /// E = T* / T.
@@ -106,6 +114,9 @@ pub(crate) struct WorkloadBench {
     pub(crate) policies: Vec<PolicyResult>,
     pub(crate) learning: Vec<LearningRun>,
     pub(crate) baseline: Option<Baseline>,
+    /// Seconds generating (or reading) the inputs once, on every core:
+    /// outside every time above.
+    pub(crate) inputs_s: f64,
 }
 
 /// The scheduler's own cost per chunk, with the empty kernel.

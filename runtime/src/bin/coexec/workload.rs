@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::kernels::workloads::busy_ns_per_round;
+use coexec::kernels::workloads::{busy_ns_per_round, check_bytes};
 use coexec::kernels::workloads::{
     KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
     PathfinderJob, PathfinderProblem, Workload,
@@ -74,6 +74,18 @@ pub(crate) fn default_kmeans_file() -> PathBuf {
     }
 }
 
+/// What the generated kmeans input is, and why it was used.
+pub(crate) fn generated_kmeans_note() -> String {
+    format!(
+        "kdd_cup's shape, {}×{}, {} Gaussian blobs, seed {:#x}; no Rodinia kdd_cup at {}",
+        KmeansData::KDD_POINTS,
+        KmeansData::KDD_FEATURES,
+        KmeansData::GENERATED_BLOBS,
+        KmeansData::GENERATED_SEED,
+        default_kmeans_file().display()
+    )
+}
+
 /// A workload ready to run any number of times (inputs built once).
 pub(crate) enum Prepared {
     Synthetic { items: usize, work: u32 },
@@ -130,6 +142,8 @@ impl Prepared {
                         ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
                     }
                 };
+                // One u64 output per item, checked against this machine.
+                check_bytes("--size", &[items], 8)?;
                 Prepared::Synthetic {
                     items,
                     work: a.work,
@@ -143,8 +157,18 @@ impl Prepared {
                 Prepared::Matmul(MatmulProblem::new(count, nonzero("--dim", a.dim)?)?)
             }
             "kmeans" => {
-                let path = a.file.clone().unwrap_or_else(default_kmeans_file);
-                let data = KmeansData::read(&path)?;
+                // A file given (--file, COEXEC_KMEANS_DATA) must be there;
+                // Rodinia's kdd_cup beside the repository is preferred;
+                // without it, an input of its shape is generated.
+                let given = a.file.clone().or_else(|| {
+                    std::env::var_os("COEXEC_KMEANS_DATA").map(|_| default_kmeans_file())
+                });
+                let path = given.clone().unwrap_or_else(default_kmeans_file);
+                let data = if given.is_some() || path.exists() {
+                    KmeansData::read(&path)?
+                } else {
+                    KmeansData::generated_kdd_shape()?
+                };
                 let cfg = KmeansConfig::new(a.clusters, a.threshold)?;
                 if cfg.clusters > data.points() {
                     return Err(KernelError::Input {
@@ -193,6 +217,17 @@ impl Prepared {
         }
     }
 
+    /// The input a kmeans run uses (a file, or generated), for the output.
+    pub(crate) fn input(&self) -> Option<String> {
+        match self {
+            Prepared::Kmeans(d, _) => Some(match d.source() {
+                Some(p) => format!("Rodinia file {}", p.display()),
+                None => format!("generated ({})", generated_kmeans_note()),
+            }),
+            _ => None,
+        }
+    }
+
     /// Parameters as command-line flags.
     pub(crate) fn params(&self, a: &WorkloadArgs) -> String {
         match self {
@@ -200,10 +235,11 @@ impl Prepared {
             Prepared::Empty { items } => format!("--size {items}"),
             Prepared::Matmul(p) => format!("--count {} --dim {}", p.count(), p.dim()),
             Prepared::Kmeans(d, c) => format!(
-                "--file {} --clusters {} --threshold {}",
-                d.source()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| default_kmeans_file().display().to_string()),
+                "{} --clusters {} --threshold {}",
+                match d.source() {
+                    Some(p) => format!("--file {}", p.display()),
+                    None => format!("input generated ({})", generated_kmeans_note()),
+                },
                 c.clusters,
                 a.threshold
             ),
@@ -225,10 +261,10 @@ impl Prepared {
     pub(crate) async fn run(&self, rt: &Runtime, opts: JobOptions) -> Result<Ran, coexec::Error> {
         Ok(match self {
             Prepared::Synthetic { items, work } => {
-                let (k, reports, wall_s) =
-                    drive(rt, OneShot::new(Synthetic::new(*items, *work)), opts).await?;
+                let (k, reports, wall_s, inputs_s) =
+                    drive(rt, || Ok(OneShot::new(Synthetic::new(*items, *work))), opts).await?;
                 let verified = k
-                    .map(|k| k.verify())
+                    .map(|mut k| k.verify())
                     .unwrap_or_else(|| Err("no kernel came back".into()));
                 if let Err(e) = verified {
                     return Err(coexec::Error::Kernel(KernelError::invalid(
@@ -240,50 +276,58 @@ impl Prepared {
                     result: json!({ "verified": true }),
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
             Prepared::Empty { items } => {
-                let (_, reports, wall_s) =
-                    drive(rt, OneShot::new(Empty::new(*items)), opts).await?;
+                let (_, reports, wall_s, inputs_s) =
+                    drive(rt, || Ok(OneShot::new(Empty::new(*items))), opts).await?;
                 Ran {
                     result: json!({}),
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
             Prepared::Matmul(p) => {
-                let (out, reports, wall_s) = drive(rt, MatmulJob::new(*p)?, opts).await?;
+                let (out, reports, wall_s, inputs_s) =
+                    drive(rt, || MatmulJob::new(*p), opts).await?;
                 Ran {
                     result: json!({ "checksum": out.checksum() }),
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
             Prepared::Kmeans(d, c) => {
-                let (out, reports, wall_s) =
-                    drive(rt, KmeansJob::new(d.clone(), *c)?, opts).await?;
+                let (out, reports, wall_s, inputs_s) =
+                    drive(rt, || KmeansJob::new(d.clone(), *c), opts).await?;
                 Ran {
                     result: serde_json::to_value(&out).unwrap_or(Value::Null),
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
             Prepared::Pathfinder(j) => {
-                let (out, reports, wall_s) = drive(rt, j.restart()?, opts).await?;
+                let (out, reports, wall_s, inputs_s) = drive(rt, || j.restart(), opts).await?;
                 let result = json!({ "sha256": out.sha256_hex(), "row_text": out.rodinia_text() });
                 Ran {
                     result,
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
             Prepared::Nbody(p) => {
-                let (out, reports, wall_s) = drive(rt, NbodyJob::new(*p)?, opts).await?;
+                let (out, reports, wall_s, inputs_s) =
+                    drive(rt, || NbodyJob::new(*p), opts).await?;
                 let b = &out.bodies;
                 Ran {
                     result: json!({ "bodies": b.len(), "checksum": bodies_checksum(b) }),
                     reports,
                     wall_s,
+                    inputs_s,
                 }
             }
         })
@@ -313,17 +357,25 @@ pub(crate) struct Ran {
     pub(crate) reports: Vec<RunReport>,
     /// Wall seconds of the job, inputs already built.
     pub(crate) wall_s: f64,
+    /// Wall seconds building the job's inputs before it (matmul's matrices,
+    /// nbody's bodies; inputs built by [`Prepared::new`] are not counted).
+    pub(crate) inputs_s: f64,
 }
 
-/// `rt.drive(w)`, timed from the built workload to its output.
+/// `rt.drive(build())`: the output, every run's report, the wall seconds
+/// from the built workload to its output, and the seconds `build` took
+/// (generating the job's inputs).
 async fn drive<W: Workload>(
     rt: &Runtime,
-    w: W,
+    build: impl FnOnce() -> Result<W, KernelError>,
     opts: JobOptions,
-) -> Result<(W::Output, Vec<RunReport>, f64), coexec::Error> {
+) -> Result<(W::Output, Vec<RunReport>, f64, f64), coexec::Error> {
+    let t = std::time::Instant::now();
+    let w = build()?;
+    let inputs_s = t.elapsed().as_secs_f64();
     let t = std::time::Instant::now();
     let (out, reports) = rt.drive(w, opts).await?;
-    Ok((out, reports, t.elapsed().as_secs_f64()))
+    Ok((out, reports, t.elapsed().as_secs_f64(), inputs_s))
 }
 
 /// The rayon baseline on `w`, timed the same way.

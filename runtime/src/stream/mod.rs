@@ -31,8 +31,7 @@
 //!     fn name(&self) -> &str { "double" }
 //!     fn items(&self) -> usize { self.x.len() }
 //!     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
-//!         // SAFETY: the runtime hands this chunk's items to this call alone.
-//!         let out = unsafe { self.out.slice_mut(chunk.range()) };
+//!         let out = self.out.chunk_mut(chunk); // exactly this chunk's outputs
 //!         for (o, x) in out.iter_mut().zip(&self.x[chunk.range()]) { *o = 2 * x; }
 //!         Ok(())
 //!     }

@@ -3,7 +3,7 @@
 //! tasks; the stream batches them, each batch runs as one job on the CPU and a
 //! simulated accelerator, and each request gets its own probabilities back.
 //!
-//! `cargo run --release --example 04_digits_stream`
+//! `cargo run --release --example 05_digits_stream`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
