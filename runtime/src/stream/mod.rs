@@ -14,6 +14,12 @@
 //! to [`StreamConfig::in_flight`] batches run at once, so the next batch can
 //! start on one device class while another still runs the previous one.
 //!
+//! Batches are too short to probe: each runs on the speed models the
+//! profiler learned from earlier batches, on the class predicted to finish it
+//! first or split across classes when that is sooner
+//! ([`Placement::Hybrid`]; [`Placement::Greedy`] for Triton's whole batches
+//! to the first free class).
+//!
 //! Every request is answered exactly once: its own output, or
 //! [`StreamError::Overloaded`], [`StreamError::DeadlinePassed`],
 //! [`StreamError::Failed`] (its batch's job failed), [`StreamError::Closed`].
@@ -71,6 +77,11 @@ use tokio::task::JoinSet;
 
 use crate::{Error, JobOptions, Runtime};
 
+mod place;
+
+pub use place::Placement;
+use place::{Learned, Placer};
+
 /// How to serve a model over coexec: one kernel per batch of inputs.
 ///
 /// `build` gets the inputs of a batch in arrival order; `outputs` must give
@@ -120,6 +131,8 @@ pub struct BatchTiming {
     pub size: usize,
     /// How long the oldest request waited in the queue before the batch closed.
     pub oldest_wait: Duration,
+    /// The waits of all `size` requests, summed (their mean is this over `size`).
+    pub total_wait: Duration,
     /// The stream's own time before the job: dropping abandoned and expired
     /// requests, and [`Model::build`].
     pub prepare: Duration,
@@ -157,6 +170,7 @@ pub struct StreamConfig {
     queue: usize,
     in_flight: usize,
     job: JobOptions,
+    placement: Placement,
     on_batch: Option<Observer>,
 }
 
@@ -168,6 +182,7 @@ impl std::fmt::Debug for StreamConfig {
             .field("queue", &self.queue)
             .field("in_flight", &self.in_flight)
             .field("job", &self.job)
+            .field("placement", &self.placement)
             .finish_non_exhaustive()
     }
 }
@@ -187,6 +202,7 @@ impl StreamConfig {
             queue: 1024,
             in_flight: 2,
             job: JobOptions::default(),
+            placement: Placement::Hybrid,
             on_batch: None,
         }
     }
@@ -215,9 +231,19 @@ impl StreamConfig {
         self
     }
 
-    /// The options of every batch's job.
+    /// The options of every batch's job. A policy or device classes set
+    /// here take the placement's place ([`Placement::Runtime`]).
     pub fn job(mut self, opts: JobOptions) -> Self {
+        if opts.policy.is_some() || opts.classes.is_some() {
+            self.placement = Placement::Runtime;
+        }
         self.job = opts;
+        self
+    }
+
+    /// Where batches run (default [`Placement::Hybrid`]).
+    pub fn placement(mut self, p: Placement) -> Self {
+        self.placement = p;
         self
     }
 
@@ -306,8 +332,14 @@ impl<M: Model> Stream<M> {
             done,
             capacity: cfg.queue,
         });
+        let placer = (cfg.placement != Placement::Runtime).then(|| {
+            let workers: Vec<usize> = rt.classes().iter().map(|c| c.workers).collect();
+            Arc::new(std::sync::Mutex::new(Placer::new(cfg.placement, &workers)))
+        });
         let batcher = Batcher {
             rt,
+            placer,
+            epoch: Instant::now(),
             model: Arc::new(model),
             cfg,
             rx,
@@ -449,6 +481,10 @@ impl<O> Future for Pending<O> {
 /// The task that forms batches and starts their jobs.
 struct Batcher<M: Model> {
     rt: Arc<Runtime>,
+    /// `None` under [`Placement::Runtime`].
+    placer: Option<Arc<std::sync::Mutex<Placer>>>,
+    /// The placer's clock starts here.
+    epoch: Instant,
     model: Arc<M>,
     cfg: StreamConfig,
     rx: mpsc::Receiver<Request<M>>,
@@ -498,6 +534,8 @@ impl<M: Model> Batcher<M> {
             }
             let job = BatchJob {
                 rt: self.rt.clone(),
+                placer: self.placer.clone(),
+                epoch: self.epoch,
                 model: self.model.clone(),
                 opts: self.cfg.job.clone(),
                 on_batch: self.cfg.on_batch.clone(),
@@ -514,12 +552,58 @@ impl<M: Model> Batcher<M> {
 /// One batch's job, run on its own task.
 struct BatchJob<M: Model> {
     rt: Arc<Runtime>,
+    placer: Option<Arc<std::sync::Mutex<Placer>>>,
+    epoch: Instant,
     model: Arc<M>,
     opts: JobOptions,
     on_batch: Option<Observer>,
 }
 
+fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
+    // The placer's state stays consistent across a panic (none is expected).
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl<M: Model> BatchJob<M> {
+    /// The options of a batch of `size`: placed by the placer (its policy,
+    /// its classes), or as configured.
+    fn place(&self, size: usize) -> (JobOptions, Option<u64>) {
+        let Some(p) = &self.placer else {
+            return (self.opts.clone(), None);
+        };
+        let now = self.epoch.elapsed().as_secs_f64();
+        match lock(p).place(size, now) {
+            Some(d) => {
+                let opts = JobOptions {
+                    policy: Some(d.policy()),
+                    classes: Some(d.classes()),
+                    ..self.opts.clone()
+                };
+                (opts, Some(d.ticket))
+            }
+            None => (self.opts.clone(), None),
+        }
+    }
+
+    /// Frees the batch's place and learns from its report (`None`: failed).
+    fn learn(&self, ticket: Option<u64>, report: Option<&crate::RunReport>) {
+        let (Some(p), Some(t)) = (&self.placer, ticket) else {
+            return;
+        };
+        let learned: Vec<Learned> = report.map_or(Vec::new(), |r| {
+            r.classes
+                .iter()
+                .map(|c| Learned {
+                    ran: c.items > 0,
+                    workers: c.workers,
+                    a: c.model_a_s,
+                    b: c.model_b_items_per_s,
+                })
+                .collect()
+        });
+        lock(p).finished(t, &learned);
+    }
+
     async fn run(self, batch: Vec<Request<M>>) {
         let closed = Instant::now();
         let oldest_wait = batch
@@ -527,6 +611,7 @@ impl<M: Model> BatchJob<M> {
             .map_or(Duration::ZERO, |r| closed - r.enqueued);
         let mut inputs = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
+        let mut total_wait = Duration::ZERO;
         for r in batch {
             if r.reply.is_closed() {
                 continue; // its caller went away: no one to answer
@@ -535,6 +620,7 @@ impl<M: Model> BatchJob<M> {
                 let _ = r.reply.send(Err(StreamError::DeadlinePassed));
                 continue;
             }
+            total_wait += closed - r.enqueued;
             inputs.push(r.input);
             replies.push(r.reply);
         }
@@ -542,18 +628,22 @@ impl<M: Model> BatchJob<M> {
             return;
         }
         let size = replies.len();
+        let (opts, ticket) = self.place(size);
         let kernel = self.model.build(inputs);
         let started = Instant::now();
-        let (outputs, run) = match kernel {
+        let (outputs, run, delivering) = match kernel {
             Ok(k) => {
-                let done = self.rt.run_with(k, self.opts).await;
-                let run = started.elapsed();
+                let done = self.rt.run_with(k, opts).await;
+                let (run, delivering) = (started.elapsed(), Instant::now());
+                self.learn(ticket, done.as_ref().ok().map(|d| &d.report));
                 let outs = done.and_then(|d| Ok(self.model.outputs(d.kernel)?));
-                (outs, run)
+                (outs, run, delivering)
             }
-            Err(e) => (Err(e.into()), Duration::ZERO),
+            Err(e) => {
+                self.learn(ticket, None);
+                (Err(e.into()), Duration::ZERO, Instant::now())
+            }
         };
-        let delivering = Instant::now();
         let outputs = outputs.and_then(|o| {
             if o.len() == size {
                 Ok(o)
@@ -581,6 +671,7 @@ impl<M: Model> BatchJob<M> {
             f(&BatchTiming {
                 size,
                 oldest_wait,
+                total_wait,
                 prepare: started - closed,
                 run,
                 deliver: delivering.elapsed(),
