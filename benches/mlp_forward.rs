@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::kernels::workloads::{LabeledRows, Mlp, MlpWeights};
-use coexec::kernels::{Chunk, Kernel};
+use coexec::kernels::{with_chunk, Kernel};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn forward(c: &mut Criterion) {
@@ -36,10 +36,11 @@ fn forward(c: &mut Criterion) {
                 .cycle()
                 .take(rows * t.features)
                 .collect();
-        let k = Mlp::new(w.clone(), x).expect("a whole number of rows");
+        let mut k = Mlp::new(w.clone(), x).expect("a whole number of rows");
         g.throughput(Throughput::Elements(rows as u64));
         g.bench_function(BenchmarkId::new("rows", rows), |b| {
-            b.iter(|| k.run_cpu(&Chunk::new(0..rows)).expect("forward"))
+            // A claim of the whole batch, as the runtime would give one worker.
+            b.iter(|| with_chunk(&mut k, 0..rows, |k, c| k.run_cpu(c)).expect("forward"))
         });
     }
     g.finish();

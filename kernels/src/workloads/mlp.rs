@@ -227,7 +227,7 @@ impl Mlp {
     /// Refuses a length that is not a whole number of rows.
     pub fn new(weights: Arc<MlpWeights>, inputs: Vec<f32>) -> Result<Self, KernelError> {
         let inp = weights.inputs();
-        if inputs.len() % inp != 0 {
+        if !inputs.len().is_multiple_of(inp) {
             return Err(KernelError::invalid(
                 "mlp batch",
                 format!(
@@ -530,9 +530,9 @@ mod tests {
         let w = weights(37);
         let rows = 300; // more than two tiles
         let x: Vec<f32> = (0..rows * 2).map(|i| (i % 17) as f32 / 17.0).collect();
-        let k = Mlp::new(w.clone(), x.clone()).unwrap();
+        let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
         for c in [0..1, 1..130, 130..299, 299..300] {
-            k.run_cpu(&Chunk::new(c)).unwrap();
+            crate::with_chunk(&mut k, c, |k, c| k.run_cpu(c)).unwrap();
         }
         let probs = k.into_probs();
         for (r, row) in x.chunks_exact(2).enumerate() {
