@@ -37,6 +37,7 @@ mod builder;
 mod error;
 mod metrics;
 mod runtime;
+pub mod serve;
 pub mod stream;
 pub mod trace;
 
