@@ -51,7 +51,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
 use crate::stream::{MlpModel, Pending, Stream, StreamConfig, StreamError};
@@ -228,6 +228,35 @@ struct InferRequest {
     inputs: Vec<Vec<f32>>,
     #[serde(default)]
     deadline_ms: Option<u64>,
+}
+
+/// Rows counted in `in_flight` while it lives: a client that goes away
+/// drops the handler, and its rows must leave the backlog with it.
+struct Counted<'a>(&'a AtomicU64, u64);
+
+impl<'a> Counted<'a> {
+    fn new(c: &'a AtomicU64, n: u64) -> Self {
+        c.fetch_add(n, Ordering::Relaxed);
+        Self(c, n)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// One input's answer; probabilities as f32 (shortest round-trip digits).
+#[derive(Serialize)]
+struct Output<'a> {
+    label: usize,
+    probs: &'a [f32],
+}
+
+#[derive(Serialize)]
+struct InferResponse<'a> {
+    outputs: Vec<Output<'a>>,
 }
 
 fn outcome(o: &'static str) {
@@ -482,7 +511,7 @@ async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Resp
         }
     }
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);
-    i.in_flight.fetch_add(rows as u64, Ordering::Relaxed);
+    let _counted = Counted::new(&i.in_flight, rows as u64);
     let mut outputs = Vec::with_capacity(rows);
     let mut failure = None;
     for p in pending {
@@ -494,7 +523,6 @@ async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Resp
             }
         }
     }
-    i.in_flight.fetch_sub(rows as u64, Ordering::Relaxed);
     i.drain
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -502,15 +530,17 @@ async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Resp
     match failure {
         None => {
             outcome("success");
-            let outs: Vec<serde_json::Value> = outputs
-                .into_iter()
-                .map(|p| serde_json::json!({ "label": argmax(&p), "probs": p }))
+            let outputs = outputs
+                .iter()
+                .map(|p| Output {
+                    label: argmax(p).unwrap_or(0),
+                    probs: p,
+                })
                 .collect();
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                serde_json::json!({ "outputs": outs }).to_string(),
-            )
-                .into_response()
+            match serde_json::to_string(&InferResponse { outputs }) {
+                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
         }
         Some(StreamError::DeadlinePassed) => {
             outcome("deadline");
