@@ -5,7 +5,8 @@
 //! caller.
 //!
 //! Batches of 32 requests are sent at once (so each closes by size), one batch
-//! at a time, on `cpu:2`; two models: `echo` (a kernel that copies its inputs:
+//! at a time, on `cpu:2` and on `cpu:1,sim:1@0.5` (where the placer splits
+//! or picks a class per batch); two models: `echo` (a kernel that copies its inputs:
 //! the stream's bare cost) and the digits MLP (building the batch copies 32
 //! rows, outputs copy 32 probability rows). Prints p50/p99 per model.
 //!
@@ -117,27 +118,32 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let rt = Arc::new(
-        Runtime::builder()
-            .devices("cpu:2")
-            .expect("a valid device spec")
-            .in_memory_profiles()
-            .build()
-            .expect("the runtime starts"),
-    );
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
     let w = Arc::new(MlpWeights::load(dir.join("digits_mlp.safetensors")).expect("the model"));
     let rows = LabeledRows::load(dir.join("digits_test.safetensors")).expect("the test split");
-    println!("stream overhead per batch of {BATCH}, cpu:2, µs (overhead = prepare + deliver)");
-    println!(
-        "{:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "model", "batches", "ovh p50", "ovh p99", "prep p50", "dlv p50", "run p50", "run p99"
-    );
-    tokio.block_on(async {
-        measure(rt.clone(), "echo", EchoModel, 2000, |i| i as u64).await;
-        measure(rt.clone(), "mlp", MlpModel::new(w), 300, |i| {
-            rows.x[i * rows.features..(i + 1) * rows.features].to_vec()
-        })
-        .await;
-    });
+    // One class (the placer picks it), and two (the placer splits or picks).
+    for devices in ["cpu:2", "cpu:1,sim:1@0.5"] {
+        let rt = Arc::new(
+            Runtime::builder()
+                .devices(devices)
+                .expect("a valid device spec")
+                .in_memory_profiles()
+                .build()
+                .expect("the runtime starts"),
+        );
+        println!(
+            "stream overhead per batch of {BATCH}, {devices}, µs (overhead = prepare + deliver)"
+        );
+        println!(
+            "{:<6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "model", "batches", "ovh p50", "ovh p99", "prep p50", "dlv p50", "run p50", "run p99"
+        );
+        tokio.block_on(async {
+            measure(rt.clone(), "echo", EchoModel, 2000, |i| i as u64).await;
+            measure(rt.clone(), "mlp", MlpModel::new(w.clone()), 300, |i| {
+                rows.x[i * rows.features..(i + 1) * rows.features].to_vec()
+            })
+            .await;
+        });
+    }
 }

@@ -330,8 +330,10 @@ impl Placer {
     }
 }
 
-/// The policy a placed batch runs under: the placer's shares, no probe, one
-/// static chunk per worker.
+/// The policy a placed batch runs under: the placer's shares and the
+/// method's static and dynamic phases, without the probe.
+/// The same phases as the runtime's own policy on one class, so a placed
+/// batch and an ordinary job differ only by the probe.
 #[derive(Debug)]
 pub(crate) struct Placed {
     pub(crate) shares: Vec<f64>,
@@ -351,8 +353,8 @@ impl Policy for Placed {
             shares,
             pool: false,
             probe: Probe::None,
-            static_fraction: 1.0,
-            static_chunks_per_worker: 1,
+            static_fraction: ctx.thresholds.static_fraction,
+            static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
             chunking: Chunking::TimeGuided,
             steal: Steal::Guarded,
             guard: true,
