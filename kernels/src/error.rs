@@ -22,6 +22,17 @@ pub enum KernelError {
         /// What is wrong there.
         why: String,
     },
+    /// A tensor file (safetensors) is malformed or lacks what the kernel needs.
+    /// `tensor` is empty when the fault is the file as a whole.
+    #[error("{}: tensor `{tensor}`: {why}", path.display())]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor at fault (empty for the file's header or layout).
+        tensor: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// An I/O error reading an input.
     #[error("{}: {source}", path.display())]
     Io {

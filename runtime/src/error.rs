@@ -36,6 +36,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A service address could not be bound (in use, not allowed).
+    #[error("address {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing an output file failed.
     #[error("{path}: {source}")]
     Io {

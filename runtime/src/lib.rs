@@ -37,6 +37,8 @@ mod builder;
 mod error;
 mod metrics;
 mod runtime;
+pub mod serve;
+pub mod stream;
 pub mod trace;
 
 pub use builder::Builder;
@@ -62,10 +64,10 @@ pub mod kernels {
     /// test kernels.
     pub mod workloads {
         pub use coexec_kernels::workloads::{
-            busy_ns_per_round, check_bytes, Bodies, GlibcRand, KmeansConfig, KmeansData, KmeansJob,
-            KmeansResult, KmeansStep, Matmul, MatmulJob, MatmulProblem, MatmulResult, NbodyJob,
-            NbodyProblem, NbodyResult, NbodyStep, PathfinderJob, PathfinderProblem,
-            PathfinderResult, PathfinderStep,
+            argmax, busy_ns_per_round, check_bytes, Bodies, GlibcRand, KmeansConfig, KmeansData,
+            KmeansJob, KmeansResult, KmeansStep, LabeledRows, Matmul, MatmulJob, MatmulProblem,
+            MatmulResult, Mlp, MlpWeights, NbodyJob, NbodyProblem, NbodyResult, NbodyStep,
+            PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
         };
         pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
     }

@@ -16,7 +16,7 @@ use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::Error;
@@ -40,7 +40,18 @@ const MAX_CONNECTIONS: usize = 512;
 /// runtime that serves metrics.
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-fn handle() -> Result<PrometheusHandle, Error> {
+/// Buckets of `coexec_batch_size` (requests per batch).
+const BATCH_BUCKETS: [f64; 12] = [
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+];
+
+/// Everything the process records, in Prometheus' text format.
+pub(crate) fn render(h: &PrometheusHandle) -> String {
+    h.render() + &render_chunk_histograms()
+}
+
+/// The process-wide recorder's handle, installing it on first use.
+pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
     // Two runtimes starting at once must not both try to install.
     static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
@@ -49,6 +60,9 @@ fn handle() -> Result<PrometheusHandle, Error> {
     }
     let recorder = PrometheusBuilder::new()
         .set_buckets(&CHUNK_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full("coexec_batch_size".into()), &BATCH_BUCKETS)
+        })
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();
     let h = recorder.handle();
@@ -140,7 +154,7 @@ fn router(handle: PrometheusHandle) -> Router {
                 async move {
                     (
                         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-                        h.render() + &render_chunk_histograms(),
+                        render(&h),
                     )
                 }
             }),

@@ -16,6 +16,7 @@
 //! | [`KmeansJob`] | one point | until converged (≤ 501) |
 //! | [`PathfinderJob`] | one column | `⌈(rows−1)/pyramid⌉` |
 //! | [`NbodyJob`] | one body | `steps` |
+//! | [`Mlp`] (a kernel, one run per batch) | one input row | 1 |
 //!
 //! Any executor drives a workload the same way; [`run_sequential`] is the
 //! simplest:
@@ -31,6 +32,7 @@
 
 mod kmeans;
 mod matmul;
+mod mlp;
 mod nbody;
 mod pathfinder;
 pub(crate) mod rng;
@@ -38,6 +40,7 @@ mod synthetic;
 
 pub use kmeans::{KmeansConfig, KmeansData, KmeansJob, KmeansResult, KmeansStep};
 pub use matmul::{Matmul, MatmulJob, MatmulProblem, MatmulResult};
+pub use mlp::{argmax, LabeledRows, Mlp, MlpWeights};
 pub use nbody::{Bodies, NbodyJob, NbodyProblem, NbodyResult, NbodyStep};
 pub use pathfinder::{
     GlibcRand, PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,

@@ -13,6 +13,7 @@ mod bench;
 mod plot;
 mod progress;
 mod report;
+mod serve;
 mod stats;
 mod workload;
 
@@ -95,6 +96,10 @@ enum Cmd {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Serve the digits classifier over HTTP (POST /v1/infer, /healthz,
+    /// /readyz, /metrics) until SIGTERM or Ctrl-C, then answer every
+    /// accepted request and exit 0.
+    Serve(serve::ServeArgs),
 }
 
 /// Settings shared by `run` and `bench`.
@@ -313,6 +318,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
+        Cmd::Serve(args) => serve::serve(args).await,
     }
 }
 

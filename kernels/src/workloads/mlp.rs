@@ -1,0 +1,599 @@
+//! mlp: the forward pass of a trained two-hidden-layer classifier over the rows
+//! of a batch, the model a streaming inference service serves.
+//!
+//! Item `i` is one input row. The network, as `scripts/train_digits.py` trains
+//! it (scikit-learn's `MLPClassifier`, ReLU, softmax output):
+//!
+//! ```text
+//!   x [rows, in] ─▶ dense fc1 + ReLU ─▶ dense fc2 + ReLU ─▶ dense fc3 ─▶ softmax ─▶ probs [rows, classes]
+//!                   [hidden, in]        [hidden, hidden]     [classes, hidden]
+//! ```
+//!
+//! Weights are read from a safetensors file: `fc{1,2,3}.weight` (float32,
+//! `[out, in]`, the PyTorch layout) and `fc{1,2,3}.bias` (float32, `[out]`).
+//! Inputs are used as given: the committed digits model expects pixel
+//! intensities divided by 16 (each in `[0, 1]`), the scaling its script
+//! applied when training.
+//!
+//! The CPU computes each chunk's rows as three GEMMs (`matrixmultiply`'s
+//! `sgemm`, packed and vectorised) over tiles of at most [`Mlp::TILE_ROWS`]
+//! rows, so the hidden activations of a tile stay in cache-sized scratch. There
+//! is no CUDA twin yet: [`Kernel::cuda`] answers `None`, and a GPU class leaves
+//! this kernel to the CPU and `sim` classes.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use coexec_kernels::workloads::{run_sequential, Mlp, MlpWeights};
+//! use coexec_kernels::OneShot;
+//!
+//! let w = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
+//! let row = vec![0.0f32; w.inputs()]; // one blank 8×8 image, scaled
+//! let k = run_sequential(OneShot::new(Mlp::new(w, row)?))?.expect("absorbed");
+//! let probs = k.into_probs();
+//! assert_eq!(probs.len(), 10);
+//! # Ok::<(), coexec_kernels::KernelError>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use safetensors::{Dtype, SafeTensors};
+
+use super::{check_chunk, try_zeroed};
+use crate::{Chunk, DisjointBuf, Kernel, KernelError};
+
+/// One dense layer `y = x·Wᵀ + b`, `W` row-major `[out, in]`.
+#[derive(Debug)]
+struct Dense {
+    w: Box<[f32]>,
+    b: Box<[f32]>,
+    inp: usize,
+    out: usize,
+}
+
+impl Dense {
+    /// `y[r][o] = b[o] + Σₖ x[r][k]·W[o][k]` for `rows` rows, then ReLU when
+    /// `relu`.
+    fn forward(&self, x: &[f32], rows: usize, y: &mut [f32], relu: bool) {
+        // Internal invariant (the callers size the slices); checked because the
+        // GEMM below reads through raw pointers.
+        assert!(x.len() >= rows * self.inp && y.len() >= rows * self.out);
+        for y_row in y[..rows * self.out].chunks_exact_mut(self.out) {
+            y_row.copy_from_slice(&self.b);
+        }
+        // SAFETY: `x` holds `rows × inp` elements at row stride `inp`, `W` holds
+        // `out × inp` read as its transpose (`inp × out`, row stride 1, column
+        // stride `inp`), `y` holds `rows × out` at row stride `out`; all three
+        // lengths are checked above and `y` does not alias `x` or `W` (it is a
+        // `&mut`).
+        unsafe {
+            matrixmultiply::sgemm(
+                rows,
+                self.inp,
+                self.out,
+                1.0,
+                x.as_ptr(),
+                self.inp as isize,
+                1,
+                self.w.as_ptr(),
+                1,
+                self.inp as isize,
+                1.0,
+                y.as_mut_ptr(),
+                self.out as isize,
+                1,
+            );
+        }
+        if relu {
+            for v in &mut y[..rows * self.out] {
+                *v = v.max(0.0);
+            }
+        }
+    }
+}
+
+/// The weights of a two-hidden-layer MLP classifier, loaded once and shared
+/// (behind an [`Arc`]) by every batch's [`Mlp`] kernel.
+#[derive(Debug)]
+pub struct MlpWeights {
+    layers: [Dense; 3],
+    source: PathBuf,
+}
+
+impl MlpWeights {
+    /// Reads and checks a safetensors file (see the module docs for the tensors
+    /// it must hold). Errors name the file and the tensor at fault.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, KernelError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| KernelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Parses safetensors `bytes`; `origin` names them in errors.
+    pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Self, KernelError> {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| tensor_err(origin, "", e))?;
+        let w1 = read_f32(&st, origin, "fc1.weight", &[None, None])?;
+        let hidden = w1.shape[0];
+        let w3 = read_f32(&st, origin, "fc3.weight", &[None, Some(hidden)])?;
+        let classes = w3.shape[0];
+        let dense = |w: Tensor, bias: &str, out: usize| -> Result<Dense, KernelError> {
+            let b = read_f32(&st, origin, bias, &[Some(out)])?;
+            Ok(Dense {
+                inp: w.shape[1],
+                out,
+                w: w.data,
+                b: b.data,
+            })
+        };
+        let w2 = read_f32(&st, origin, "fc2.weight", &[Some(hidden), Some(hidden)])?;
+        let layers = [
+            dense(w1, "fc1.bias", hidden)?,
+            dense(w2, "fc2.bias", hidden)?,
+            dense(w3, "fc3.bias", classes)?,
+        ];
+        if classes < 2 {
+            return Err(KernelError::Tensor {
+                path: origin.to_path_buf(),
+                tensor: "fc3.weight".into(),
+                why: format!("{classes} output class(es); a classifier needs at least 2"),
+            });
+        }
+        Ok(Self {
+            layers,
+            source: origin.to_path_buf(),
+        })
+    }
+
+    /// Features per input row (64 for the digits model).
+    pub fn inputs(&self) -> usize {
+        self.layers[0].inp
+    }
+
+    /// Units in each hidden layer.
+    pub fn hidden(&self) -> usize {
+        self.layers[0].out
+    }
+
+    /// Output classes (10 for the digits model).
+    pub fn classes(&self) -> usize {
+        self.layers[2].out
+    }
+
+    /// The file the weights came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// Floating-point operations of one row's forward pass (multiply and add
+    /// counted apart; bias, ReLU and softmax left out).
+    pub fn flops_per_row(&self) -> f64 {
+        self.layers
+            .iter()
+            .map(|l| 2.0 * l.inp as f64 * l.out as f64)
+            .sum()
+    }
+
+    /// Class probabilities of `rows` rows of `x` into `probs` (`rows × classes`),
+    /// `TILE_ROWS` rows at a time.
+    fn forward(&self, x: &[f32], probs: &mut [f32]) -> Result<(), KernelError> {
+        let (inp, h, c) = (self.inputs(), self.hidden(), self.classes());
+        let rows = probs.len() / c;
+        let tile = Mlp::TILE_ROWS.min(rows.max(1));
+        let mut h1 = try_zeroed::<f32>("mlp scratch", tile * h)?;
+        let mut h2 = try_zeroed::<f32>("mlp scratch", tile * h)?;
+        for (x, p) in x.chunks(tile * inp).zip(probs.chunks_mut(tile * c)) {
+            let n = p.len() / c;
+            self.layers[0].forward(x, n, &mut h1, true);
+            self.layers[1].forward(&h1, n, &mut h2, true);
+            self.layers[2].forward(&h2, n, p, false);
+            p.chunks_exact_mut(c).for_each(softmax);
+        }
+        Ok(())
+    }
+}
+
+/// In place, shifted by the maximum so no `exp` overflows.
+fn softmax(v: &mut [f32]) {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for x in v.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    for x in v.iter_mut() {
+        *x /= sum;
+    }
+}
+
+/// The forward pass over a batch of rows: item `i` writes the class
+/// probabilities of row `i`.
+#[derive(Debug)]
+pub struct Mlp {
+    weights: Arc<MlpWeights>,
+    x: Box<[f32]>,
+    probs: DisjointBuf<f32>,
+}
+
+impl Mlp {
+    /// Rows per GEMM tile within a chunk: large enough for the GEMM to run near
+    /// its peak, small enough that a tile's hidden activations (2 × 128 ×
+    /// hidden floats, 1 MiB at 1024 units) stay in L2/L3.
+    pub const TILE_ROWS: usize = 128;
+
+    /// A batch of `inputs.len() / weights.inputs()` rows, back to back.
+    /// Refuses a length that is not a whole number of rows.
+    pub fn new(weights: Arc<MlpWeights>, inputs: Vec<f32>) -> Result<Self, KernelError> {
+        let inp = weights.inputs();
+        if !inputs.len().is_multiple_of(inp) {
+            return Err(KernelError::invalid(
+                "mlp batch",
+                format!(
+                    "{} values is not a whole number of {inp}-feature rows",
+                    inputs.len()
+                ),
+            ));
+        }
+        let rows = inputs.len() / inp;
+        let probs = DisjointBuf::from_vec(
+            try_zeroed("mlp output", rows * weights.classes())?,
+            weights.classes(),
+        );
+        Ok(Self {
+            weights,
+            x: inputs.into_boxed_slice(),
+            probs,
+        })
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Arc<MlpWeights> {
+        &self.weights
+    }
+
+    /// Number of rows (items).
+    pub fn rows(&self) -> usize {
+        self.probs.items()
+    }
+
+    /// The class probabilities, `rows × classes`, once the run is over.
+    pub fn into_probs(self) -> Vec<f32> {
+        self.probs.into_vec()
+    }
+}
+
+impl Kernel for Mlp {
+    fn name(&self) -> &str {
+        "mlp"
+    }
+
+    fn items(&self) -> usize {
+        self.rows()
+    }
+
+    fn profile_key(&self) -> String {
+        let w = &self.weights;
+        format!("mlp/{}x{}x{}", w.inputs(), w.hidden(), w.classes())
+    }
+
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), 1)?;
+        let inp = self.weights.inputs();
+        let x = &self.x[chunk.lo() * inp..chunk.hi() * inp];
+        self.weights.forward(x, self.probs.chunk_mut(chunk))
+    }
+}
+
+/// A tensor read out of a safetensors file: its shape and its f32 or i64
+/// elements (little-endian in the file, copied out since the file's bytes need
+/// not be aligned).
+struct Tensor<T = f32> {
+    shape: Vec<usize>,
+    data: Box<[T]>,
+}
+
+fn tensor_err(path: &Path, tensor: &str, e: impl std::fmt::Display) -> KernelError {
+    KernelError::Tensor {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        why: e.to_string(),
+    }
+}
+
+/// Reads `name` as `dtype` with `rank = want.len()` dimensions, each equal to
+/// `want[d]` where that is `Some`, and every dimension positive.
+fn read_raw<'a>(
+    st: &SafeTensors<'a>,
+    path: &Path,
+    name: &str,
+    dtype: Dtype,
+    want: &[Option<usize>],
+) -> Result<(Vec<usize>, &'a [u8]), KernelError> {
+    let t = st.tensor(name).map_err(|_| {
+        let mut names = st.names();
+        names.sort_unstable();
+        tensor_err(path, name, format!("missing (the file holds {names:?})"))
+    })?;
+    if t.dtype() != dtype {
+        return Err(tensor_err(
+            path,
+            name,
+            format!("dtype {:?}, expected {dtype:?}", t.dtype()),
+        ));
+    }
+    let shape = t.shape().to_vec();
+    let fits = shape.len() == want.len()
+        && shape
+            .iter()
+            .zip(want)
+            .all(|(&s, w)| s > 0 && w.is_none_or(|w| w == s));
+    if !fits {
+        let want: Vec<String> = want
+            .iter()
+            .map(|w| w.map_or("_".into(), |w| w.to_string()))
+            .collect();
+        return Err(tensor_err(
+            path,
+            name,
+            format!("shape {shape:?}, expected [{}]", want.join(", ")),
+        ));
+    }
+    Ok((shape, t.data()))
+}
+
+fn read_f32(
+    st: &SafeTensors<'_>,
+    path: &Path,
+    name: &str,
+    want: &[Option<usize>],
+) -> Result<Tensor, KernelError> {
+    let (shape, bytes) = read_raw(st, path, name, Dtype::F32, want)?;
+    let data: Box<[f32]> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+        return Err(tensor_err(
+            path,
+            name,
+            format!("element {i} is {}", data[i]),
+        ));
+    }
+    Ok(Tensor { shape, data })
+}
+
+fn read_i64(
+    st: &SafeTensors<'_>,
+    path: &Path,
+    name: &str,
+    want: &[Option<usize>],
+) -> Result<Tensor<i64>, KernelError> {
+    let (shape, bytes) = read_raw(st, path, name, Dtype::I64, want)?;
+    let data = bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .collect();
+    Ok(Tensor { shape, data })
+}
+
+/// A labelled test split saved beside a model by `scripts/train_digits.py`:
+/// the rows (scaled as for training), their true labels, the labels the
+/// script's own forward pass gave, and its probabilities for the first rows.
+///
+/// ```no_run
+/// use coexec_kernels::workloads::LabeledRows;
+///
+/// let t = LabeledRows::load("examples/models/digits_test.safetensors")?;
+/// assert_eq!(t.x.len(), t.rows() * t.features);
+/// # Ok::<(), coexec_kernels::KernelError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LabeledRows {
+    /// Features per row.
+    pub features: usize,
+    /// The rows, back to back (tensor `x`, f32 `[rows, features]`).
+    pub x: Vec<f32>,
+    /// True labels (tensor `y`, i64 `[rows]`).
+    pub labels: Vec<i64>,
+    /// The training script's predicted labels (tensor `pred`, i64 `[rows]`).
+    pub predicted: Vec<i64>,
+    /// The script's class probabilities for the first `probs.len() / classes`
+    /// rows (tensor `probs`, f32 `[k, classes]`).
+    pub probs: Vec<f32>,
+    /// Classes per row of `probs`.
+    pub classes: usize,
+}
+
+impl LabeledRows {
+    /// Reads and checks the file; errors name the file and the tensor.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, KernelError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| KernelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| tensor_err(path, "", e))?;
+        let x = read_f32(&st, path, "x", &[None, None])?;
+        let (rows, features) = (x.shape[0], x.shape[1]);
+        let y = read_i64(&st, path, "y", &[Some(rows)])?;
+        let pred = read_i64(&st, path, "pred", &[Some(rows)])?;
+        let probs = read_f32(&st, path, "probs", &[None, None])?;
+        if probs.shape[0] > rows {
+            return Err(tensor_err(
+                path,
+                "probs",
+                format!("{} rows, more than the {rows} of `x`", probs.shape[0]),
+            ));
+        }
+        Ok(Self {
+            features,
+            x: x.data.into_vec(),
+            labels: y.data.into_vec(),
+            predicted: pred.data.into_vec(),
+            classes: probs.shape[1],
+            probs: probs.data.into_vec(),
+        })
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.labels.len()
+    }
+}
+
+/// The index of the largest value (the first on ties), `None` when empty.
+///
+/// ```
+/// assert_eq!(coexec_kernels::workloads::argmax(&[0.1, 0.7, 0.2]), Some(1));
+/// ```
+pub fn argmax(v: &[f32]) -> Option<usize> {
+    v.iter()
+        .enumerate()
+        .fold(None, |best: Option<(usize, f32)>, (i, &x)| match best {
+            Some((_, b)) if b >= x => best,
+            _ => Some((i, x)),
+        })
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    /// A safetensors file of f32 tensors `(name, shape, values)`.
+    fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+        let bytes: Vec<Vec<u8>> = tensors
+            .iter()
+            .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            .collect();
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .zip(&bytes)
+            .map(|((n, s, _), b)| {
+                (
+                    n.to_string(),
+                    TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    /// A tiny model: 2 inputs, `h` hidden, 3 classes, weights from `f(layer, i)`.
+    fn tiny(h: usize) -> Vec<(&'static str, Vec<usize>, Vec<f32>)> {
+        let v = |layer: usize, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7 + layer * 3) % 11) as f32 / 11.0 - 0.4)
+                .collect()
+        };
+        vec![
+            ("fc1.weight", vec![h, 2], v(1, h * 2)),
+            ("fc1.bias", vec![h], v(2, h)),
+            ("fc2.weight", vec![h, h], v(3, h * h)),
+            ("fc2.bias", vec![h], v(4, h)),
+            ("fc3.weight", vec![3, h], v(5, 3 * h)),
+            ("fc3.bias", vec![3], v(6, 3)),
+        ]
+    }
+
+    fn weights(h: usize) -> Arc<MlpWeights> {
+        Arc::new(MlpWeights::from_bytes(&file(&tiny(h)), Path::new("tiny.safetensors")).unwrap())
+    }
+
+    /// The forward pass written out loop by loop, as the reference.
+    fn naive(w: &MlpWeights, x: &[f32]) -> Vec<f32> {
+        let mut a = x.to_vec();
+        for (l, layer) in w.layers.iter().enumerate() {
+            let mut y: Vec<f32> = (0..layer.out)
+                .map(|o| {
+                    layer.b[o]
+                        + (0..layer.inp)
+                            .map(|k| a[k] * layer.w[o * layer.inp + k])
+                            .sum::<f32>()
+                })
+                .collect();
+            if l < 2 {
+                y.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+            a = y;
+        }
+        softmax(&mut a);
+        a
+    }
+
+    #[test]
+    fn gemm_forward_equals_the_naive_loops_for_any_split() {
+        let w = weights(37);
+        let rows = 300; // more than two tiles
+        let x: Vec<f32> = (0..rows * 2).map(|i| (i % 17) as f32 / 17.0).collect();
+        let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
+        for c in [0..1, 1..130, 130..299, 299..300] {
+            crate::with_chunk(&mut k, c, |k, c| k.run_cpu(c)).unwrap();
+        }
+        let probs = k.into_probs();
+        for (r, row) in x.chunks_exact(2).enumerate() {
+            let want = naive(&w, row);
+            let got = &probs[r * 3..r * 3 + 3];
+            for (g, e) in got.iter().zip(&want) {
+                assert!((g - e).abs() < 1e-5, "row {r}: {got:?} vs {want:?}");
+            }
+            assert!((got.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+
+    fn load_err(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> String {
+        MlpWeights::from_bytes(&file(tensors), Path::new("bad.safetensors"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn malformed_files_name_the_file_and_tensor() {
+        let mut t = tiny(4);
+        t.retain(|(n, _, _)| *n != "fc2.bias");
+        let e = load_err(&t);
+        assert!(e.contains("bad.safetensors") && e.contains("fc2.bias") && e.contains("missing"));
+
+        let mut t = tiny(4);
+        t[2] = ("fc2.weight", vec![4, 5], vec![0.0; 20]);
+        let e = load_err(&t);
+        assert!(e.contains("fc2.weight") && e.contains("[4, 5]"), "{e}");
+
+        let mut t = tiny(4);
+        t[5].2[1] = f32::NAN;
+        assert!(load_err(&t).contains("fc3.bias"));
+
+        let e = MlpWeights::from_bytes(b"not a safetensors file", Path::new("junk.bin"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("junk.bin"), "{e}");
+    }
+
+    #[test]
+    fn wrong_dtype_is_refused() {
+        let mut bytes = Vec::new();
+        let data = vec![0u8; 8 * 2];
+        let view = TensorView::new(Dtype::F64, vec![1, 2], &data).unwrap();
+        bytes.extend(safetensors::serialize([("fc1.weight", view)], None).unwrap());
+        let e = MlpWeights::from_bytes(&bytes, Path::new("f64.safetensors"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fc1.weight") && e.contains("F64"), "{e}");
+    }
+
+    #[test]
+    fn ragged_batch_is_refused() {
+        assert!(Mlp::new(weights(3), vec![0.0; 5]).is_err());
+        assert_eq!(Mlp::new(weights(3), vec![]).unwrap().rows(), 0);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_ties() {
+        assert_eq!(argmax(&[]), None);
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+    }
+}

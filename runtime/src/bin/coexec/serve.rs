@@ -1,0 +1,121 @@
+//! `coexec serve`: the digits classifier behind HTTP.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coexec::kernels::workloads::MlpWeights;
+use coexec::serve::{ServeConfig, Service};
+use coexec::stream::{Placement, StreamConfig};
+use coexec::Runtime;
+
+use crate::Failure;
+
+/// The committed model, beside the sources.
+const DEFAULT_MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/models/digits_mlp.safetensors"
+);
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed on start).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Devices: cpu[:N], sim:N@SPEED[+LATENCY], cuda:ID[xSTREAMS], comma-separated.
+    #[arg(long, env = "COEXEC_DEVICES")]
+    devices: Option<String>,
+    /// Where batches run: hybrid (on learned speed models, split when
+    /// sooner) or greedy (whole batches to the first free class). One class
+    /// alone: --devices cpu:1 or --devices sim:1@0.5.
+    #[arg(long, default_value = "hybrid", value_parser = ["hybrid", "greedy"])]
+    policy: String,
+    /// Most requests in one batch.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
+    /// Longest a batch waits for more requests after its first, in µs.
+    #[arg(long, default_value_t = 1000)]
+    max_wait_us: u64,
+    /// Requests (input rows) waiting at most; more get 503.
+    #[arg(long, default_value_t = 1024)]
+    queue: usize,
+    /// The model (safetensors).
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    model: PathBuf,
+    /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir).
+    #[arg(long)]
+    profile_dir: Option<PathBuf>,
+    /// Deadline of a request that names none, in ms (default: none).
+    #[arg(long)]
+    deadline_ms: Option<u64>,
+}
+
+pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
+    let weights = Arc::new(MlpWeights::load(&a.model)?);
+    let mut b = Runtime::builder();
+    if let Some(d) = &a.devices {
+        b = b.devices(d)?;
+    }
+    if let Some(d) = &a.profile_dir {
+        b = b.profile_dir(d);
+    }
+    let rt = Arc::new(b.build()?);
+    let placement: Placement = a.policy.parse()?;
+    // One batch per class in flight, and one forming behind them.
+    let in_flight = rt.classes().len().max(1) + usize::from(placement == Placement::Hybrid);
+    let stream = StreamConfig::new()
+        .max_batch(a.max_batch)
+        .max_wait(Duration::from_micros(a.max_wait_us))
+        .queue(a.queue)
+        .in_flight(in_flight)
+        .placement(placement);
+    let cfg = ServeConfig::new().deadline(a.deadline_ms.map(Duration::from_millis));
+    let svc = Service::start(rt.clone(), weights, stream, cfg)?;
+    let listener = coexec::serve::bind(a.addr).await?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::Run(format!("{}: {e}", a.addr)))?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = out.flush();
+    }
+    let signal = {
+        let svc = svc.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("draining: answering every accepted request");
+            svc.start_draining();
+        }
+    };
+    coexec::serve::serve(listener, svc.router(), signal).await;
+    svc.shutdown().await;
+    drop(svc);
+    match Arc::try_unwrap(rt) {
+        Ok(rt) => rt.shutdown().await,
+        // A handler still holds it (none should): its jobs are answered.
+        Err(_) => tracing::warn!("runtime still shared at exit"),
+    }
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                return;
+            }
+            Err(e) => tracing::warn!("no SIGTERM handler ({e}); Ctrl-C only"),
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

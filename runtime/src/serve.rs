@@ -1,0 +1,671 @@
+//! An HTTP inference service over a [`Stream`]: the digits classifier (or any
+//! [`MlpWeights`]) behind axum, as `coexec serve` runs it.
+//!
+//! ```text
+//!  POST /v1/infer {"inputs": [[64 numbers], ...]} ──try_infer_by──▶ Stream ──batches──▶ Runtime
+//!       ◀── {"outputs": [{"label": L, "probs": [10 numbers]}, ...]} (one per input, in order)
+//!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus)
+//! ```
+//!
+//! Every request gets an answer, never a panic: malformed JSON or a wrong
+//! shape 400 (naming what was expected), a body over the limit 413, a wrong
+//! method 405, an unknown path 404, a full queue 503 with a `Retry-After`
+//! from the backlog and the measured drain rate, a passed deadline 504.
+//!
+//! Embed the router in your own axum app ([`Service::router`]), or run it
+//! on a listener with [`serve`], which stops accepting on a signal and
+//! answers every request it accepted:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use coexec::kernels::workloads::MlpWeights;
+//! use coexec::serve::{ServeConfig, Service};
+//! use coexec::stream::StreamConfig;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.build()?);
+//! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
+//! let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new())?;
+//! let app = axum::Router::new().merge(svc.router());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! coexec::serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! svc.shutdown().await; // answers everything queued
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use coexec_kernels::workloads::{argmax, MlpWeights};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Semaphore};
+
+use crate::stream::{MlpModel, Pending, Stream, StreamConfig, StreamError};
+use crate::{Error, Runtime};
+
+/// Longest a client may take to send a request head.
+const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Largest request head read (larger heads get 431).
+const MAX_HEAD: usize = 16 * 1024;
+/// Connections served at once; more wait in the kernel's accept queue.
+const MAX_CONNECTIONS: usize = 4096;
+
+/// The service's limits. Build with [`ServeConfig::new`] and its setters.
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = coexec::serve::ServeConfig::new()
+///     .max_body(1 << 20)
+///     .deadline(Some(Duration::from_millis(200)));
+/// assert_eq!(cfg.max_body_len(), 1 << 20);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    max_body: usize,
+    max_inputs: usize,
+    deadline: Option<Duration>,
+    max_retry_after: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServeConfig {
+    /// Bodies up to 2 MiB, 1024 inputs per request, no default deadline,
+    /// `Retry-After` at most 30 s.
+    pub fn new() -> Self {
+        Self {
+            max_body: 2 << 20,
+            max_inputs: 1024,
+            deadline: None,
+            max_retry_after: Duration::from_secs(30),
+        }
+    }
+
+    /// Largest request body in bytes (larger: 413).
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Most inputs in one request (more: 400).
+    pub fn max_inputs(mut self, n: usize) -> Self {
+        self.max_inputs = n;
+        self
+    }
+
+    /// The deadline of a request that names none (`deadline_ms` in its
+    /// body); `None`: no deadline.
+    pub fn deadline(mut self, d: Option<Duration>) -> Self {
+        self.deadline = d;
+        self
+    }
+
+    /// The largest `Retry-After` a 503 suggests.
+    pub fn max_retry_after(mut self, d: Duration) -> Self {
+        self.max_retry_after = d;
+        self
+    }
+
+    /// The body limit set.
+    pub fn max_body_len(&self) -> usize {
+        self.max_body
+    }
+}
+
+/// Rows answered per second, measured over windows of at least
+/// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
+#[derive(Debug, Default)]
+struct DrainRate {
+    /// Start of the current window (seconds) and rows answered in it.
+    start: f64,
+    rows: u64,
+    /// The last full window's rate; 0 until one is measured.
+    rate: f64,
+}
+
+impl DrainRate {
+    const WINDOW: f64 = 0.5;
+
+    fn answered(&mut self, rows: u64, now: f64) {
+        self.rows += rows;
+        let span = now - self.start;
+        if span >= Self::WINDOW {
+            let r = self.rows as f64 / span;
+            // Smoothed: one odd window moves the estimate halfway.
+            self.rate = if self.rate > 0.0 {
+                0.5 * (self.rate + r)
+            } else {
+                r
+            };
+            self.start = now;
+            self.rows = 0;
+        }
+    }
+
+    /// The rate at `now`: a window that has run long with few rows lowers it.
+    fn rate(&self, now: f64) -> f64 {
+        let span = now - self.start;
+        if span > 2.0 * Self::WINDOW {
+            let current = self.rows as f64 / span;
+            if self.rate > 0.0 {
+                return self.rate.min(current.max(self.rate * Self::WINDOW / span));
+            }
+            return current;
+        }
+        self.rate
+    }
+}
+
+/// Seconds a rejected client should wait: the time to drain `backlog` rows
+/// at `rate` rows/s, rounded up, at least 1, at most `cap` (also when
+/// nothing was measured yet).
+fn retry_after(backlog: usize, rate: f64, cap: Duration) -> u64 {
+    let cap = cap.as_secs().max(1);
+    if !(rate.is_finite() && rate > 0.0) {
+        return cap;
+    }
+    ((backlog as f64 / rate).ceil() as u64).clamp(1, cap)
+}
+
+struct Inner {
+    stream: Stream<MlpModel>,
+    weights: Arc<MlpWeights>,
+    cfg: ServeConfig,
+    metrics: PrometheusHandle,
+    draining: AtomicBool,
+    epoch: Instant,
+    drain: Mutex<DrainRate>,
+    /// Rows accepted and not yet answered.
+    in_flight: AtomicU64,
+}
+
+/// The inference service: a [`Stream`] of an [`MlpModel`] and the HTTP
+/// handlers in front of it. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("stream", &self.inner.stream)
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a request was refused, as its JSON body says.
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": msg.into() }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+const EXPECTED: &str = r#"a JSON object {"inputs": [[64 numbers], ...]}"#;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InferRequest {
+    inputs: Vec<Vec<f32>>,
+    #[serde(default)]
+    deadline_ms: Option<u64>,
+}
+
+/// Rows counted in `in_flight` while it lives: a client that goes away
+/// drops the handler, and its rows must leave the backlog with it.
+struct Counted<'a>(&'a AtomicU64, u64);
+
+impl<'a> Counted<'a> {
+    fn new(c: &'a AtomicU64, n: u64) -> Self {
+        c.fetch_add(n, Ordering::Relaxed);
+        Self(c, n)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// One input's answer; probabilities as f32 (shortest round-trip digits).
+#[derive(Serialize)]
+struct Output<'a> {
+    label: usize,
+    probs: &'a [f32],
+}
+
+#[derive(Serialize)]
+struct InferResponse<'a> {
+    outputs: Vec<Output<'a>>,
+}
+
+fn outcome(o: &'static str) {
+    counter!("coexec_requests_total", "outcome" => o).increment(1);
+}
+
+impl Service {
+    /// Starts a stream of `weights` on `rt` (its batches timed into the
+    /// service's metrics) and the service over it. Installs the process's
+    /// Prometheus recorder if none is.
+    pub fn start(
+        rt: Arc<Runtime>,
+        weights: Arc<MlpWeights>,
+        stream: StreamConfig,
+        cfg: ServeConfig,
+    ) -> Result<Self, Error> {
+        let metrics = crate::metrics::handle()?;
+        describe();
+        let stream = stream.on_batch(|t| {
+            let n = t.size.max(1);
+            histogram!("coexec_batch_size").record(t.size as f64);
+            histogram!("coexec_request_queue_duration_seconds")
+                .record_many((t.total_wait + t.prepare).as_secs_f64() / n as f64, n);
+            histogram!("coexec_request_inference_duration_seconds")
+                .record_many((t.run + t.deliver).as_secs_f64(), n);
+        });
+        let stream = Stream::start(rt, MlpModel::new(weights.clone()), stream)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                stream,
+                weights,
+                cfg,
+                metrics,
+                draining: AtomicBool::new(false),
+                epoch: Instant::now(),
+                drain: Mutex::new(DrainRate::default()),
+                in_flight: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The routes: `POST /v1/infer`, `GET /healthz`, `GET /readyz`, `GET
+    /// /metrics`; JSON 404 elsewhere, 405 for another method.
+    pub fn router(&self) -> Router {
+        let json405 = || async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed: POST /v1/infer; GET /healthz, /readyz, /metrics",
+            )
+        };
+        Router::new()
+            .route("/v1/infer", post(infer).fallback(json405))
+            .route("/healthz", get(|| async { "ok\n" }).fallback(json405))
+            .route("/readyz", get(ready).fallback(json405))
+            .route("/metrics", get(scrape).fallback(json405))
+            .fallback(|| async {
+                error(
+                    StatusCode::NOT_FOUND,
+                    "not found: POST /v1/infer; GET /healthz, /readyz, /metrics",
+                )
+            })
+            .layer(DefaultBodyLimit::max(self.inner.cfg.max_body))
+            .with_state(self.clone())
+    }
+
+    /// Stops being ready: `/readyz` answers 503 and new inferences 503
+    /// (requests already accepted are answered).
+    pub fn start_draining(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Drains ([`Service::start_draining`]), answers every queued request
+    /// and stops the stream.
+    pub async fn shutdown(&self) {
+        self.start_draining();
+        self.inner.stream.shutdown().await;
+    }
+
+    fn now(&self) -> f64 {
+        self.inner.epoch.elapsed().as_secs_f64()
+    }
+
+    fn overloaded(&self) -> Response {
+        let i = &self.inner;
+        let rate = i
+            .drain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rate(self.now());
+        let backlog = i.in_flight.load(Ordering::Relaxed) as usize;
+        let secs = retry_after(backlog, rate, i.cfg.max_retry_after);
+        outcome("overloaded");
+        let mut r = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "overloaded: the queue of {} requests is full; retry after {secs} s",
+                i.stream.capacity()
+            ),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        r
+    }
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        "coexec_request_duration_seconds",
+        Unit::Seconds,
+        "Inference requests, arrival to answer (all outcomes)."
+    );
+    describe_histogram!(
+        "coexec_request_queue_duration_seconds",
+        Unit::Seconds,
+        "Time a request waited before its batch's job started (per request; its batch's mean)."
+    );
+    describe_histogram!(
+        "coexec_request_inference_duration_seconds",
+        Unit::Seconds,
+        "Time of a request's batch job and delivery (per request)."
+    );
+    describe_histogram!("coexec_batch_size", Unit::Count, "Requests per batch.");
+    describe_gauge!(
+        "coexec_queue_size",
+        Unit::Count,
+        "Requests waiting in the stream's queue."
+    );
+    describe_counter!(
+        "coexec_requests_total",
+        Unit::Count,
+        "Inference requests by outcome: success, invalid, overloaded, deadline, failed, unavailable."
+    );
+}
+
+async fn ready(State(svc): State<Service>) -> Response {
+    if svc.inner.draining.load(Ordering::Acquire) {
+        error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        "ready\n".into_response()
+    }
+}
+
+async fn scrape(State(svc): State<Service>) -> Response {
+    let i = &svc.inner;
+    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    i.metrics.run_upkeep();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(&i.metrics),
+    )
+        .into_response()
+}
+
+async fn infer(State(svc): State<Service>, body: Result<Bytes, BytesRejection>) -> Response {
+    let t0 = Instant::now();
+    let r = infer_inner(&svc, body).await;
+    histogram!("coexec_request_duration_seconds").record(t0.elapsed().as_secs_f64());
+    r
+}
+
+async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Response {
+    let i = &svc.inner;
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            outcome("invalid");
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body over the limit of {} bytes", i.cfg.max_body),
+            );
+        }
+        Err(e) => {
+            outcome("invalid");
+            return error(e.status(), format!("cannot read the body: {e}"));
+        }
+    };
+    let req: InferRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            outcome("invalid");
+            return error(StatusCode::BAD_REQUEST, format!("expected {EXPECTED}: {e}"));
+        }
+    };
+    let f = i.weights.inputs();
+    if req.inputs.is_empty() {
+        outcome("invalid");
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {EXPECTED}: `inputs` is empty"),
+        );
+    }
+    // More rows than the queue holds could never be accepted.
+    let most = i.cfg.max_inputs.min(i.stream.capacity());
+    if req.inputs.len() > most {
+        outcome("invalid");
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{} inputs in one request; at most {most}", req.inputs.len()),
+        );
+    }
+    if let Some((k, row)) = req.inputs.iter().enumerate().find(|(_, r)| r.len() != f) {
+        outcome("invalid");
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "expected {f} numbers per input: inputs[{k}] has {}",
+                row.len()
+            ),
+        );
+    }
+    if i.draining.load(Ordering::Acquire) {
+        outcome("unavailable");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: not accepting requests",
+        );
+    }
+    let rows = req.inputs.len();
+    if i.stream.queued() + rows > i.stream.capacity() {
+        return svc.overloaded();
+    }
+    let deadline = req
+        .deadline_ms
+        .map(Duration::from_millis)
+        .or(i.cfg.deadline)
+        .map(|d| Instant::now() + d);
+    let mut pending: Vec<Pending<Vec<f32>>> = Vec::with_capacity(rows);
+    for row in req.inputs {
+        let p = match deadline {
+            Some(d) => i.stream.try_infer_by(row, d),
+            None => i.stream.try_infer(row),
+        };
+        match p {
+            Ok(p) => pending.push(p),
+            // Dropping `pending` abandons the rows already queued.
+            Err(StreamError::Overloaded { .. }) => return svc.overloaded(),
+            Err(StreamError::DeadlinePassed) => {
+                outcome("deadline");
+                return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+            }
+            Err(_) => {
+                outcome("unavailable");
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "draining: not accepting requests",
+                );
+            }
+        }
+    }
+    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    let _counted = Counted::new(&i.in_flight, rows as u64);
+    let mut outputs = Vec::with_capacity(rows);
+    let mut failure = None;
+    for p in pending {
+        match p.await {
+            Ok(probs) => outputs.push(probs),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    i.drain
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .answered(rows as u64, svc.now());
+    match failure {
+        None => {
+            outcome("success");
+            let outputs = outputs
+                .iter()
+                .map(|p| Output {
+                    label: argmax(p).unwrap_or(0),
+                    probs: p,
+                })
+                .collect();
+            match serde_json::to_string(&InferResponse { outputs }) {
+                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
+        }
+        Some(StreamError::DeadlinePassed) => {
+            outcome("deadline");
+            error(StatusCode::GATEWAY_TIMEOUT, "deadline passed")
+        }
+        Some(StreamError::Overloaded { .. }) => svc.overloaded(),
+        Some(StreamError::Closed) => {
+            outcome("unavailable");
+            error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed")
+        }
+        Some(e) => {
+            outcome("failed");
+            tracing::error!("inference failed: {e}");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `signal` completes, then stops
+/// accepting and returns once every connection's requests are answered.
+///
+/// Each connection is its own task; request heads are bounded in size and
+/// time. Use a loopback address unless the service is meant to be reachable
+/// from elsewhere.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    signal: impl Future<Output = ()> + Send,
+) {
+    let (stop_tx, stop) = watch::channel(false);
+    let service = TowerToHyperService::new(app);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut conns = tokio::task::JoinSet::new();
+    let mut signal = std::pin::pin!(signal);
+    loop {
+        while conns.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            () = &mut signal => break,
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = &mut signal => break,
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: back off, then go on.
+                    tracing::debug!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        let service = service.clone();
+        let mut stop = stop.clone();
+        conns.spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_DEADLINE)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection: {e}");
+                    }
+                }
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                    // Finish the request in progress, then close.
+                    conn.as_mut().graceful_shutdown();
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection: {e}");
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+}
+
+/// Binds `addr` (warning when it is not a loopback address).
+pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!("serving on {addr}: reachable from other machines, without authentication");
+    }
+    Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_follows_the_backlog_and_the_drain_rate() {
+        let cap = Duration::from_secs(30);
+        assert_eq!(retry_after(1000, 100.0, cap), 10);
+        assert_eq!(retry_after(1001, 100.0, cap), 11);
+        assert_eq!(retry_after(10, 1000.0, cap), 1, "at least 1 s");
+        assert_eq!(retry_after(1_000_000, 10.0, cap), 30, "capped");
+        assert_eq!(retry_after(5, 0.0, cap), 30, "nothing measured yet");
+    }
+
+    #[test]
+    fn drain_rate_measures_windows_and_decays_when_idle() {
+        let mut d = DrainRate::default();
+        assert_eq!(d.rate(0.1), 0.0);
+        d.answered(100, 0.25);
+        d.answered(100, 0.5);
+        assert!((d.rate(0.5) - 400.0).abs() < 1e-9);
+        d.answered(100, 1.0);
+        assert!(
+            (d.rate(1.0) - 300.0).abs() < 1e-9,
+            "smoothed: {}",
+            d.rate(1.0)
+        );
+        // Nothing answered for 10 s: the estimate falls.
+        assert!(d.rate(11.0) < 30.0, "{}", d.rate(11.0));
+    }
+}

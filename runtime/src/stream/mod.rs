@@ -1,0 +1,737 @@
+//! Streaming inference: single requests in, batches out, each batch one job.
+//!
+//! ```text
+//!  callers ──infer / try_infer──▶ bounded queue ──▶ batcher ──batch (max size / max wait)──▶
+//!     ▲                          (full: Overloaded)     │          Model::build → Runtime::run_with
+//!     └──────── one answer each: output, Overloaded, DeadlinePassed, Failed ◀── Model::outputs
+//! ```
+//!
+//! A [`Model`] says how to make one kernel from a batch of inputs and how to
+//! take each input's output back out of it. [`Stream::start`] gives a cheap,
+//! cloneable handle. The batcher closes a batch when it holds
+//! [`StreamConfig::max_batch`] requests or when its oldest request has waited
+//! [`StreamConfig::max_wait`], and submits it as a job to the [`Runtime`]; up
+//! to [`StreamConfig::in_flight`] batches run at once, so the next batch can
+//! start on one device class while another still runs the previous one.
+//!
+//! Batches are too short to probe: each runs on the speed models the
+//! profiler learned from earlier batches, on the class predicted to finish it
+//! first or split across classes when that is sooner
+//! ([`Placement::Hybrid`]; [`Placement::Greedy`] for Triton's whole batches
+//! to the first free class).
+//!
+//! Every request is answered exactly once: its own output, or
+//! [`StreamError::Overloaded`], [`StreamError::DeadlinePassed`],
+//! [`StreamError::Failed`] (its batch's job failed), [`StreamError::Closed`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use coexec::stream::{Model, Stream, StreamConfig};
+//! use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+//!
+//! /// Doubles each input.
+//! struct Double;
+//! struct DoubleKernel { x: Vec<u64>, out: DisjointBuf<u64> }
+//!
+//! impl Kernel for DoubleKernel {
+//!     fn name(&self) -> &str { "double" }
+//!     fn items(&self) -> usize { self.x.len() }
+//!     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+//!         let out = self.out.chunk_mut(chunk); // exactly this chunk's outputs
+//!         for (o, x) in out.iter_mut().zip(&self.x[chunk.range()]) { *o = 2 * x; }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! impl Model for Double {
+//!     type Input = u64;
+//!     type Output = u64;
+//!     type Kernel = DoubleKernel;
+//!     fn build(&self, x: Vec<u64>) -> Result<DoubleKernel, KernelError> {
+//!         let out = DisjointBuf::new(x.len(), 1);
+//!         Ok(DoubleKernel { x, out })
+//!     }
+//!     fn outputs(&self, k: DoubleKernel) -> Result<Vec<u64>, KernelError> {
+//!         Ok(k.out.into_vec())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?);
+//! let stream = Stream::start(rt, Double, StreamConfig::new().max_batch(32))?;
+//! assert_eq!(stream.infer(21).await?, 42);
+//! stream.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use coexec_kernels::{Kernel, KernelError};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::{Error, JobOptions, Runtime};
+
+mod place;
+
+pub use place::Placement;
+use place::{Learned, Placer};
+
+/// How to serve a model over coexec: one kernel per batch of inputs.
+///
+/// `build` gets the inputs of a batch in arrival order; `outputs` must give
+/// back exactly one output per input, in the same order (a batch whose
+/// `outputs` has another length fails as a whole, so no caller ever receives
+/// another's output).
+pub trait Model: Send + Sync + 'static {
+    /// One request's input.
+    type Input: Send + 'static;
+    /// One request's output.
+    type Output: Send + 'static;
+    /// The kernel that computes a batch.
+    type Kernel: Kernel;
+    /// The kernel for a batch of inputs.
+    fn build(&self, inputs: Vec<Self::Input>) -> Result<Self::Kernel, KernelError>;
+    /// The outputs of a finished kernel, one per input, in order.
+    fn outputs(&self, kernel: Self::Kernel) -> Result<Vec<Self::Output>, KernelError>;
+}
+
+/// Why a request got no output.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The queue was full ([`Stream::try_infer`]); nothing was enqueued.
+    #[error("overloaded: the queue of {capacity} requests is full")]
+    Overloaded {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The request's deadline passed before its output was ready.
+    #[error("deadline passed")]
+    DeadlinePassed,
+    /// The job of the request's batch failed (shared by the whole batch).
+    #[error("batch failed: {0}")]
+    Failed(#[source] Arc<Error>),
+    /// The stream is shut down (or stopped before answering: a panic in the
+    /// model).
+    #[error("stream closed")]
+    Closed,
+}
+
+/// Timings of one batch, given to [`StreamConfig::on_batch`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct BatchTiming {
+    /// Requests that reached the kernel.
+    pub size: usize,
+    /// How long the oldest request waited in the queue before the batch closed.
+    pub oldest_wait: Duration,
+    /// The waits of all `size` requests, summed (their mean is this over `size`).
+    pub total_wait: Duration,
+    /// The stream's own time before the job: dropping abandoned and expired
+    /// requests, and [`Model::build`].
+    pub prepare: Duration,
+    /// The job: [`Runtime::run_with`], from call to return.
+    pub run: Duration,
+    /// The stream's own time after the job: [`Model::outputs`] and handing
+    /// every output to its caller.
+    pub deliver: Duration,
+}
+
+impl BatchTiming {
+    /// The stream path's own cost: `prepare + deliver`.
+    pub fn overhead(&self) -> Duration {
+        self.prepare + self.deliver
+    }
+}
+
+type Observer = Arc<dyn Fn(&BatchTiming) + Send + Sync>;
+
+/// The batcher's limits. Build with [`StreamConfig::new`] and its setters.
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = coexec::stream::StreamConfig::new()
+///     .max_batch(64)
+///     .max_wait(Duration::from_millis(2))
+///     .queue(1024);
+/// assert_eq!(cfg.max_batch_len(), 64);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct StreamConfig {
+    max_batch: usize,
+    max_wait: Duration,
+    queue: usize,
+    in_flight: usize,
+    job: JobOptions,
+    placement: Placement,
+    on_batch: Option<Observer>,
+}
+
+impl std::fmt::Debug for StreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamConfig")
+            .field("max_batch", &self.max_batch)
+            .field("max_wait", &self.max_wait)
+            .field("queue", &self.queue)
+            .field("in_flight", &self.in_flight)
+            .field("job", &self.job)
+            .field("placement", &self.placement)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamConfig {
+    /// Batches of up to 32 requests, 1 ms wait, a queue of 1024, 2 batches in flight.
+    pub fn new() -> Self {
+        Self {
+            max_batch: 32,
+            max_wait: Duration::from_millis(1),
+            queue: 1024,
+            in_flight: 2,
+            job: JobOptions::default(),
+            placement: Placement::Hybrid,
+            on_batch: None,
+        }
+    }
+
+    /// Most requests in one batch.
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n;
+        self
+    }
+
+    /// Longest a batch waits for more requests after its oldest arrived.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Requests the queue holds before [`Stream::try_infer`] answers overloaded.
+    pub fn queue(mut self, n: usize) -> Self {
+        self.queue = n;
+        self
+    }
+
+    /// Batches running at once (each a job; the runtime places them).
+    pub fn in_flight(mut self, n: usize) -> Self {
+        self.in_flight = n;
+        self
+    }
+
+    /// The options of every batch's job. A policy or device classes set
+    /// here take the placement's place ([`Placement::Runtime`]).
+    pub fn job(mut self, opts: JobOptions) -> Self {
+        if opts.policy.is_some() || opts.classes.is_some() {
+            self.placement = Placement::Runtime;
+        }
+        self.job = opts;
+        self
+    }
+
+    /// Where batches run (default [`Placement::Hybrid`]).
+    pub fn placement(mut self, p: Placement) -> Self {
+        self.placement = p;
+        self
+    }
+
+    /// Called once per batch that reached a kernel, on the task that ran it
+    /// (keep it short: it is on the path to the next batch's callers).
+    pub fn on_batch(mut self, f: impl Fn(&BatchTiming) + Send + Sync + 'static) -> Self {
+        self.on_batch = Some(Arc::new(f));
+        self
+    }
+
+    /// The batch limit set.
+    pub fn max_batch_len(&self) -> usize {
+        self.max_batch
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        for (what, v) in [
+            ("stream max_batch", self.max_batch),
+            ("stream queue", self.queue),
+            ("stream in_flight", self.in_flight),
+        ] {
+            if v == 0 {
+                return Err(Error::Config {
+                    what,
+                    why: "must be at least 1".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Request<M: Model> {
+    input: M::Input,
+    enqueued: Instant,
+    deadline: Option<Instant>,
+    reply: oneshot::Sender<Result<M::Output, StreamError>>,
+}
+
+struct Shared {
+    close: Notify,
+    done: watch::Receiver<bool>,
+    capacity: usize,
+}
+
+/// A cheap, cloneable handle to a batching stream over a [`Model`].
+///
+/// Dropping every handle closes the stream once its queue is drained; so does
+/// [`Stream::shutdown`], which also waits for it.
+pub struct Stream<M: Model> {
+    tx: mpsc::Sender<Request<M>>,
+    shared: Arc<Shared>,
+}
+
+impl<M: Model> Clone for Stream<M> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<M: Model> std::fmt::Debug for Stream<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("queued", &self.queued())
+            .field("capacity", &self.shared.capacity)
+            .finish()
+    }
+}
+
+impl<M: Model> Stream<M> {
+    /// Starts the batcher on the current tokio runtime. Errors on a zero
+    /// limit or outside a tokio runtime.
+    pub fn start(rt: Arc<Runtime>, model: M, cfg: StreamConfig) -> Result<Self, Error> {
+        cfg.check()?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| Error::Config {
+            what: "stream",
+            why: format!("must start inside a tokio runtime: {e}"),
+        })?;
+        let (tx, rx) = mpsc::channel(cfg.queue);
+        let (done_tx, done) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            close: Notify::new(),
+            done,
+            capacity: cfg.queue,
+        });
+        let placer = (cfg.placement != Placement::Runtime).then(|| {
+            let workers: Vec<usize> = rt.classes().iter().map(|c| c.workers).collect();
+            Arc::new(std::sync::Mutex::new(Placer::new(cfg.placement, &workers)))
+        });
+        let batcher = Batcher {
+            rt,
+            placer,
+            epoch: Instant::now(),
+            model: Arc::new(model),
+            cfg,
+            rx,
+            shared: shared.clone(),
+        };
+        handle.spawn(async move {
+            batcher.run().await;
+            let _ = done_tx.send(true);
+        });
+        Ok(Self { tx, shared })
+    }
+
+    /// The output for `input`, waiting for room in the queue first.
+    ///
+    /// Dropping the future before it is enqueued enqueues nothing; after, the
+    /// request still runs with its batch and its output is discarded.
+    pub async fn infer(&self, input: M::Input) -> Result<M::Output, StreamError> {
+        self.enqueue(input, None).await?.await
+    }
+
+    /// [`Stream::infer`] with a deadline: [`StreamError::DeadlinePassed`] if
+    /// neither room in the queue nor the output came by then.
+    pub async fn infer_by(
+        &self,
+        input: M::Input,
+        deadline: Instant,
+    ) -> Result<M::Output, StreamError> {
+        match tokio::time::timeout_at(deadline.into(), self.enqueue(input, Some(deadline))).await {
+            Ok(pending) => pending?.await,
+            Err(_) => Err(StreamError::DeadlinePassed),
+        }
+    }
+
+    /// Enqueues `input` at once, or answers [`StreamError::Overloaded`] when
+    /// the queue is full. Await the [`Pending`] for the output.
+    pub fn try_infer(&self, input: M::Input) -> Result<Pending<M::Output>, StreamError> {
+        self.try_infer_inner(input, None)
+    }
+
+    /// [`Stream::try_infer`] with a deadline.
+    pub fn try_infer_by(
+        &self,
+        input: M::Input,
+        deadline: Instant,
+    ) -> Result<Pending<M::Output>, StreamError> {
+        self.try_infer_inner(input, Some(deadline))
+    }
+
+    /// Requests waiting in the queue (not yet in a batch).
+    pub fn queued(&self) -> usize {
+        self.shared.capacity - self.tx.capacity()
+    }
+
+    /// The queue's capacity.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+
+    /// Stops taking requests (new ones get [`StreamError::Closed`]), answers
+    /// every queued and running one, and returns when the last is answered.
+    pub async fn shutdown(&self) {
+        self.shared.close.notify_one();
+        let mut done = self.shared.done.clone();
+        // An error means the batcher is gone, which is done as well.
+        let _ = done.wait_for(|d| *d).await;
+    }
+
+    fn request(
+        input: M::Input,
+        deadline: Option<Instant>,
+    ) -> Result<(Request<M>, Pending<M::Output>), StreamError> {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| d <= now) {
+            return Err(StreamError::DeadlinePassed);
+        }
+        let (reply, rx) = oneshot::channel();
+        let pending = Pending {
+            rx,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
+        };
+        let req = Request {
+            input,
+            enqueued: now,
+            deadline,
+            reply,
+        };
+        Ok((req, pending))
+    }
+
+    async fn enqueue(
+        &self,
+        input: M::Input,
+        deadline: Option<Instant>,
+    ) -> Result<Pending<M::Output>, StreamError> {
+        let (req, pending) = Self::request(input, deadline)?;
+        self.tx.send(req).await.map_err(|_| StreamError::Closed)?;
+        Ok(pending)
+    }
+
+    fn try_infer_inner(
+        &self,
+        input: M::Input,
+        deadline: Option<Instant>,
+    ) -> Result<Pending<M::Output>, StreamError> {
+        let (req, pending) = Self::request(input, deadline)?;
+        match self.tx.try_send(req) {
+            Ok(()) => Ok(pending),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(StreamError::Overloaded {
+                capacity: self.shared.capacity,
+            }),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(StreamError::Closed),
+        }
+    }
+}
+
+/// A request in the stream; resolves to its answer. Dropping it abandons the
+/// request (its batch runs on; its output is discarded).
+#[derive(Debug)]
+pub struct Pending<O> {
+    rx: oneshot::Receiver<Result<O, StreamError>>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<O> Future for Pending<O> {
+    type Output = Result<O, StreamError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(r) = Pin::new(&mut self.rx).poll(cx) {
+            // A dropped sender means the batcher died without answering.
+            return Poll::Ready(r.unwrap_or(Err(StreamError::Closed)));
+        }
+        match self.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(StreamError::DeadlinePassed)),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+/// The task that forms batches and starts their jobs.
+struct Batcher<M: Model> {
+    rt: Arc<Runtime>,
+    /// `None` under [`Placement::Runtime`].
+    placer: Option<Arc<std::sync::Mutex<Placer>>>,
+    /// The placer's clock starts here.
+    epoch: Instant,
+    model: Arc<M>,
+    cfg: StreamConfig,
+    rx: mpsc::Receiver<Request<M>>,
+    shared: Arc<Shared>,
+}
+
+impl<M: Model> Batcher<M> {
+    async fn run(mut self) {
+        let slots = Arc::new(Semaphore::new(self.cfg.in_flight));
+        let mut running = JoinSet::new();
+        let mut closing = false;
+        loop {
+            while running.try_join_next().is_some() {}
+            // A batch forms only once it can start: while every slot is busy,
+            // requests wait in the queue, which is what fills it.
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            let first = if closing {
+                self.rx.recv().await
+            } else {
+                tokio::select! {
+                    r = self.rx.recv() => r,
+                    () = self.shared.close.notified() => {
+                        closing = true;
+                        self.rx.close();
+                        self.rx.recv().await
+                    }
+                }
+            };
+            let Some(first) = first else { break };
+            let close_at = first.enqueued + self.cfg.max_wait;
+            let mut batch = Vec::with_capacity(self.cfg.max_batch.min(1024));
+            batch.push(first);
+            while batch.len() < self.cfg.max_batch {
+                match self.rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) if closing => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        match tokio::time::timeout_at(close_at.into(), self.rx.recv()).await {
+                            Ok(Some(r)) => batch.push(r),
+                            _ => break,
+                        }
+                    }
+                }
+            }
+            let job = BatchJob {
+                rt: self.rt.clone(),
+                placer: self.placer.clone(),
+                epoch: self.epoch,
+                model: self.model.clone(),
+                opts: self.cfg.job.clone(),
+                on_batch: self.cfg.on_batch.clone(),
+            };
+            running.spawn(async move {
+                job.run(batch).await;
+                drop(slot);
+            });
+        }
+        while running.join_next().await.is_some() {}
+    }
+}
+
+/// One batch's job, run on its own task.
+struct BatchJob<M: Model> {
+    rt: Arc<Runtime>,
+    placer: Option<Arc<std::sync::Mutex<Placer>>>,
+    epoch: Instant,
+    model: Arc<M>,
+    opts: JobOptions,
+    on_batch: Option<Observer>,
+}
+
+fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
+    // The placer's state stays consistent across a panic (none is expected).
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<M: Model> BatchJob<M> {
+    /// The options of a batch of `size`: placed by the placer (its policy,
+    /// its classes), or as configured.
+    fn place(&self, size: usize) -> (JobOptions, Option<u64>) {
+        let Some(p) = &self.placer else {
+            return (self.opts.clone(), None);
+        };
+        let now = self.epoch.elapsed().as_secs_f64();
+        match lock(p).place(size, now) {
+            Some(d) => {
+                let opts = JobOptions {
+                    policy: Some(d.policy()),
+                    classes: Some(d.classes()),
+                    ..self.opts.clone()
+                };
+                (opts, Some(d.ticket))
+            }
+            None => (self.opts.clone(), None),
+        }
+    }
+
+    /// Frees the batch's place and learns from its report (`None`: failed).
+    fn learn(&self, ticket: Option<u64>, report: Option<&crate::RunReport>) {
+        let (Some(p), Some(t)) = (&self.placer, ticket) else {
+            return;
+        };
+        let learned: Vec<Learned> = report.map_or(Vec::new(), |r| {
+            r.classes
+                .iter()
+                .map(|c| Learned {
+                    ran: c.items > 0,
+                    workers: c.workers,
+                    a: c.model_a_s,
+                    b: c.model_b_items_per_s,
+                })
+                .collect()
+        });
+        lock(p).finished(t, &learned);
+    }
+
+    async fn run(self, batch: Vec<Request<M>>) {
+        let closed = Instant::now();
+        let oldest_wait = batch
+            .first()
+            .map_or(Duration::ZERO, |r| closed - r.enqueued);
+        let mut inputs = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        let mut total_wait = Duration::ZERO;
+        for r in batch {
+            if r.reply.is_closed() {
+                continue; // its caller went away: no one to answer
+            }
+            if r.deadline.is_some_and(|d| d <= closed) {
+                let _ = r.reply.send(Err(StreamError::DeadlinePassed));
+                continue;
+            }
+            total_wait += closed - r.enqueued;
+            inputs.push(r.input);
+            replies.push(r.reply);
+        }
+        if replies.is_empty() {
+            return;
+        }
+        let size = replies.len();
+        let (opts, ticket) = self.place(size);
+        let kernel = self.model.build(inputs);
+        let started = Instant::now();
+        let (outputs, run, delivering) = match kernel {
+            Ok(k) => {
+                let done = self.rt.run_with(k, opts).await;
+                let (run, delivering) = (started.elapsed(), Instant::now());
+                self.learn(ticket, done.as_ref().ok().map(|d| &d.report));
+                let outs = done.and_then(|d| Ok(self.model.outputs(d.kernel)?));
+                (outs, run, delivering)
+            }
+            Err(e) => {
+                self.learn(ticket, None);
+                (Err(e.into()), Duration::ZERO, Instant::now())
+            }
+        };
+        let outputs = outputs.and_then(|o| {
+            if o.len() == size {
+                Ok(o)
+            } else {
+                Err(Error::Config {
+                    what: "model outputs",
+                    why: format!("{} outputs for a batch of {size} inputs", o.len()),
+                })
+            }
+        });
+        match outputs {
+            Ok(outs) => {
+                for (reply, out) in replies.into_iter().zip(outs) {
+                    let _ = reply.send(Ok(out));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for reply in replies {
+                    let _ = reply.send(Err(StreamError::Failed(e.clone())));
+                }
+            }
+        }
+        if let Some(f) = &self.on_batch {
+            f(&BatchTiming {
+                size,
+                oldest_wait,
+                total_wait,
+                prepare: started - closed,
+                run,
+                deliver: delivering.elapsed(),
+            });
+        }
+    }
+}
+
+/// A ready [`Model`] for [`Mlp`](coexec_kernels::workloads::Mlp) classifiers:
+/// an input is one row of features, an output its class probabilities.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use coexec::kernels::workloads::MlpWeights;
+/// use coexec::stream::{MlpModel, Stream, StreamConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let w = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
+/// let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.build()?);
+/// let stream = Stream::start(rt, MlpModel::new(w), StreamConfig::new())?;
+/// let probs = stream.infer(vec![0.0; 64]).await?;
+/// assert_eq!(probs.len(), 10);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MlpModel {
+    weights: Arc<coexec_kernels::workloads::MlpWeights>,
+}
+
+impl MlpModel {
+    /// Serves `weights`.
+    pub fn new(weights: Arc<coexec_kernels::workloads::MlpWeights>) -> Self {
+        Self { weights }
+    }
+}
+
+impl Model for MlpModel {
+    type Input = Vec<f32>;
+    type Output = Vec<f32>;
+    type Kernel = coexec_kernels::workloads::Mlp;
+
+    /// Refuses (failing the batch) a row of the wrong length; a server checks
+    /// rows before they reach the stream.
+    fn build(&self, rows: Vec<Vec<f32>>) -> Result<Self::Kernel, KernelError> {
+        let f = self.weights.inputs();
+        if let Some(r) = rows.iter().find(|r| r.len() != f) {
+            return Err(KernelError::invalid(
+                "mlp input",
+                format!("a row of {} features; the model takes {f}", r.len()),
+            ));
+        }
+        coexec_kernels::workloads::Mlp::new(self.weights.clone(), rows.concat())
+    }
+
+    fn outputs(&self, k: Self::Kernel) -> Result<Vec<Vec<f32>>, KernelError> {
+        let c = self.weights.classes();
+        Ok(k.into_probs()
+            .chunks_exact(c)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}

@@ -1,0 +1,567 @@
+//! Where each batch runs: the placer, a plain struct on a clock of its own
+//! (seconds as `f64`), so its decisions are tested on virtual time.
+//!
+//! A batch is too short to probe (a probe, a static and a dynamic chunk
+//! would each pay a device's fixed cost), so batches run on learned models:
+//! the profiler's `t(n) = a + n/b` per worker of each class, read from every
+//! batch's report. Under [`Placement::Hybrid`] a batch goes to the class
+//! predicted to finish it first, counting the batches each class already
+//! runs, or is split across classes when that finishes it sooner. A class
+//! with no model yet gets whole batches while it is free (the cold start
+//! learns from the first batches). [`Placement::Greedy`] is the baseline
+//! users know from Triton's CPU and GPU instance groups: whole batches to
+//! whichever class is free first.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use coexec_actors::policy::{Admission, Chunking, PlanContext, Policy, Probe, Steal};
+
+use crate::Error;
+
+/// How a stream places its batches on the device classes
+/// ([`StreamConfig::placement`](super::StreamConfig::placement)).
+///
+/// ```
+/// use coexec::stream::Placement;
+/// assert_eq!("greedy".parse::<Placement>().unwrap(), Placement::Greedy);
+/// assert!("fastest".parse::<Placement>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Placement {
+    /// Each batch on the class predicted to finish it first (classes busy
+    /// with earlier batches count), or split across classes by their speed
+    /// models when that finishes it sooner. No probe per batch.
+    #[default]
+    Hybrid,
+    /// Whole batches to whichever class is free first (Triton's instance
+    /// groups), for comparison.
+    Greedy,
+    /// Each batch is an ordinary job under the runtime's policy, probe
+    /// included (what [`StreamConfig::job`](super::StreamConfig::job) sets).
+    Runtime,
+}
+
+impl Placement {
+    /// The names `FromStr` takes.
+    pub const NAMES: &'static [&'static str] = &["hybrid", "greedy", "runtime"];
+}
+
+impl FromStr for Placement {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "hybrid" => Ok(Self::Hybrid),
+            "greedy" => Ok(Self::Greedy),
+            "runtime" => Ok(Self::Runtime),
+            _ => Err(Error::Config {
+                what: "placement",
+                why: format!("`{s}` is not one of {:?}", Self::NAMES),
+            }),
+        }
+    }
+}
+
+/// A split must finish at least this much sooner than the best single class
+/// to be worth a second class's fixed costs and the models' error.
+const SPLIT_GAIN: f64 = 0.05;
+
+/// What the placer knows of one class.
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    workers: usize,
+    /// Fixed seconds per chunk and items per second per worker (`b = None`:
+    /// no model yet).
+    a: f64,
+    b: Option<f64>,
+    /// Batches placed here and not yet finished: (ticket, predicted end).
+    running: Vec<(u64, f64)>,
+}
+
+impl Slot {
+    /// When the class is predicted to be free of its batches, from `now`.
+    fn free_at(&self, now: f64) -> f64 {
+        self.running.iter().map(|r| r.1).fold(now, f64::max)
+    }
+
+    /// Seconds for `n` items on this class, one chunk per worker.
+    fn time(&self, n: f64) -> Option<f64> {
+        let b = self.b?;
+        let w = (self.workers as f64).min(n.max(1.0));
+        Some(self.a + n / (w * b))
+    }
+
+    fn usable(&self) -> bool {
+        self.workers > 0
+    }
+}
+
+/// A batch's place: the share of its items per class, and the ticket that
+/// [`Placer::finished`] takes back.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    pub(crate) ticket: u64,
+    /// Per class (the runtime's order), summing to 1.
+    pub(crate) shares: Vec<f64>,
+    /// Predicted end on the placer's clock (`NaN` while a model is missing).
+    pub(crate) finish: f64,
+}
+
+impl Decision {
+    /// The classes with a share.
+    pub(crate) fn classes(&self) -> Vec<usize> {
+        (0..self.shares.len())
+            .filter(|&c| self.shares[c] > 0.0)
+            .collect()
+    }
+}
+
+/// What one class did in a finished batch (from its report).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Learned {
+    /// Whether the class ran items of this batch (its model is then the
+    /// newest; another class's is what the profiler had at admission).
+    pub(crate) ran: bool,
+    pub(crate) workers: usize,
+    pub(crate) a: f64,
+    /// Items per second per worker; 0 when unknown.
+    pub(crate) b: f64,
+}
+
+/// Places batches; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Placer {
+    mode: Placement,
+    slots: Vec<Slot>,
+    next: u64,
+}
+
+impl Placer {
+    /// A placer over classes with `workers[c]` workers each.
+    pub(crate) fn new(mode: Placement, workers: &[usize]) -> Self {
+        Self {
+            mode,
+            slots: workers
+                .iter()
+                .map(|&workers| Slot {
+                    workers,
+                    ..Default::default()
+                })
+                .collect(),
+            next: 0,
+        }
+    }
+
+    /// Seeds class `c`'s model (a stored profile, or a test).
+    #[cfg(test)]
+    fn set_model(&mut self, c: usize, a: f64, b: f64) {
+        self.slots[c].a = a;
+        self.slots[c].b = Some(b);
+    }
+
+    /// Where a batch of `items` items closed at `now` runs. `None` when no
+    /// class has a worker in service (the runtime then fails the job).
+    pub(crate) fn place(&mut self, items: usize, now: f64) -> Option<Decision> {
+        let n = items.max(1) as f64;
+        let k = self.slots.len();
+        let usable: Vec<usize> = (0..k).filter(|&c| self.slots[c].usable()).collect();
+        if usable.is_empty() {
+            return None;
+        }
+        let one = |c: usize| {
+            let mut s = vec![0.0; k];
+            s[c] = 1.0;
+            s
+        };
+        let (shares, finish) = match self.mode {
+            Placement::Greedy => {
+                // Free first: fewest batches running, then predicted free
+                // soonest, then the runtime's order.
+                let c = *usable
+                    .iter()
+                    .min_by(|&&x, &&y| {
+                        let (sx, sy) = (&self.slots[x], &self.slots[y]);
+                        sx.running
+                            .len()
+                            .cmp(&sy.running.len())
+                            .then(sx.free_at(now).total_cmp(&sy.free_at(now)))
+                    })
+                    .unwrap_or(&usable[0]);
+                let s = &self.slots[c];
+                (one(c), s.free_at(now) + s.time(n).unwrap_or(f64::NAN))
+            }
+            Placement::Hybrid | Placement::Runtime => {
+                let unknown: Vec<usize> = usable
+                    .iter()
+                    .copied()
+                    .filter(|&c| self.slots[c].b.is_none())
+                    .collect();
+                let known: Vec<usize> = usable
+                    .iter()
+                    .copied()
+                    .filter(|&c| self.slots[c].b.is_some())
+                    .collect();
+                // Cold start: a class with no model learns from a whole batch
+                // when it is free (or when nothing is known at all).
+                let cold = unknown
+                    .iter()
+                    .copied()
+                    .find(|&c| self.slots[c].running.is_empty())
+                    .or_else(|| {
+                        known.is_empty().then(|| {
+                            *unknown
+                                .iter()
+                                .min_by_key(|&&c| self.slots[c].running.len())
+                                .unwrap_or(&unknown[0])
+                        })
+                    });
+                match cold {
+                    Some(c) => (one(c), f64::NAN),
+                    None => self.best(&known, n, now),
+                }
+            }
+        };
+        self.next += 1;
+        let ticket = self.next;
+        for (c, s) in shares.iter().enumerate() {
+            if *s > 0.0 {
+                let slot = &mut self.slots[c];
+                let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
+                slot.running.push((ticket, end));
+            }
+        }
+        Some(Decision {
+            ticket,
+            shares,
+            finish,
+        })
+    }
+
+    /// Shares and predicted finish of the best placement among `known`
+    /// classes: one class, or the split that finishes first when it gains
+    /// more than [`SPLIT_GAIN`].
+    fn best(&self, known: &[usize], n: f64, now: f64) -> (Vec<f64>, f64) {
+        let k = self.slots.len();
+        let single = known
+            .iter()
+            .map(|&c| {
+                let s = &self.slots[c];
+                (c, s.free_at(now) + s.time(n).unwrap_or(f64::INFINITY))
+            })
+            .min_by(|x, y| x.1.total_cmp(&y.1));
+        let Some((c1, t1)) = single else {
+            return (vec![0.0; k], f64::NAN);
+        };
+        let mut shares = vec![0.0; k];
+        if let Some((split, t)) = self.split(known, n, now) {
+            if t < now + (t1 - now) * (1.0 - SPLIT_GAIN) {
+                for (c, x) in split {
+                    shares[c] = x / n;
+                }
+                return (shares, t);
+            }
+        }
+        shares[c1] = 1.0;
+        (shares, t1)
+    }
+
+    /// The split of `n` items over `classes` that ends first, each class
+    /// starting when it is free and paying its fixed cost once: the end `T`
+    /// solves `Σ w·b·(T − free − a) = n`. A class that would get less than
+    /// one item per worker is left out. `None` unless two classes remain.
+    fn split(&self, classes: &[usize], n: f64, now: f64) -> Option<(Vec<(usize, f64)>, f64)> {
+        let mut active: Vec<usize> = classes.to_vec();
+        loop {
+            if active.len() < 2 {
+                return None;
+            }
+            let start = |c: usize| self.slots[c].free_at(now) + self.slots[c].a;
+            let rate = |c: usize| self.slots[c].workers as f64 * self.slots[c].b.unwrap_or(0.0);
+            // Classes in order of start; add them while the next starts
+            // before the running ones would be done.
+            active.sort_by(|&x, &y| start(x).total_cmp(&start(y)));
+            let (mut t, mut done, mut r) = (start(active[0]), 0.0, 0.0);
+            let mut end = f64::INFINITY;
+            for (i, &c) in active.iter().enumerate() {
+                let s = start(c);
+                done += r * (s - t);
+                t = s;
+                r += rate(c);
+                let next = active.get(i + 1).map_or(f64::INFINITY, |&d| start(d));
+                if r > 0.0 && done + r * (next - t) >= n {
+                    end = t + (n - done) / r;
+                    break;
+                }
+            }
+            if !end.is_finite() {
+                return None;
+            }
+            let got: Vec<(usize, f64)> = active
+                .iter()
+                .map(|&c| (c, rate(c) * (end - start(c)).max(0.0)))
+                .collect();
+            match got
+                .iter()
+                .filter(|(c, x)| *x < self.slots[*c].workers.max(1) as f64)
+                .min_by(|x, y| x.1.total_cmp(&y.1))
+            {
+                Some(&(c, _)) => active.retain(|&d| d != c),
+                None => return Some((got, end)),
+            }
+        }
+    }
+
+    /// A batch is over: frees its classes and learns from what its report
+    /// says of each class (`learned[c]`; empty when the batch failed).
+    pub(crate) fn finished(&mut self, ticket: u64, learned: &[Learned]) {
+        for slot in &mut self.slots {
+            slot.running.retain(|r| r.0 != ticket);
+        }
+        for (slot, l) in self.slots.iter_mut().zip(learned) {
+            slot.workers = l.workers;
+            let fresh = l.ran || slot.b.is_none();
+            if fresh && l.b.is_finite() && l.b > 0.0 && l.a.is_finite() && l.a >= 0.0 {
+                slot.a = l.a;
+                slot.b = Some(l.b);
+            }
+        }
+    }
+}
+
+/// The policy a placed batch runs under: the placer's shares and the
+/// method's static and dynamic phases, without the probe.
+/// The same phases as the runtime's own policy on one class, so a placed
+/// batch and an ordinary job differ only by the probe.
+#[derive(Debug)]
+pub(crate) struct Placed {
+    pub(crate) shares: Vec<f64>,
+}
+
+impl Policy for Placed {
+    fn name(&self) -> &'static str {
+        "stream"
+    }
+    fn describe(&self) -> &'static str {
+        "a stream's batch, placed on learned models (no probe)"
+    }
+    fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
+        let mut shares = self.shares.clone();
+        shares.resize(ctx.speeds.len(), 0.0);
+        Admission {
+            shares,
+            pool: false,
+            probe: Probe::None,
+            static_fraction: ctx.thresholds.static_fraction,
+            static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
+            chunking: Chunking::TimeGuided,
+            steal: Steal::Always,
+            guard: true,
+        }
+    }
+}
+
+impl Decision {
+    /// The batch's policy.
+    pub(crate) fn policy(&self) -> Arc<dyn Policy> {
+        Arc::new(Placed {
+            shares: self.shares.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run on virtual time: classes with true speeds (items/s per worker,
+    /// one worker each, no fixed cost), batches of `size` arriving every
+    /// `gap` seconds; each batch ends when its slowest part ends. Returns
+    /// (decisions, latencies, makespan).
+    fn simulate(
+        mode: Placement,
+        speeds: &[f64],
+        size: usize,
+        gap: f64,
+        batches: usize,
+    ) -> (Vec<Decision>, Vec<f64>, f64) {
+        let mut p = Placer::new(mode, &vec![1; speeds.len()]);
+        let mut free = vec![0.0f64; speeds.len()];
+        // (end, ticket, shares)
+        let mut running: Vec<(f64, u64, Vec<f64>)> = Vec::new();
+        let (mut decisions, mut lat) = (Vec::new(), Vec::new());
+        let mut makespan = 0.0f64;
+        // The report of a batch: a model for each class that ran in it.
+        let learned = |shares: &[f64]| -> Vec<Learned> {
+            speeds
+                .iter()
+                .zip(shares)
+                .map(|(&b, &s)| Learned {
+                    ran: s > 0.0,
+                    workers: 1,
+                    a: 0.0,
+                    b: if s > 0.0 { b } else { 0.0 },
+                })
+                .collect()
+        };
+        for i in 0..batches {
+            let now = i as f64 * gap;
+            // Batches over by now report back, in order of end.
+            running.sort_by(|x, y| x.0.total_cmp(&y.0));
+            while running.first().is_some_and(|r| r.0 <= now) {
+                let (_, t, shares) = running.remove(0);
+                p.finished(t, &learned(&shares));
+            }
+            let d = p.place(size, now).expect("a class");
+            let mut end = now;
+            for (c, s) in d.shares.iter().enumerate() {
+                if *s > 0.0 {
+                    free[c] = free[c].max(now) + size as f64 * s / speeds[c];
+                    end = end.max(free[c]);
+                }
+            }
+            running.push((end, d.ticket, d.shares.clone()));
+            lat.push(end - now);
+            makespan = makespan.max(end);
+            decisions.push(d);
+        }
+        (decisions, lat, makespan)
+    }
+
+    fn mean(v: &[f64]) -> f64 {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+
+    #[test]
+    fn cold_start_learns_from_whole_batches_not_probes() {
+        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
+        let d1 = p.place(32, 0.0).unwrap();
+        assert_eq!(d1.shares, vec![1.0, 0.0]);
+        // Class 0 is busy and class 1 has no model: it takes the next batch whole.
+        let d2 = p.place(32, 0.001).unwrap();
+        assert_eq!(d2.shares, vec![0.0, 1.0]);
+        let ran = |c: usize, b: f64| {
+            let mut l = [Learned {
+                ran: false,
+                workers: 1,
+                a: 0.0,
+                b: 0.0,
+            }; 2];
+            l[c] = Learned {
+                ran: true,
+                workers: 1,
+                a: 0.0,
+                b,
+            };
+            l
+        };
+        p.finished(d1.ticket, &ran(0, 1000.0));
+        p.finished(d2.ticket, &ran(1, 500.0));
+        // Both known and idle: the split by speed (2:1) ends first.
+        let d3 = p.place(30, 1.0).unwrap();
+        assert!((d3.shares[0] - 2.0 / 3.0).abs() < 1e-9, "{d3:?}");
+        assert!((d3.finish - (1.0 + 30.0 / 1500.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_busy_class_counts_in_the_prediction() {
+        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
+        p.set_model(0, 0.0, 1000.0);
+        p.set_model(1, 0.0, 500.0);
+        // 300 items on the fast class alone: busy until 0.3 s.
+        p.slots[1].workers = 0;
+        let first = p.place(300, 0.0).unwrap();
+        assert_eq!(first.shares, vec![1.0, 0.0]);
+        p.slots[1].workers = 1;
+        // The next batch: the fast class after 0.3 s + 0.032 s, or the slow
+        // one now in 0.064 s: the slow one, alone (a split gains nothing
+        // worth it, the fast class starts too late).
+        let d = p.place(32, 0.0).unwrap();
+        assert_eq!(d.shares, vec![0.0, 1.0], "{d:?}");
+        assert!((d.finish - 0.064).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_fixed_cost_keeps_small_batches_whole() {
+        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
+        p.set_model(0, 0.0, 1000.0);
+        // An accelerator 10x faster, but 5 ms per chunk: a batch of 2 is
+        // done sooner on the CPU (2 ms) than anywhere else.
+        p.set_model(1, 0.005, 10_000.0);
+        let d = p.place(2, 0.0).unwrap();
+        assert_eq!(d.shares, vec![1.0, 0.0]);
+        let d = p.place(1000, 10.0).unwrap();
+        assert!(d.shares[1] > 0.8, "{d:?}");
+    }
+
+    #[test]
+    fn a_class_out_of_service_is_never_chosen() {
+        let mut p = Placer::new(Placement::Greedy, &[0, 2]);
+        for i in 0..4 {
+            assert_eq!(p.place(8, i as f64).unwrap().shares, vec![0.0, 1.0]);
+        }
+        assert!(Placer::new(Placement::Hybrid, &[0, 0])
+            .place(8, 0.0)
+            .is_none());
+    }
+
+    #[test]
+    fn greedy_sends_whole_batches_to_the_free_class() {
+        let (d, _, _) = simulate(Placement::Greedy, &[1000.0, 500.0], 32, 1.0, 4);
+        // Light load: every batch finds class 0 free, whatever the models.
+        assert!(d.iter().all(|d| d.shares == vec![1.0, 0.0]));
+        let (d, _, _) = simulate(Placement::Greedy, &[1000.0, 500.0], 32, 0.001, 4);
+        assert_eq!(d[1].shares, vec![0.0, 1.0]);
+        assert!(d.iter().all(|d| d.shares.contains(&1.0)), "never split");
+    }
+
+    #[test]
+    fn light_load_hybrid_splits_each_batch_and_beats_greedy() {
+        let speeds = [1000.0, 500.0];
+        let (_, hy, _) = simulate(Placement::Hybrid, &speeds, 30, 1.0, 20);
+        let (_, gr, _) = simulate(Placement::Greedy, &speeds, 30, 1.0, 20);
+        // Past the cold start every batch takes 30/1500 s, against 30/1000.
+        assert!(hy[3..].iter().all(|l| (l - 0.02).abs() < 1e-9), "{hy:?}");
+        assert!(gr[3..].iter().all(|l| (l - 0.03).abs() < 1e-9), "{gr:?}");
+    }
+
+    #[test]
+    fn heavy_load_hybrid_keeps_both_classes_busy() {
+        // Arrivals at 1400 items/s against a capacity of 1500: neither the
+        // fast class alone (1000) nor a placement that idles a class keeps up.
+        let speeds = [1000.0, 500.0];
+        let n = 400;
+        let (d, hy, t_hy) = simulate(Placement::Hybrid, &speeds, 28, 0.02, n);
+        let (_, gr, t_gr) = simulate(Placement::Greedy, &speeds, 28, 0.02, n);
+        let work = 28.0 * n as f64 / 1500.0;
+        assert!(t_hy < 0.02 * n as f64 + 0.1, "hybrid kept up: {t_hy} s");
+        assert!(t_hy <= t_gr * 1.001, "hybrid {t_hy} s, greedy {t_gr} s");
+        assert!(work <= t_hy);
+        assert!(mean(&hy) <= mean(&gr), "{} vs {}", mean(&hy), mean(&gr));
+        assert!(d.iter().any(|d| d.shares[1] > 0.0));
+        // Latency stays bounded (no backlog grows).
+        assert!(hy[n - 1] < 0.1, "{}", hy[n - 1]);
+    }
+
+    #[test]
+    fn shares_are_a_distribution_and_tickets_free_their_classes() {
+        let mut p = Placer::new(Placement::Hybrid, &[2, 1, 1]);
+        p.set_model(0, 1e-4, 800.0);
+        p.set_model(1, 2e-3, 20_000.0);
+        p.set_model(2, 0.0, 50.0);
+        let mut tickets = Vec::new();
+        for (i, n) in [1usize, 3, 17, 64, 500, 4096].iter().enumerate() {
+            let d = p.place(*n, i as f64 * 1e-3).unwrap();
+            let sum: f64 = d.shares.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-9, "{d:?}");
+            assert!(d.shares.iter().all(|s| s.is_finite() && *s >= 0.0));
+            assert!(d.finish.is_finite());
+            tickets.push(d.ticket);
+        }
+        for t in tickets {
+            p.finished(t, &[]);
+        }
+        assert!(p.slots.iter().all(|s| s.running.is_empty()));
+    }
+}

@@ -1,0 +1,316 @@
+//! `coexec serve` as a user runs it: started on an ephemeral loopback port,
+//! every answer checked, good and bad, then SIGTERM with requests in flight.
+//!
+//! The client is a few lines of HTTP/1.1 over `std::net::TcpStream` (one
+//! request per connection), so the test adds no HTTP client dependency.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use coexec::kernels::workloads::LabeledRows;
+
+/// A running `coexec serve`, killed if the test ends early.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    _profiles: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "coexec-serve-test-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ (extra.len() as u128 * 7919)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--profile-dir"])
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("coexec serve starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("first line: {line:?}"))
+            .parse()
+            .unwrap();
+        Self {
+            child,
+            addr,
+            _profiles: TempDir(dir),
+        }
+    }
+
+    fn terminate(&mut self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM");
+    }
+
+    /// Waits (bounded) for the process to exit; its status.
+    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(t.elapsed() < limit, "did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // A server refusing a large body may close before reading it all.
+    for piece in body.chunks(64 * 1024) {
+        if s.write_all(piece).is_err() {
+            break;
+        }
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{text:?}"));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+fn test_rows() -> LabeledRows {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/models/digits_test.safetensors");
+    LabeledRows::load(p).unwrap()
+}
+
+fn request(rows: &[&[f32]]) -> Vec<u8> {
+    serde_json::json!({ "inputs": rows })
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn every_answer_good_and_bad() {
+    let srv = Server::start(&[
+        "--devices",
+        "cpu:1,sim:1@0.5",
+        "--queue",
+        "64",
+        "--max-batch",
+        "8",
+    ]);
+    let a = srv.addr;
+
+    assert_eq!(http(a, "GET", "/healthz", b"").status, 200);
+    assert_eq!(http(a, "GET", "/readyz", b"").status, 200);
+
+    // Good: 40 test rows, one output each, in order, as the model labels them.
+    let t = test_rows();
+    let rows: Vec<&[f32]> = t.x.chunks(t.features).take(40).collect();
+    let r = http(a, "POST", "/v1/infer", &request(&rows));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .contains("application/json"));
+    let outs = r.json()["outputs"].as_array().unwrap().clone();
+    assert_eq!(outs.len(), 40);
+    for (i, o) in outs.iter().enumerate() {
+        let probs: Vec<f64> = o["probs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(probs.len(), 10);
+        assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-4);
+        assert_eq!(o["label"].as_i64().unwrap(), t.predicted[i], "row {i}");
+    }
+    // Single rows, many requests: each its own answer.
+    for i in 40..50 {
+        let r = http(a, "POST", "/v1/infer", &request(&[rows_of(&t, i)]));
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.json()["outputs"][0]["label"].as_i64().unwrap(),
+            t.predicted[i]
+        );
+    }
+
+    // Bad input: 400 naming what was expected.
+    for (body, says) in [
+        (&b"{\"inputs\": [[1, 2"[..], "expected a JSON object"),
+        (b"not json", "expected a JSON object"),
+        (b"{\"rows\": []}", "inputs"),
+        (b"{\"inputs\": []}", "empty"),
+        (b"{\"inputs\": [[1, 2, 3]]}", "64 numbers"),
+        (b"{\"inputs\": [\"x\"]}", "expected a JSON object"),
+    ] {
+        let r = http(a, "POST", "/v1/infer", body);
+        assert_eq!(
+            r.status,
+            400,
+            "{:?}: {}",
+            String::from_utf8_lossy(body),
+            r.body
+        );
+        let e = r.json()["error"].as_str().unwrap().to_string();
+        assert!(e.contains(says), "{e:?} should say {says:?}");
+    }
+    let too_many: Vec<&[f32]> = (0..65).map(|i| rows_of(&t, i)).collect();
+    let r = http(a, "POST", "/v1/infer", &request(&too_many));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("at most 64"), "{}", r.body);
+
+    // A body over the limit (2 MiB).
+    let big = vec![b' '; 3 << 20];
+    let r = http(a, "POST", "/v1/infer", &big);
+    assert_eq!(r.status, 413, "{}", r.body);
+
+    // Wrong method, unknown path.
+    assert_eq!(http(a, "GET", "/v1/infer", b"").status, 405);
+    assert_eq!(http(a, "POST", "/healthz", b"{}").status, 405);
+    let r = http(a, "GET", "/v2/nothing", b"");
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().is_some());
+
+    // A deadline already passed.
+    let body = serde_json::json!({ "inputs": [rows_of(&t, 0)], "deadline_ms": 0 }).to_string();
+    let r = http(a, "POST", "/v1/infer", body.as_bytes());
+    assert_eq!(r.status, 504, "{}", r.body);
+
+    // Queue full: two requests of 60 rows at once against a queue of 64;
+    // one of them is refused with a Retry-After in whole seconds.
+    let sixty: Vec<&[f32]> = (0..60).map(|i| rows_of(&t, i)).collect();
+    let body = request(&sixty);
+    let mut refused = None;
+    for _ in 0..50 {
+        let answers: Vec<Answer> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| http(a, "POST", "/v1/infer", &body)))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(answers.iter().all(|r| r.status == 200 || r.status == 503));
+        if let Some(r) = answers.into_iter().find(|r| r.status == 503) {
+            refused = Some(r);
+            break;
+        }
+    }
+    let r = refused.expect("a 503 with 4 x 60 rows against a queue of 64");
+    let secs: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=30).contains(&secs), "{secs}");
+    assert!(r.json()["error"].as_str().unwrap().contains("overloaded"));
+
+    // Metrics: coexec's own and the service's, TEI/Triton style.
+    let m = http(a, "GET", "/metrics", b"");
+    assert_eq!(m.status, 200);
+    for name in [
+        "coexec_request_duration_seconds_bucket",
+        "coexec_request_queue_duration_seconds_bucket",
+        "coexec_request_inference_duration_seconds_bucket",
+        "coexec_batch_size_bucket",
+        "coexec_queue_size",
+        "coexec_requests_total{outcome=\"success\"}",
+        "coexec_requests_total{outcome=\"invalid\"}",
+        "coexec_requests_total{outcome=\"overloaded\"}",
+        "coexec_requests_total{outcome=\"deadline\"}",
+        "coexec_items_total",
+    ] {
+        assert!(m.body.contains(name), "{name} missing from /metrics");
+    }
+}
+
+fn rows_of(t: &LabeledRows, i: usize) -> &[f32] {
+    &t.x[i * t.features..(i + 1) * t.features]
+}
+
+#[test]
+fn sigterm_answers_every_accepted_request_and_exits_0() {
+    // A slow device, so that requests are still running when the signal comes.
+    let mut srv = Server::start(&["--devices", "sim:1@0.01", "--max-batch", "16"]);
+    let a = srv.addr;
+    let t = test_rows();
+    let rows: Vec<&[f32]> = (0..100).map(|i| rows_of(&t, i)).collect();
+    let body = request(&rows);
+    let answers = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| http(a, "POST", "/v1/infer", &body)))
+            .collect();
+        // Let the requests in, then ask the server to stop.
+        std::thread::sleep(Duration::from_millis(300));
+        srv.terminate();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["outputs"].as_array().unwrap().len(), 100);
+    }
+    let status = srv.wait(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    assert!(TcpStream::connect_timeout(&a, Duration::from_secs(1)).is_err());
+}

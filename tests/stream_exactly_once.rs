@@ -1,0 +1,245 @@
+//! The stream answers every request exactly once: random arrivals, batch
+//! limits, queue depths, deadlines, cancelled callers, and injected chunk
+//! failures (transient ones the runtime retries, and poisoned inputs that fail
+//! their whole batch).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+use coexec::stream::{Model, Stream, StreamConfig, StreamError};
+use coexec::Runtime;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    id: u64,
+    /// Every chunk holding it fails: its batch fails.
+    poison: bool,
+    /// The first chunk holding it fails once; the retry succeeds.
+    flaky: bool,
+}
+
+fn answer(id: u64) -> u64 {
+    id * 3 + 1
+}
+
+struct Tagged {
+    reqs: Vec<Req>,
+    out: DisjointBuf<u64>,
+    tried: Mutex<HashSet<usize>>,
+}
+
+impl Kernel for Tagged {
+    fn name(&self) -> &str {
+        "tagged"
+    }
+    fn items(&self) -> usize {
+        self.reqs.len()
+    }
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        let reqs = &self.reqs[chunk.range()];
+        if reqs.iter().any(|r| r.poison) {
+            return Err(KernelError::Injected(format!("poison at {}", chunk.lo())));
+        }
+        if reqs.iter().any(|r| r.flaky) && self.tried.lock().unwrap().insert(chunk.lo()) {
+            return Err(KernelError::Injected(format!("flaky at {}", chunk.lo())));
+        }
+        std::thread::sleep(Duration::from_micros(20 * reqs.len() as u64));
+        let out = self.out.chunk_mut(chunk);
+        for (o, r) in out.iter_mut().zip(reqs) {
+            *o = answer(r.id);
+        }
+        Ok(())
+    }
+}
+
+/// Records the ids of every batch whose outputs it handed back.
+#[derive(Default)]
+struct TaggedModel {
+    delivered: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Model for TaggedModel {
+    type Input = Req;
+    type Output = u64;
+    type Kernel = Tagged;
+    fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
+        let out = DisjointBuf::new(reqs.len(), 1);
+        Ok(Tagged {
+            reqs,
+            out,
+            tried: Mutex::default(),
+        })
+    }
+    fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
+        self.delivered
+            .lock()
+            .unwrap()
+            .extend(k.reqs.iter().map(|r| r.id));
+        Ok(k.out.into_vec())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Infer,
+    TryInfer,
+    /// `infer_by` with a deadline this many µs away.
+    Deadline(u64),
+    /// Dropped after this many µs.
+    Cancel(u64),
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        3 => Just(Call::Infer),
+        3 => Just(Call::TryInfer),
+        2 => (0u64..3000).prop_map(Call::Deadline),
+        1 => (0u64..2000).prop_map(Call::Cancel),
+    ]
+}
+
+fn runtime() -> Arc<Runtime> {
+    Arc::new(
+        Runtime::builder()
+            .devices("cpu:1,sim:1@0.5")
+            .unwrap()
+            .in_memory_profiles()
+            .build()
+            .unwrap(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn every_request_answered_exactly_once(
+        max_batch in 1usize..9,
+        max_wait_us in 0u64..2000,
+        queue in 1usize..12,
+        in_flight in 1usize..3,
+        reqs in proptest::collection::vec(
+            (0u64..400, call(), proptest::bool::weighted(0.05), proptest::bool::weighted(0.1)),
+            1..40,
+        ),
+    ) {
+        let rt = runtime();
+        let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let model = TaggedModel::default();
+        let delivered = model.delivered.clone();
+        let n = reqs.len();
+        let (answers, after) = tokio.block_on(async {
+            let cfg = StreamConfig::new()
+                .max_batch(max_batch)
+                .max_wait(Duration::from_micros(max_wait_us))
+                .queue(queue)
+                .in_flight(in_flight);
+            let stream = Stream::start(rt.clone(), model, cfg).unwrap();
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for (i, &(at_us, call, poison, flaky)) in reqs.iter().enumerate() {
+                let s = stream.clone();
+                let req = Req { id: i as u64, poison, flaky };
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep_until((start + Duration::from_micros(at_us)).into()).await;
+                    let r = match call {
+                        Call::Infer => s.infer(req).await,
+                        Call::TryInfer => match s.try_infer(req) {
+                            Ok(p) => p.await,
+                            Err(e) => Err(e),
+                        },
+                        Call::Deadline(us) => s.infer_by(req, Instant::now() + Duration::from_micros(us)).await,
+                        Call::Cancel(us) => {
+                            let _ = tokio::time::timeout(Duration::from_micros(us), s.infer(req)).await;
+                            return None;
+                        }
+                    };
+                    Some(r)
+                }));
+            }
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(tokio::time::timeout(Duration::from_secs(30), t).await.expect("answered").unwrap());
+            }
+            tokio::time::timeout(Duration::from_secs(30), stream.shutdown()).await.expect("drains");
+            let after = stream.infer(Req { id: 9999, poison: false, flaky: false }).await;
+            (answers, after)
+        });
+        prop_assert!(matches!(after, Err(StreamError::Closed)), "{after:?}");
+        let delivered = delivered.lock().unwrap().clone();
+        let mut seen = HashMap::new();
+        for id in &delivered {
+            *seen.entry(*id).or_insert(0) += 1;
+        }
+        prop_assert!(seen.values().all(|&c| c == 1), "an input delivered twice: {delivered:?}");
+        prop_assert_eq!(answers.len(), n);
+        for (i, a) in answers.iter().enumerate() {
+            let (_, call, poison, _) = reqs[i];
+            let Some(a) = a else { continue };
+            match a {
+                Ok(v) => {
+                    prop_assert_eq!(*v, answer(i as u64), "request {} got another's output", i);
+                    prop_assert!(!poison);
+                    prop_assert!(seen.contains_key(&(i as u64)));
+                }
+                Err(StreamError::Overloaded { .. }) => prop_assert!(matches!(call, Call::TryInfer)),
+                Err(StreamError::DeadlinePassed) => prop_assert!(matches!(call, Call::Deadline(_))),
+                Err(StreamError::Failed(_)) => {}
+                Err(e) => prop_assert!(false, "request {i}: unexpected {e}"),
+            }
+            // A plain `infer` of a healthy input in a batch without poison succeeds.
+            if matches!(call, Call::Infer) && !reqs.iter().any(|r| r.2) {
+                prop_assert!(a.is_ok(), "request {i}: {a:?}");
+            }
+        }
+        drop(tokio);
+    }
+}
+
+/// A full queue answers `try_infer` with `Overloaded` at once, and everything
+/// accepted is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_is_overloaded_and_drains_on_shutdown() {
+    let cfg = StreamConfig::new()
+        .max_batch(1)
+        .max_wait(Duration::ZERO)
+        .queue(2)
+        .in_flight(1);
+    let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
+    let mut pending = Vec::new();
+    let mut overloaded = 0;
+    for id in 0..50 {
+        match stream.try_infer(Req {
+            id,
+            poison: false,
+            flaky: false,
+        }) {
+            Ok(p) => pending.push((id, p)),
+            Err(StreamError::Overloaded { capacity }) => {
+                assert_eq!(capacity, 2);
+                overloaded += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(overloaded > 0, "50 at once into a queue of 2");
+    let shutdown = stream.clone();
+    let drained = tokio::spawn(async move { shutdown.shutdown().await });
+    for (id, p) in pending {
+        assert_eq!(p.await.unwrap(), answer(id));
+    }
+    drained.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_limits_are_refused() {
+    for cfg in [
+        StreamConfig::new().max_batch(0),
+        StreamConfig::new().queue(0),
+        StreamConfig::new().in_flight(0),
+    ] {
+        assert!(Stream::start(runtime(), TaggedModel::default(), cfg).is_err());
+    }
+}
