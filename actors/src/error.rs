@@ -24,7 +24,9 @@ pub enum ActorError {
         why: String,
     },
     /// A chunk kept failing; the job gave up.
-    #[error("job `{kernel}` failed: items {lo}..{hi} failed {attempts} times; last error: {last}")]
+    #[error(
+        "job `{kernel}` failed: items {lo}..{hi} failed {attempts} times; last error: {source}"
+    )]
     ChunkFailed {
         /// Kernel name.
         kernel: String,
@@ -34,8 +36,9 @@ pub enum ActorError {
         hi: usize,
         /// Attempts made.
         attempts: u32,
-        /// The last error.
-        last: String,
+        /// The last attempt's error.
+        #[source]
+        source: KernelError,
     },
     /// A kernel method panicked, or a kernel contradicted itself (its
     /// `items()` changed during its run).

@@ -41,14 +41,21 @@ pub mod trace;
 
 pub use builder::Builder;
 pub use coexec_actors::policy::Thresholds;
-pub use coexec_actors::profiler::ProfileFile;
 pub use coexec_actors::ActorError;
 pub use coexec_actors::{
-    ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport,
-    RunReport,
+    ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, JobOptions,
+    JobOrder, Phase, ProbeReport, RunReport,
 };
 pub use error::Error;
+pub use profile::ProfileFile;
 pub use runtime::{Done, Runtime};
+
+/// What the profiler keeps per machine ([`Runtime::profile`]): per kernel,
+/// a speed model for each device class and the last split.
+pub mod profile {
+    pub use coexec_actors::perfmodel::{Sample, SpeedModel};
+    pub use coexec_actors::profiler::{Fingerprint, KernelProfile, ProfileFile};
+}
 
 /// Kernels: the trait, the claim ([`Chunk`](kernels::Chunk)), the output
 /// buffer and the workloads.

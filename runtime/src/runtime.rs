@@ -9,6 +9,7 @@ use crate::{Builder, Error};
 
 /// A finished run: the kernel back, with every item computed, and its report.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Done<K> {
     /// The kernel, holding its outputs.
     pub kernel: K,
@@ -142,7 +143,7 @@ impl Runtime {
     }
 
     /// Everything the profiler knows.
-    pub async fn profile(&self) -> Result<crate::ProfileFile, Error> {
+    pub async fn profile(&self) -> Result<crate::profile::ProfileFile, Error> {
         Ok(self.engine.profile().await?)
     }
 

@@ -680,7 +680,7 @@ impl JobCore {
     }
 
     /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
-    pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: &KernelError) -> After {
+    pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: KernelError) -> After {
         self.in_flight -= 1;
         self.busy_until[w] = 0.0;
         self.running[w] = false;
@@ -696,7 +696,7 @@ impl JobCore {
                 lo: chunk.range.start,
                 hi: chunk.range.end,
                 attempts,
-                last: err.to_string(),
+                source: err,
             });
         } else {
             let r = chunk.range.clone();

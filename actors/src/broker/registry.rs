@@ -17,6 +17,7 @@ use crate::{ActorError, RunReport};
 /// Which job a free worker serves first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum JobOrder {
     /// Oldest first; a later job gets the workers the earlier ones cannot use.
     #[default]

@@ -459,6 +459,7 @@ fn hex_float(s: &[u8]) -> Option<f64> {
 
 /// kmeans parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct KmeansConfig {
     /// Number of clusters `K`.
     pub clusters: usize,
@@ -665,6 +666,7 @@ impl Kernel for KmeansStep {
 
 /// The outcome of a kmeans job.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct KmeansResult {
     /// `K`.
     pub clusters: usize,

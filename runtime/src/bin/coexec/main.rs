@@ -365,10 +365,7 @@ async fn run(
     let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, speed_sum)?;
     let prepare_s = t.elapsed().as_secs_f64();
-    let opts = JobOptions {
-        trace: trace.is_some(),
-        ..Default::default()
-    };
+    let opts = JobOptions::new().trace(trace.is_some());
     let bars = progress::start(rt.clone(), w.items() as u64, common.quiet || json || print);
     let outcome = w.run(&rt, opts).await;
     bars.finish();
@@ -451,7 +448,9 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
                 * match c.kind {
                     coexec::DeviceKind::Cpu => 1.0,
                     coexec::DeviceKind::Sim { speed, .. } => speed,
-                    coexec::DeviceKind::Cuda { .. } => 10.0,
+                    // A GPU, or a kind of accelerator added since: a guess
+                    // the first run's probe corrects.
+                    _ => 10.0,
                 }
         })
         .sum()
