@@ -52,6 +52,11 @@ pub enum ActorError {
     /// The job was cancelled because the runtime shut down.
     #[error("the runtime shut down before the job finished")]
     Shutdown,
+    /// The job was cancelled because its caller stopped waiting for it (the
+    /// future of `run` was dropped). Nobody is left to receive this; it names
+    /// the job's end in logs.
+    #[error("the job was cancelled: its caller stopped waiting")]
+    Cancelled,
     /// A device could not be started.
     #[error("device {device}: {source}")]
     Device {

@@ -63,7 +63,8 @@ fn handle() -> Result<PrometheusHandle, Error> {
 pub(crate) struct MetricsServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Answered by the server's thread as it ends (its connections closed).
+    ended: Option<oneshot::Receiver<()>>,
 }
 
 impl MetricsServer {
@@ -91,14 +92,20 @@ impl MetricsServer {
             .build()
             .map_err(|e| Error::Metrics(e.to_string()))?;
         let (stop, stopped) = oneshot::channel();
-        let thread = std::thread::Builder::new()
+        let (end, ended) = oneshot::channel();
+        std::thread::Builder::new()
             .name("coexec-metrics".into())
-            .spawn(move || rt.block_on(serve(listener, handle, stopped)))
+            .spawn(move || {
+                rt.block_on(serve(listener, handle, stopped));
+                // Its connection tasks go with it.
+                drop(rt);
+                let _ = end.send(());
+            })
             .map_err(|e| Error::Metrics(e.to_string()))?;
         Ok(Self {
             addr,
             stop: Some(stop),
-            thread: Some(thread),
+            ended: Some(ended),
         })
     }
 
@@ -107,27 +114,28 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops the server and waits for its thread, off the async workers.
+    /// Stops the server and waits until its thread has closed every
+    /// connection, without blocking the caller's executor (the thread says
+    /// so on a channel; nothing is joined).
     pub(crate) async fn stop(mut self) {
-        let thread = self.signal();
-        if let Some(t) = thread {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        self.signal();
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.await;
         }
     }
 
-    fn signal(&mut self) -> Option<std::thread::JoinHandle<()>> {
+    fn signal(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.thread.take()
     }
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        // Not joined here: a drop may happen on an async worker. The thread
-        // ends as soon as it sees the signal; its connections go with it.
-        let _ = self.signal();
+        // Not waited for here: a drop may happen on an async worker. The
+        // thread ends as soon as it sees the signal; its connections go with it.
+        self.signal();
     }
 }
 

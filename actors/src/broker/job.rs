@@ -766,7 +766,8 @@ impl JobCore {
         after
     }
 
-    /// Fails the job at once (shutdown).
+    /// Ends the job at once (shutdown, or its caller stopped waiting): no
+    /// more claims; chunks in flight complete into a job that is over.
     pub(crate) fn cancel(&mut self, why: ActorError) {
         if !self.finished {
             self.failed = Some(why);

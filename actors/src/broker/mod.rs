@@ -196,6 +196,13 @@ impl Broker {
     }
 
     fn admit(&mut self, m: Submit, stored: Stored) {
+        if m.reply.is_closed() {
+            // Its caller stopped waiting before it was admitted: nothing to
+            // run, nobody to answer; the kernel goes with `m`.
+            drop(m);
+            self.reg.forgive();
+            return;
+        }
         let Stored { models, split } = stored;
         let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
         let kernel = m.kernel;
