@@ -24,7 +24,8 @@ pub const DEFAULT_STREAMS: usize = 2;
 /// Where profiles go: this directory, or only memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileDir {
-    /// `COEXEC_PROFILE_DIR`, else the user's cache directory (`~/.cache/coexec`).
+    /// The user's cache directory (`~/.cache/coexec`), or only memory where
+    /// there is none. No environment variable is read.
     Default,
     /// This directory.
     At(PathBuf),
@@ -244,12 +245,9 @@ impl Engine {
         let store = match &cfg.profile_dir {
             ProfileDir::InMemory => ProfileStore::in_memory(fingerprint),
             ProfileDir::At(d) => ProfileStore::open(d, fingerprint),
-            ProfileDir::Default => match std::env::var_os("COEXEC_PROFILE_DIR") {
-                Some(d) if !d.is_empty() => ProfileStore::open(&PathBuf::from(d), fingerprint),
-                _ => match dirs::cache_dir() {
-                    Some(d) => ProfileStore::open(&d.join("coexec"), fingerprint),
-                    None => ProfileStore::in_memory(fingerprint),
-                },
+            ProfileDir::Default => match dirs::cache_dir() {
+                Some(d) => ProfileStore::open(&d.join("coexec"), fingerprint),
+                None => ProfileStore::in_memory(fingerprint),
             },
         };
         let profile_path = store.path().map(PathBuf::from);

@@ -5,6 +5,13 @@
 //! is its own task (idle or slow clients hold only themselves), the request
 //! head is bounded in size ([`MAX_HEAD`]) and in time ([`HEAD_DEADLINE`]),
 //! and a whole connection has a deadline ([`CONNECTION_DEADLINE`]).
+//!
+//! What ends with the runtime: the server, its tokio runtime and its thread
+//! (the histogram upkeep runs there too). What does not: the recorder. The
+//! `metrics` crate has one global recorder per process, set once and never
+//! removed, so the first runtime built with metrics installs coexec's and it
+//! stays until the process exits; later runtimes record into it and later
+//! exporters serve it (see `Builder::metrics`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -37,7 +44,8 @@ pub(crate) const MAX_HEAD: usize = 8 * 1024;
 const MAX_CONNECTIONS: usize = 512;
 
 /// The recorder is global to the process: installed once, shared by every
-/// runtime that serves metrics.
+/// runtime that serves metrics, never removed (the `metrics` crate has no
+/// way to).
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 fn handle() -> Result<PrometheusHandle, Error> {

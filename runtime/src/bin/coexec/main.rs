@@ -256,6 +256,10 @@ pub(crate) fn build(
     devices: Option<&str>,
     in_memory: bool,
 ) -> Result<Runtime, Failure> {
+    // The library reads no environment: the command line does, for
+    // COEXEC_DEVICES and COEXEC_POLICY through its flags and for
+    // COEXEC_PROFILE_DIR below (`bench` without --profile-dir stays in
+    // memory whatever it says).
     let mut b = Runtime::builder().policy(&common.policy);
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
@@ -266,7 +270,10 @@ pub(crate) fn build(
     b = match &common.profile_dir {
         Some(d) => b.profile_dir(d),
         None if in_memory => b.in_memory_profiles(),
-        None => b,
+        None => match std::env::var_os("COEXEC_PROFILE_DIR").filter(|d| !d.is_empty()) {
+            Some(d) => b.profile_dir(d),
+            None => b,
+        },
     };
     let rt = b.build()?;
     if let Some(addr) = rt.metrics_addr() {
