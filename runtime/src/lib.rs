@@ -30,6 +30,14 @@
 //! rt.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! In async code coexec behaves as a tokio user expects: no call blocks an
+//! executor thread ([`Runtime::shutdown`] and dropping the runtime wait for
+//! coexec's threads on a thread of their own); dropping the future of
+//! [`Runtime::run`] cancels the job (see its docs); [`Runtime::builder`] reads
+//! no environment variable ([`Builder::from_env`] does); the structs handed
+//! back or filled in are `#[non_exhaustive]`, with setters where you fill
+//! them ([`JobOptions::new`], [`Thresholds`]).
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
