@@ -157,7 +157,8 @@ impl<T> DisjointBuf<T> {
         assert!(grain > 0, "grain 0");
         let blocks = chunk.lo() / grain..chunk.hi().div_ceil(grain);
         assert!(
-            chunk.lo() % grain == 0 && (chunk.hi() % grain == 0 || blocks.end == self.items()),
+            chunk.lo().is_multiple_of(grain)
+                && (chunk.hi().is_multiple_of(grain) || blocks.end == self.items()),
             "chunk {:?} is not aligned on grain {grain}",
             chunk.range()
         );
