@@ -61,7 +61,7 @@ pub use runtime::{Done, Runtime};
 /// What the profiler keeps per machine ([`Runtime::profile`]): per kernel,
 /// a speed model for each device class and the last split.
 pub mod profile {
-    pub use coexec_actors::perfmodel::{Sample, SpeedModel};
+    pub use coexec_actors::perfmodel::{Sample, SpeedModel, WINDOW};
     pub use coexec_actors::profiler::{Fingerprint, KernelProfile, ProfileFile};
 }
 
@@ -77,15 +77,15 @@ pub mod kernels {
     /// test kernels.
     pub mod workloads {
         pub use coexec_kernels::workloads::{
-            busy_ns_per_round, check_bytes, Bodies, GlibcRand, KmeansConfig, KmeansData, KmeansJob,
-            KmeansResult, KmeansStep, Matmul, MatmulJob, MatmulProblem, MatmulResult, NbodyJob,
-            NbodyProblem, NbodyResult, NbodyStep, PathfinderJob, PathfinderProblem,
-            PathfinderResult, PathfinderStep,
+            busy_ns_per_round, check_bytes, memory_limit, Bodies, GlibcRand, KmeansConfig,
+            KmeansData, KmeansJob, KmeansResult, KmeansStep, Matmul, MatmulJob, MatmulProblem,
+            MatmulResult, NbodyJob, NbodyProblem, NbodyResult, NbodyStep, PathfinderJob,
+            PathfinderProblem, PathfinderResult, PathfinderStep,
         };
         pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
     }
 
-    /// A kernel's GPU twin ([`Kernel::cuda`](super::Kernel::cuda)) and the GPUs.
+    /// A kernel's GPU twin ([`Kernel::cuda`]) and the GPUs.
     pub mod cuda {
         pub use coexec_kernels::cuda::{CudaKernel, GpuInfo, StreamWorker};
     }
@@ -94,7 +94,8 @@ pub mod kernels {
 /// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
     pub use coexec_actors::policy::{
-        by_name, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds,
+        by_name, plan_shares, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal,
+        Thresholds, LATENCY_CHUNKS,
     };
 
     /// The names of the built-in policies, in the order `coexec policies`

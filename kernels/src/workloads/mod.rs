@@ -192,7 +192,7 @@ pub(crate) const MAX_BYTES: u64 = 64 << 30;
 
 /// The most one workload buffer may take: the memory this machine had
 /// available (`MemAvailable` in `/proc/meminfo`) when first asked, measured
-/// once per process; [`MAX_BYTES`] where that cannot be read. Asking for
+/// once per process; 64 GiB where that cannot be read. Asking for
 /// more would not fail at allocation (Linux overcommits) but abort, or bring
 /// the OOM killer, once the buffer is touched.
 pub fn memory_limit() -> u64 {
