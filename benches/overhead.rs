@@ -38,10 +38,7 @@ fn runtime(metrics: Option<SocketAddr>) -> Runtime {
 }
 
 fn options() -> JobOptions {
-    JobOptions {
-        policy: Some(coexec::policy::by_name("dynamic").expect("dynamic is registered")),
-        ..JobOptions::default()
-    }
+    JobOptions::new().policy(coexec::policy::by_name("dynamic").expect("dynamic is registered"))
 }
 
 fn overhead(c: &mut Criterion) {

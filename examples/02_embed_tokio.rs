@@ -1,9 +1,11 @@
 //! coexec inside an existing tokio service: many tasks submit small jobs at
-//! once, served fairly, while the service's own tasks keep running.
+//! once, served fairly, while the service's own tasks keep running; a
+//! request whose deadline passes cancels its job.
 //!
 //! `cargo run --release --example 02_embed_tokio`
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use coexec::kernels::Synthetic;
 use coexec::{JobOrder, Runtime};
@@ -32,6 +34,17 @@ async fn main() -> Result<(), coexec::Error> {
     println!(
         "64 jobs in {:.3}s; slowest job's makespan {worst:.4}s",
         started.elapsed().as_secs_f64()
+    );
+    // A request with a deadline: when the timeout drops the future, the job
+    // is cancelled (no more chunks are handed out) and the workers are free.
+    let late = tokio::time::timeout(
+        Duration::from_millis(20),
+        rt.run(Synthetic::new(5_000_000, 1_000)),
+    )
+    .await;
+    println!(
+        "a 5M-item job given 20 ms: {}",
+        if late.is_err() { "cancelled" } else { "done" }
     );
     Arc::try_unwrap(rt).expect("sole owner").shutdown().await;
     Ok(())

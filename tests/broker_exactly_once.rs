@@ -62,7 +62,7 @@ proptest! {
                 let rt = rt.clone();
                 let n = items + j * 7;
                 handles.push(tokio::spawn(async move {
-                    let opts = JobOptions { policy: Some(coexec::policy::by_name(p).unwrap()), ..Default::default() };
+                    let opts = JobOptions::new().policy(coexec::policy::by_name(p).unwrap());
                     let k = Flaky {
                         inner: Synthetic::new(n, 20),
                         every: every.unwrap_or(usize::MAX),

@@ -70,20 +70,8 @@ async fn works_from_a_current_thread_runtime_and_orders_by_priority() {
         .unwrap();
     // The low-priority job is long (~0.25 s on one core), so the small
     // high-priority one is surely admitted while it runs.
-    let low = rt.run_with(
-        Synthetic::new(2_000_000, 50),
-        JobOptions {
-            priority: 0,
-            ..Default::default()
-        },
-    );
-    let high = rt.run_with(
-        Synthetic::new(2_000, 50),
-        JobOptions {
-            priority: 10,
-            ..Default::default()
-        },
-    );
+    let low = rt.run_with(Synthetic::new(2_000_000, 50), JobOptions::new().priority(0));
+    let high = rt.run_with(Synthetic::new(2_000, 50), JobOptions::new().priority(10));
     let (low, high) = tokio::join!(low, high);
     let (low, high) = (low.unwrap(), high.unwrap());
     // Admitted together; the high-priority job ends first.

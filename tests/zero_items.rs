@@ -38,10 +38,7 @@ async fn zero_items_on_every_policy_and_device_mix() {
             .build()
             .unwrap();
         for name in coexec::policy::names() {
-            let opts = coexec::JobOptions {
-                policy: Some(coexec::policy::by_name(name).unwrap()),
-                ..Default::default()
-            };
+            let opts = coexec::JobOptions::new().policy(coexec::policy::by_name(name).unwrap());
             match rt.run_with(Synthetic::new(0, 10), opts).await {
                 Ok(mut done) => {
                     assert_eq!(done.report.items, 0);

@@ -22,6 +22,7 @@ pub enum End {
 /// What kind of processor a class is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum DeviceKind {
     /// CPU cores, one worker each.
     Cpu,
@@ -53,6 +54,7 @@ mod secs {
 
 /// One entry of a device spec: a device class and how many workers it gets.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct DeviceSpec {
     /// The processor.
     #[serde(flatten)]
@@ -248,6 +250,7 @@ impl fmt::Display for DeviceList {
 
 /// A device class as the runtime runs it: workers that share a speed model.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ClassInfo {
     /// Index among the runtime's classes.
     pub index: usize,

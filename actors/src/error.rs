@@ -24,7 +24,9 @@ pub enum ActorError {
         why: String,
     },
     /// A chunk kept failing; the job gave up.
-    #[error("job `{kernel}` failed: items {lo}..{hi} failed {attempts} times; last error: {last}")]
+    #[error(
+        "job `{kernel}` failed: items {lo}..{hi} failed {attempts} times; last error: {source}"
+    )]
     ChunkFailed {
         /// Kernel name.
         kernel: String,
@@ -34,8 +36,9 @@ pub enum ActorError {
         hi: usize,
         /// Attempts made.
         attempts: u32,
-        /// The last error.
-        last: String,
+        /// The last attempt's error.
+        #[source]
+        source: KernelError,
     },
     /// A kernel method panicked, or a kernel contradicted itself (its
     /// `items()` changed during its run).
@@ -49,6 +52,11 @@ pub enum ActorError {
     /// The job was cancelled because the runtime shut down.
     #[error("the runtime shut down before the job finished")]
     Shutdown,
+    /// The job was cancelled because its caller stopped waiting for it (the
+    /// future of `run` was dropped). Nobody is left to receive this; it names
+    /// the job's end in logs.
+    #[error("the job was cancelled: its caller stopped waiting")]
+    Cancelled,
     /// A device could not be started.
     #[error("device {device}: {source}")]
     Device {

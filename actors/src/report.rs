@@ -32,6 +32,7 @@ pub(crate) fn normalized(v: &[f64]) -> Vec<f64> {
 /// Which part of the method handed out a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Phase {
     /// Measuring the classes.
     Probe,
@@ -57,6 +58,7 @@ impl Phase {
 
 /// One chunk of a traced run.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ChunkRecord {
     /// Worker index.
     pub worker: usize,
@@ -72,8 +74,31 @@ pub struct ChunkRecord {
     pub phase: Phase,
 }
 
+impl ChunkRecord {
+    /// The record of items `items` run by `worker` from `start` to `end`
+    /// (seconds since the job started), for tools that assemble reports of
+    /// their own; the runtime makes these when tracing is on.
+    pub fn new(
+        worker: usize,
+        items: std::ops::Range<usize>,
+        start: f64,
+        end: f64,
+        phase: Phase,
+    ) -> Self {
+        Self {
+            worker,
+            lo: items.start,
+            hi: items.end,
+            start,
+            end,
+            phase,
+        }
+    }
+}
+
 /// One device class's part of a run.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ClassReport {
     /// Class name.
     pub name: String,
@@ -97,6 +122,7 @@ pub struct ClassReport {
 
 /// What the probe found.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ProbeReport {
     /// Cold (no stored model) or warm.
     pub kind: Probe,
@@ -113,7 +139,11 @@ pub struct ProbeReport {
 }
 
 /// The report of one run.
-#[derive(Debug, Clone, Serialize)]
+///
+/// Read its fields; `RunReport::default()` is an empty report, for tools
+/// that assemble reports of their own (a trace of another process's runs).
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
 pub struct RunReport {
     /// Kernel name.
     pub kernel: String,

@@ -24,7 +24,8 @@ pub const DEFAULT_STREAMS: usize = 2;
 /// Where profiles go: this directory, or only memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileDir {
-    /// `COEXEC_PROFILE_DIR`, else the user's cache directory (`~/.cache/coexec`).
+    /// The user's cache directory (`~/.cache/coexec`), or only memory where
+    /// there is none. No environment variable is read.
     Default,
     /// This directory.
     At(PathBuf),
@@ -244,12 +245,9 @@ impl Engine {
         let store = match &cfg.profile_dir {
             ProfileDir::InMemory => ProfileStore::in_memory(fingerprint),
             ProfileDir::At(d) => ProfileStore::open(d, fingerprint),
-            ProfileDir::Default => match std::env::var_os("COEXEC_PROFILE_DIR") {
-                Some(d) if !d.is_empty() => ProfileStore::open(&PathBuf::from(d), fingerprint),
-                _ => match dirs::cache_dir() {
-                    Some(d) => ProfileStore::open(&d.join("coexec"), fingerprint),
-                    None => ProfileStore::in_memory(fingerprint),
-                },
+            ProfileDir::Default => match dirs::cache_dir() {
+                Some(d) => ProfileStore::open(&d.join("coexec"), fingerprint),
+                None => ProfileStore::in_memory(fingerprint),
             },
         };
         let profile_path = store.path().map(PathBuf::from);
@@ -378,6 +376,10 @@ impl Engine {
     }
 
     /// Runs `kernel` to the end; every item exactly once, or an error.
+    ///
+    /// Dropping the returned future cancels the job: none of its chunks is
+    /// handed out any more, the chunks in flight finish and are discarded,
+    /// and the kernel is dropped once no worker holds it.
     pub async fn submit(
         &self,
         kernel: Arc<dyn Kernel>,
@@ -391,12 +393,17 @@ impl Engine {
         let vetted = Arc::new(Vetted::new(kernel.clone())?);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.reg.owe();
+        let mut waiting = Waiting {
+            reg: &self.reg,
+            reply: rx,
+            answered: false,
+        };
         self.broker.do_send(Submit {
             kernel: vetted.clone(),
             opts,
             reply: tx,
         });
-        let report = match rx.await {
+        let report = match waiting.answer().await {
             Ok(r) => r?,
             Err(_) => {
                 // Dropped unanswered: the actor system is gone.
@@ -428,23 +435,101 @@ impl Engine {
 
     /// Stops everything; with `cancel`, live jobs fail with
     /// [`ActorError::Shutdown`]. Saves the profile. Blocks until every thread
-    /// has ended (workers finish the chunk in hand first).
+    /// has ended (workers finish the chunk in hand first): for threads that
+    /// are not an async executor's; async code calls
+    /// [`Engine::shutdown_async`].
     pub fn shutdown(&mut self, cancel: bool) {
-        if self.system.is_none() {
-            return;
+        if let Some(s) = self.stop(cancel) {
+            s.wait();
         }
+    }
+
+    /// [`Engine::shutdown`] without blocking the caller: the threads are
+    /// waited for on a thread of its own, which answers when they have ended.
+    pub async fn shutdown_async(&mut self, cancel: bool) {
+        let Some(s) = self.stop(cancel) else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let waiter = std::thread::Builder::new()
+            .name("coexec-shutdown".into())
+            .spawn(move || {
+                s.wait();
+                let _ = tx.send(());
+            });
+        match waiter {
+            Ok(_) => {
+                let _ = rx.await;
+            }
+            // The threads still end on their own; only the wait is lost.
+            Err(e) => tracing::warn!("shutdown: cannot wait for the threads: {e}"),
+        }
+    }
+
+    /// Tells everything to stop (once) and hands back what to wait for.
+    fn stop(&mut self, cancel: bool) -> Option<Stopping> {
+        let system = self.system.take()?;
         self.reg.close(cancel);
-        for h in self.workers.drain(..) {
+        Some(Stopping {
+            workers: std::mem::take(&mut self.workers),
+            profiler: self.profiler.clone(),
+            system,
+            system_thread: self.system_thread.take(),
+        })
+    }
+}
+
+/// A stopped engine's threads, still finishing.
+struct Stopping {
+    workers: Vec<JoinHandle<()>>,
+    profiler: Addr<Profiler>,
+    system: actix::System,
+    system_thread: Option<JoinHandle<()>>,
+}
+
+impl Stopping {
+    /// Waits for the workers (each finishes the chunk in hand), saves the
+    /// profile, stops the actor system and waits for its thread: blocks for
+    /// up to a chunk's time plus the profile's write.
+    fn wait(self) {
+        for h in self.workers {
             let _ = h.join();
         }
         let (done, wait) = std::sync::mpsc::channel();
         self.profiler.do_send(Flush { done });
         let _ = wait.recv_timeout(Duration::from_secs(5));
-        if let Some(sys) = self.system.take() {
-            sys.stop();
-        }
-        if let Some(h) = self.system_thread.take() {
+        self.system.stop();
+        if let Some(h) = self.system_thread {
             let _ = h.join();
+        }
+    }
+}
+
+/// A submitter waiting for its job's answer. Dropped before the answer (the
+/// caller dropped the future of `submit`), it cancels the job.
+struct Waiting<'a> {
+    reg: &'a Registry,
+    reply: tokio::sync::oneshot::Receiver<Result<RunReport, ActorError>>,
+    answered: bool,
+}
+
+impl Waiting<'_> {
+    async fn answer(
+        &mut self,
+    ) -> Result<Result<RunReport, ActorError>, tokio::sync::oneshot::error::RecvError> {
+        let r = (&mut self.reply).await;
+        self.answered = true;
+        r
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            // Closed first: the job's sender now reads closed, which is how
+            // the broker (not yet admitted) and the scan below find it.
+            self.reply.close();
+            self.reg.cancel_abandoned();
         }
     }
 }
@@ -462,8 +547,24 @@ impl Drop for SystemGone {
 }
 
 impl Drop for Engine {
+    /// Stops now (live jobs fail with [`ActorError::Shutdown`]). On an async
+    /// executor's thread it does not wait for the threads, which end on their
+    /// own once the chunk in hand is done: a thread of its own waits for them
+    /// and saves the profile. Elsewhere it waits, as [`Engine::shutdown`].
     fn drop(&mut self) {
-        self.shutdown(true);
+        let Some(s) = self.stop(true) else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            s.wait();
+            return;
+        }
+        let waiter = std::thread::Builder::new()
+            .name("coexec-shutdown".into())
+            .spawn(move || s.wait());
+        if let Err(e) = waiter {
+            tracing::warn!("dropping the runtime: cannot wait for its threads: {e}");
+        }
     }
 }
 

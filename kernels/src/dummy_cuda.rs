@@ -7,6 +7,7 @@ const OFF: &str = "coexec was built without the `cuda` feature";
 
 /// A GPU as `coexec devices` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct GpuInfo {
     /// Ordinal among the visible devices.
     pub id: usize,

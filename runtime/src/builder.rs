@@ -8,6 +8,11 @@ use crate::{Error, Runtime};
 
 /// Builds a [`Runtime`].
 ///
+/// [`Runtime::builder`] starts from the defaults and reads no environment
+/// variable: what it builds depends only on the calls made. A program that
+/// wants coexec's variables (`COEXEC_DEVICES`, `COEXEC_POLICY`,
+/// `COEXEC_PROFILE_DIR`) to apply asks for them with [`Builder::from_env`].
+///
 /// ```
 /// # async fn demo() -> Result<(), coexec::Error> {
 /// let rt = coexec::Runtime::builder()
@@ -20,32 +25,65 @@ use crate::{Error, Runtime};
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
     pub(crate) cfg: EngineConfig,
-    devices_set: bool,
-    policy_set: bool,
     pub(crate) metrics: Option<SocketAddr>,
 }
 
 impl Builder {
+    /// The defaults ([`Runtime::builder`]), then what the environment says:
+    ///
+    /// | variable             | as if                        |
+    /// |----------------------|------------------------------|
+    /// | `COEXEC_DEVICES`     | [`Builder::devices`]         |
+    /// | `COEXEC_POLICY`      | [`Builder::policy`]          |
+    /// | `COEXEC_PROFILE_DIR` | [`Builder::profile_dir`]     |
+    ///
+    /// An unset or empty variable leaves the default. Calls after this one
+    /// override the environment (the `coexec` command line reads the same
+    /// variables through its flags).
+    ///
+    /// ```
+    /// # fn demo() -> Result<(), coexec::Error> {
+    /// // The environment decides, unless the program says otherwise.
+    /// let rt = coexec::Builder::from_env()?.in_memory_profiles().build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_env() -> Result<Self, Error> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let mut b = Runtime::builder();
+        if let Some(spec) = var("COEXEC_DEVICES") {
+            b = b.devices(&spec)?;
+        }
+        if let Some(p) = var("COEXEC_POLICY") {
+            b = b.policy(&p);
+        }
+        if let Some(d) = std::env::var_os("COEXEC_PROFILE_DIR").filter(|d| !d.is_empty()) {
+            b = b.profile_dir(d);
+        }
+        Ok(b)
+    }
+
     /// The devices, as a spec (`cpu:2,sim:1@10+50us,cuda:0x4`). Default:
-    /// `COEXEC_DEVICES`, else every core and every GPU found.
+    /// every GPU found, with two streams each, and every core but one per
+    /// GPU.
     pub fn devices(mut self, spec: &str) -> Result<Self, Error> {
         self.cfg.devices = Some(spec.parse::<DeviceList>()?);
-        self.devices_set = true;
         Ok(self)
     }
 
     /// The devices, already parsed.
     pub fn device_list(mut self, devices: DeviceList) -> Self {
         self.cfg.devices = Some(devices);
-        self.devices_set = true;
         self
     }
 
-    /// The default policy (see `coexec policies`). Default: `COEXEC_POLICY`,
-    /// else `hybrid`.
+    /// The default policy (see `coexec policies`). Default: `hybrid`.
     pub fn policy(mut self, name: &str) -> Self {
         self.cfg.policy = name.to_string();
-        self.policy_set = true;
         self
     }
 
@@ -55,8 +93,8 @@ impl Builder {
         self
     }
 
-    /// Keep profiles in `dir` (default: `COEXEC_PROFILE_DIR`, else the
-    /// user's cache directory).
+    /// Keep profiles in `dir` (default: the user's cache directory,
+    /// `~/.cache/coexec` on Linux; only memory where there is none).
     pub fn profile_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cfg.profile_dir = ProfileDir::At(dir.into());
         self
@@ -82,28 +120,25 @@ impl Builder {
 
     /// Serve Prometheus metrics at `addr` (`/metrics` only). Use a loopback
     /// address unless the metrics are meant to be reachable from elsewhere.
+    ///
+    /// The server and its thread end with the runtime. The recorder the
+    /// metrics go to does not: the `metrics` crate takes one global
+    /// recorder per process and never gives it back, so coexec installs its
+    /// recorder on the first runtime built with `metrics` and it stays for
+    /// the life of the process — later runtimes (with or without an
+    /// exporter) record into it and later exporters serve it, values
+    /// accumulated by earlier runtimes included. A program that installed a
+    /// recorder of its own first gets [`Error::Metrics`] here; without any
+    /// recorder, coexec's metrics cost nothing.
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(addr);
         self
     }
 
     /// Starts the runtime: the actor system on its own thread, one thread per
-    /// worker. Call it from anywhere; it does not need a tokio runtime.
-    pub fn build(mut self) -> Result<Runtime, Error> {
-        if !self.devices_set {
-            if let Ok(spec) = std::env::var("COEXEC_DEVICES") {
-                if !spec.trim().is_empty() {
-                    self.cfg.devices = Some(spec.parse::<DeviceList>()?);
-                }
-            }
-        }
-        if !self.policy_set {
-            if let Ok(p) = std::env::var("COEXEC_POLICY") {
-                if !p.trim().is_empty() {
-                    self.cfg.policy = p.trim().to_string();
-                }
-            }
-        }
+    /// worker. Call it from anywhere; it does not need a tokio runtime. It
+    /// reads no environment variable ([`Builder::from_env`] does).
+    pub fn build(self) -> Result<Runtime, Error> {
         by_name(&self.cfg.policy)?;
         let t = &self.cfg.thresholds;
         let frac = |x: f64| (0.0..=1.0).contains(&x);

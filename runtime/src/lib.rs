@@ -30,6 +30,14 @@
 //! rt.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! In async code coexec behaves as a tokio user expects: no call blocks an
+//! executor thread ([`Runtime::shutdown`] and dropping the runtime wait for
+//! coexec's threads on a thread of their own); dropping the future of
+//! [`Runtime::run`] cancels the job (see its docs); [`Runtime::builder`] reads
+//! no environment variable ([`Builder::from_env`] does); the structs handed
+//! back or filled in are `#[non_exhaustive]`, with setters where you fill
+//! them ([`JobOptions::new`], [`Thresholds`]).
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -43,14 +51,21 @@ pub mod trace;
 
 pub use builder::Builder;
 pub use coexec_actors::policy::Thresholds;
-pub use coexec_actors::profiler::ProfileFile;
 pub use coexec_actors::ActorError;
 pub use coexec_actors::{
-    ClassInfo, ClassReport, DeviceKind, DeviceList, JobOptions, JobOrder, Phase, ProbeReport,
-    RunReport,
+    ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, JobOptions,
+    JobOrder, Phase, ProbeReport, RunReport,
 };
 pub use error::Error;
+pub use profile::ProfileFile;
 pub use runtime::{Done, Runtime};
+
+/// What the profiler keeps per machine ([`Runtime::profile`]): per kernel,
+/// a speed model for each device class and the last split.
+pub mod profile {
+    pub use coexec_actors::perfmodel::{Sample, SpeedModel, WINDOW};
+    pub use coexec_actors::profiler::{Fingerprint, KernelProfile, ProfileFile};
+}
 
 /// Kernels: the trait, the claim ([`Chunk`](kernels::Chunk)), the output
 /// buffer and the workloads.
@@ -64,15 +79,15 @@ pub mod kernels {
     /// test kernels.
     pub mod workloads {
         pub use coexec_kernels::workloads::{
-            argmax, busy_ns_per_round, check_bytes, Bodies, GlibcRand, KmeansConfig, KmeansData,
-            KmeansJob, KmeansResult, KmeansStep, LabeledRows, Matmul, MatmulJob, MatmulProblem,
-            MatmulResult, Mlp, MlpWeights, NbodyJob, NbodyProblem, NbodyResult, NbodyStep,
-            PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
+            argmax, busy_ns_per_round, check_bytes, memory_limit, Bodies, GlibcRand, KmeansConfig,
+            KmeansData, KmeansJob, KmeansResult, KmeansStep, LabeledRows, Matmul, MatmulJob,
+            MatmulProblem, MatmulResult, Mlp, MlpWeights, NbodyJob, NbodyProblem, NbodyResult,
+            NbodyStep, PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
         };
         pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
     }
 
-    /// A kernel's GPU twin ([`Kernel::cuda`](super::Kernel::cuda)) and the GPUs.
+    /// A kernel's GPU twin ([`Kernel::cuda`]) and the GPUs.
     pub mod cuda {
         pub use coexec_kernels::cuda::{CudaKernel, GpuInfo, StreamWorker};
     }
@@ -81,7 +96,8 @@ pub mod kernels {
 /// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
     pub use coexec_actors::policy::{
-        by_name, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, Thresholds,
+        by_name, plan_shares, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal,
+        Thresholds, LATENCY_CHUNKS,
     };
 
     /// The names of the built-in policies, in the order `coexec policies`

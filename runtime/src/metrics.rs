@@ -5,6 +5,13 @@
 //! is its own task (idle or slow clients hold only themselves), the request
 //! head is bounded in size ([`MAX_HEAD`]) and in time ([`HEAD_DEADLINE`]),
 //! and a whole connection has a deadline ([`CONNECTION_DEADLINE`]).
+//!
+//! What ends with the runtime: the server, its tokio runtime and its thread
+//! (the histogram upkeep runs there too). What does not: the recorder. The
+//! `metrics` crate has one global recorder per process, set once and never
+//! removed, so the first runtime built with metrics installs coexec's and it
+//! stays until the process exits; later runtimes record into it and later
+//! exporters serve it (see `Builder::metrics`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -37,7 +44,8 @@ pub(crate) const MAX_HEAD: usize = 8 * 1024;
 const MAX_CONNECTIONS: usize = 512;
 
 /// The recorder is global to the process: installed once, shared by every
-/// runtime that serves metrics.
+/// runtime that serves metrics, never removed (the `metrics` crate has no
+/// way to).
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Buckets of `coexec_batch_size` (requests per batch).
@@ -77,7 +85,8 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
 pub(crate) struct MetricsServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Answered by the server's thread as it ends (its connections closed).
+    ended: Option<oneshot::Receiver<()>>,
 }
 
 impl MetricsServer {
@@ -105,14 +114,20 @@ impl MetricsServer {
             .build()
             .map_err(|e| Error::Metrics(e.to_string()))?;
         let (stop, stopped) = oneshot::channel();
-        let thread = std::thread::Builder::new()
+        let (end, ended) = oneshot::channel();
+        std::thread::Builder::new()
             .name("coexec-metrics".into())
-            .spawn(move || rt.block_on(serve(listener, handle, stopped)))
+            .spawn(move || {
+                rt.block_on(serve(listener, handle, stopped));
+                // Its connection tasks go with it.
+                drop(rt);
+                let _ = end.send(());
+            })
             .map_err(|e| Error::Metrics(e.to_string()))?;
         Ok(Self {
             addr,
             stop: Some(stop),
-            thread: Some(thread),
+            ended: Some(ended),
         })
     }
 
@@ -121,27 +136,28 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops the server and waits for its thread, off the async workers.
+    /// Stops the server and waits until its thread has closed every
+    /// connection, without blocking the caller's executor (the thread says
+    /// so on a channel; nothing is joined).
     pub(crate) async fn stop(mut self) {
-        let thread = self.signal();
-        if let Some(t) = thread {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        self.signal();
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.await;
         }
     }
 
-    fn signal(&mut self) -> Option<std::thread::JoinHandle<()>> {
+    fn signal(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.thread.take()
     }
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        // Not joined here: a drop may happen on an async worker. The thread
-        // ends as soon as it sees the signal; its connections go with it.
-        let _ = self.signal();
+        // Not waited for here: a drop may happen on an async worker. The
+        // thread ends as soon as it sees the signal; its connections go with it.
+        self.signal();
     }
 }
 

@@ -9,6 +9,7 @@ use crate::{Builder, Error};
 
 /// A finished run: the kernel back, with every item computed, and its report.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Done<K> {
     /// The kernel, holding its outputs.
     pub kernel: K,
@@ -65,12 +66,40 @@ impl Runtime {
     /// Runs `kernel` on every device class that can run it, under the
     /// runtime's policy, and gives it back with every item computed exactly
     /// once.
+    ///
+    /// # Cancellation
+    ///
+    /// The job runs only while this future is alive: dropping it (a
+    /// `select!` that took another branch, a `timeout`, an aborted task)
+    /// cancels the job. None of its chunks is handed out any more; the
+    /// chunks workers already hold run to their end and are discarded (a
+    /// kernel's `run_cpu` is never interrupted midway), and the kernel is
+    /// dropped, with its outputs, once the last of them is done — at most
+    /// one chunk's time later. Other jobs and the runtime go on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use coexec::kernels::Synthetic;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), coexec::Error> {
+    /// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?;
+    /// // Seconds of work in chunks of a few ms, given 10 ms: cancelled when
+    /// // the timeout drops it.
+    /// let long = rt.run_with(Synthetic::new(1_000_000, 10_000), coexec::JobOptions::new().chunk(100));
+    /// assert!(tokio::time::timeout(Duration::from_millis(10), long).await.is_err());
+    /// // The runtime is free for the next job at once.
+    /// assert!(rt.run(Synthetic::new(1_000, 10)).await?.kernel.verify().is_ok());
+    /// rt.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn run<K: Kernel>(&self, kernel: K) -> Result<Done<K>, Error> {
         self.run_with(kernel, JobOptions::default()).await
     }
 
     /// [`Runtime::run`] with per-job options (policy, priority, weight,
-    /// device classes, tracing).
+    /// device classes, tracing). Dropping the future cancels the job, as for
+    /// [`Runtime::run`].
     pub async fn run_with<K: Kernel>(&self, kernel: K, opts: JobOptions) -> Result<Done<K>, Error> {
         let k = Arc::new(kernel);
         let report = self.engine.submit(k.clone(), opts).await?;
@@ -83,7 +112,9 @@ impl Runtime {
 
     /// Drives an iterative job to its end: each step is one run (so the
     /// profiler learns between steps), with the workload's host step between.
-    /// Returns the job's output and every run's report.
+    /// Returns the job's output and every run's report. Dropping the future
+    /// cancels the step in progress, as for [`Runtime::run`], and no later
+    /// step starts.
     ///
     /// ```
     /// use coexec::kernels::workloads::{MatmulJob, MatmulProblem};
@@ -142,23 +173,36 @@ impl Runtime {
     }
 
     /// Everything the profiler knows.
-    pub async fn profile(&self) -> Result<crate::ProfileFile, Error> {
+    pub async fn profile(&self) -> Result<crate::profile::ProfileFile, Error> {
         Ok(self.engine.profile().await?)
     }
 
-    /// Waits for every submitted job to finish, then stops and saves the
-    /// profile.
+    /// Waits for every submitted job to finish, then stops every thread,
+    /// saves the profile and stops the metrics exporter.
+    ///
+    /// It never blocks the executor it is awaited on: the worker and actor
+    /// threads (each worker first finishes the chunk in hand) are waited for
+    /// on a thread of their own, which wakes this future when they have
+    /// ended. Dropping this future before it is done stops the runtime as
+    /// dropping it does ([`Runtime::shutdown_now`]).
     pub async fn shutdown(mut self) {
         self.engine.drain().await;
-        self.engine.shutdown(false);
+        self.engine.shutdown_async(false).await;
         if let Some(m) = self.metrics.take() {
             m.stop().await;
         }
     }
 
-    /// Stops now: jobs still running fail with a shutdown error. (Dropping
-    /// the runtime does the same.)
-    pub fn shutdown_now(mut self) {
-        self.engine.shutdown(true);
+    /// Stops now: jobs still running fail with
+    /// [`ActorError::Shutdown`](crate::ActorError::Shutdown). Dropping the
+    /// runtime does the same.
+    ///
+    /// Inside a tokio runtime it does not block: the threads end on their own
+    /// once the chunk in hand is done, and a thread of coexec's waits for
+    /// them and saves the profile — a process that exits at once may lose
+    /// that save (await [`Runtime::shutdown`] to be sure of it). Outside any
+    /// tokio runtime it returns once every thread has ended.
+    pub fn shutdown_now(self) {
+        drop(self);
     }
 }

@@ -188,6 +188,7 @@ fn worker_name(class: &ClassInfo, k: usize) -> String {
         DeviceKind::Cpu => format!("{}:{k}", class.name),
         DeviceKind::Cuda { .. } => format!("{}/s{k}", class.name),
         DeviceKind::Sim { .. } => format!("{}/{k}", class.name),
+        _ => format!("{}/{k}", class.name),
     }
 }
 
@@ -209,16 +210,18 @@ mod tests {
     use super::*;
 
     fn class(index: usize, name: &str, kind: DeviceKind, workers: usize) -> ClassInfo {
-        ClassInfo {
-            index,
-            name: name.into(),
-            profile_key: name.into(),
-            kind,
-            workers,
-            end: coexec_actors::End::Head,
-            model: String::new(),
-            fill_threads: 0,
-        }
+        // Only the runtime makes a ClassInfo: take a resolved one and reshape it.
+        let cpu: coexec_actors::DeviceList = "cpu:1".parse().expect("spec");
+        let mut c = coexec_actors::resolve(Some(&cpu))
+            .expect("one CPU worker resolves")
+            .0
+            .remove(0);
+        c.index = index;
+        c.name = name.into();
+        c.profile_key = name.into();
+        c.kind = kind;
+        c.workers = workers;
+        c
     }
 
     fn classes() -> Vec<ClassInfo> {
@@ -245,34 +248,20 @@ mod tests {
         end: f64,
         phase: Phase,
     ) -> ChunkRecord {
-        ChunkRecord {
-            worker,
-            lo,
-            hi,
-            start,
-            end,
-            phase,
-        }
+        ChunkRecord::new(worker, lo..hi, start, end, phase)
     }
 
     fn run(started_s: f64, chunks: Vec<ChunkRecord>) -> RunReport {
-        RunReport {
-            kernel: "synthetic".into(),
-            policy: "hybrid".into(),
-            items: chunks.iter().map(|c| c.hi - c.lo).sum(),
-            started_s,
-            makespan_s: chunks.iter().map(|c| c.end).fold(0.0, f64::max),
-            ideal_s: 0.0,
-            imbalance: 0.1,
-            split: vec![0.5, 0.5],
-            learned_split: vec![],
-            probe: None,
-            retries: 0,
-            split_delta: None,
-            split_stored: false,
-            classes: vec![],
-            chunks,
-        }
+        let mut r = RunReport::default();
+        r.kernel = "synthetic".into();
+        r.policy = "hybrid".into();
+        r.items = chunks.iter().map(|c| c.hi - c.lo).sum();
+        r.started_s = started_s;
+        r.makespan_s = chunks.iter().map(|c| c.end).fold(0.0, f64::max);
+        r.imbalance = 0.1;
+        r.split = vec![0.5, 0.5];
+        r.chunks = chunks;
+        r
     }
 
     fn events(v: &Value) -> &Vec<Value> {

@@ -692,13 +692,13 @@ impl JobCore {
     }
 
     /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
-    pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: &KernelError) -> After {
+    pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: KernelError) -> After {
         self.in_flight -= 1;
         self.busy_until[w] = 0.0;
         self.running[w] = false;
         self.retried += 1;
         // A chunk taken back did not fail: it does not use up an attempt.
-        let attempts = match err {
+        let attempts = match &err {
             KernelError::TakenBack { secs } => {
                 self.taken_back(self.worker_class[w], chunk.range.len(), *secs);
                 chunk.attempt
@@ -715,7 +715,7 @@ impl JobCore {
                 lo: chunk.range.start,
                 hi: chunk.range.end,
                 attempts,
-                last: err.to_string(),
+                source: err,
             });
         } else {
             let r = chunk.range.clone();
@@ -785,7 +785,8 @@ impl JobCore {
         after
     }
 
-    /// Fails the job at once (shutdown).
+    /// Ends the job at once (shutdown, or its caller stopped waiting): no
+    /// more claims; chunks in flight complete into a job that is over.
     pub(crate) fn cancel(&mut self, why: ActorError) {
         if !self.finished {
             self.failed = Some(why);

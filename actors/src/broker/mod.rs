@@ -23,8 +23,20 @@ use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Thresh
 use crate::profiler::{Lookup, Profiler, Stored};
 use crate::SpeedModel;
 
-/// Per-job settings.
+/// Per-job settings, built from [`JobOptions::new`] (the defaults) with one
+/// setter per setting.
+///
+/// ```
+/// use coexec_actors::JobOptions;
+///
+/// let opts = JobOptions::new()
+///     .policy(coexec_actors::policy::by_name("static").unwrap())
+///     .priority(3)
+///     .classes([0]);
+/// assert_eq!(opts.priority, 3);
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct JobOptions {
     /// The policy; `None`: the runtime's default.
     pub policy: Option<Arc<dyn Policy>>,
@@ -52,6 +64,55 @@ impl Default for JobOptions {
             classes: None,
             chunk: None,
         }
+    }
+}
+
+impl JobOptions {
+    /// The defaults: the runtime's policy, priority 0, weight 1, no trace,
+    /// every class, the policy's chunking.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs the job under `policy` instead of the runtime's
+    /// ([`by_name`](crate::policy::by_name) finds a built-in one).
+    pub fn policy(mut self, policy: Arc<dyn Policy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Priority under [`JobOrder::Priority`](crate::JobOrder::Priority):
+    /// higher first.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Weight under [`JobOrder::Fair`](crate::JobOrder::Fair) (floored at a
+    /// tiny positive number).
+    pub fn weight(mut self, weight: f64) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// Records every chunk in the report.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
+    /// Only these device classes (their [`ClassInfo::index`](crate::ClassInfo),
+    /// as `Runtime::classes` lists them) may run the job.
+    pub fn classes(mut self, only: impl IntoIterator<Item = usize>) -> Self {
+        self.classes = Some(only.into_iter().collect());
+        self
+    }
+
+    /// Chunks of exactly `items` items to whoever is free, overriding the
+    /// policy's chunking.
+    pub fn chunk(mut self, items: usize) -> Self {
+        self.chunk = Some(items);
+        self
     }
 }
 
@@ -135,6 +196,13 @@ impl Broker {
     }
 
     fn admit(&mut self, m: Submit, stored: Stored) {
+        if m.reply.is_closed() {
+            // Its caller stopped waiting before it was admitted: nothing to
+            // run, nobody to answer; the kernel goes with `m`.
+            drop(m);
+            self.reg.forgive();
+            return;
+        }
         let Stored { models, split } = stored;
         let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
         let kernel = m.kernel;

@@ -17,6 +17,7 @@ use crate::{ActorError, RunReport};
 /// Which job a free worker serves first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum JobOrder {
     /// Oldest first; a later job gets the workers the earlier ones cannot use.
     #[default]
@@ -51,6 +52,16 @@ impl Job {
         // A panic never happens under this lock (kernels run outside it);
         // should one, the state is still consistent enough to finish.
         self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether its submitter stopped waiting (dropped the future of `run`)
+    /// before it was answered.
+    fn abandoned(&self) -> bool {
+        self.reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|tx| tx.is_closed())
     }
 
     fn rank(&self, order: JobOrder, now: Instant) -> f64 {
@@ -174,11 +185,36 @@ impl Registry {
             return;
         }
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
-        jobs.push(job);
+        jobs.push(job.clone());
         m::jobs_in_flight(jobs.len());
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.ring();
+        // Abandoned between the broker's look and the push: the submitter's
+        // scan (`cancel_abandoned`) may have run before the push, but its
+        // closing of the reply happened before that scan, so it shows here.
+        if job.abandoned() {
+            self.cancel(&job);
+        }
+    }
+
+    /// Cancels every live job whose submitter stopped waiting: no more of its
+    /// chunks are handed out, chunks in flight finish and are discarded, and
+    /// the job lets go of its kernel (workers drop theirs after their chunk).
+    pub(crate) fn cancel_abandoned(&self) {
+        let mut jobs = Vec::new();
+        self.snapshot(&mut jobs);
+        for job in jobs {
+            if job.abandoned() {
+                self.cancel(&job);
+            }
+        }
+    }
+
+    /// Ends an abandoned `job` now.
+    fn cancel(&self, job: &Arc<Job>) {
+        job.core().cancel(ActorError::Cancelled);
+        self.finish(job);
     }
 
     /// The live jobs in the order workers should serve them.
@@ -220,6 +256,10 @@ impl Registry {
             (core.report(), core.samples())
         };
         match result {
+            Err(ActorError::Cancelled) => {
+                tracing::debug!(job = job.id, "job cancelled: its caller stopped waiting");
+                self.reply(job, Err(ActorError::Cancelled));
+            }
             Err(e) => {
                 tracing::warn!(job = job.id, "job failed: {e}");
                 m::job_finished(&job.profile_key, "", Err(()));

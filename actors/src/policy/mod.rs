@@ -24,8 +24,15 @@ pub use plan::{plan_shares, ClassSpeed, LATENCY_CHUNKS};
 use crate::device::ClassInfo;
 use crate::ActorError;
 
-/// The seed's thresholds and the engine's chunking constants (see `docs/method.md`).
+/// The seed's thresholds and the engine's chunking constants (see
+/// `docs/method.md`): start from the defaults and set what differs.
+///
+/// ```
+/// let t = coexec_actors::policy::Thresholds::default().mu(0.2).static_fraction(0.7);
+/// assert_eq!((t.mu, t.static_fraction), (0.2, 0.7));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct Thresholds {
     /// μ: a probe whose imbalance exceeds this replaces the stored split.
     pub mu: f64,
@@ -55,8 +62,47 @@ impl Default for Thresholds {
     }
 }
 
+impl Thresholds {
+    /// Sets μ.
+    pub fn mu(mut self, mu: f64) -> Self {
+        self.mu = mu;
+        self
+    }
+
+    /// Sets ν.
+    pub fn nu(mut self, nu: f64) -> Self {
+        self.nu = nu;
+        self
+    }
+
+    /// Sets the fraction of a cold run each class probes.
+    pub fn cold_probe(mut self, fraction: f64) -> Self {
+        self.cold_probe = fraction;
+        self
+    }
+
+    /// Sets the fraction of a warm run probed.
+    pub fn warm_probe(mut self, fraction: f64) -> Self {
+        self.warm_probe = fraction;
+        self
+    }
+
+    /// Sets the fraction of a run handed out statically.
+    pub fn static_fraction(mut self, fraction: f64) -> Self {
+        self.static_fraction = fraction;
+        self
+    }
+
+    /// Sets the static chunks per worker.
+    pub fn static_chunks_per_worker(mut self, chunks: usize) -> Self {
+        self.static_chunks_per_worker = chunks;
+        self
+    }
+}
+
 /// What a policy sees when a job is admitted.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PlanContext<'a> {
     /// Items in the job.
     pub items: usize,
@@ -104,6 +150,7 @@ impl PlanContext<'_> {
 
 /// How the first chunks of a run measure the classes.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 #[serde(rename_all = "lowercase")]
 pub enum Probe {
     /// No probe.
@@ -120,6 +167,7 @@ pub enum Probe {
 
 /// How large a claim is once a class is past its static share.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Chunking {
     /// Each worker takes what it can do in half the predicted remaining time,
     /// floored where its fixed cost would exceed 5% of the chunk.
@@ -135,6 +183,7 @@ pub enum Chunking {
 
 /// Who may take items from a region that is not its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Steal {
     /// Nobody: a class stops when its region is empty.
     Never,
@@ -145,8 +194,21 @@ pub enum Steal {
     Always,
 }
 
-/// A policy's plan for one job.
+/// A policy's plan for one job. A policy outside this crate starts from
+/// [`Admission::split`] or [`Admission::pool`] and sets what differs.
+///
+/// ```
+/// use coexec_actors::policy::{Admission, Chunking, Probe, Steal};
+///
+/// let a = Admission::split(vec![0.25, 0.75])
+///     .probe(Probe::Warm)
+///     .static_part(0.8, 4)
+///     .chunking(Chunking::TimeGuided)
+///     .steal(Steal::Always);
+/// assert!(!a.pool && !a.guard);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Admission {
     /// Fraction of the items for each class's region (0 for a class that
     /// gets none). With `pool` set, only eligibility (> 0) matters.
@@ -170,6 +232,55 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// One region per class, of these fractions of the items, each handed
+    /// out to its class alone in one chunk per worker: no probe, no
+    /// stealing, no guard (the `static` policy's plan).
+    pub fn split(shares: Vec<f64>) -> Self {
+        Self {
+            shares,
+            pool: false,
+            probe: Probe::None,
+            static_fraction: 1.0,
+            static_chunks_per_worker: 1,
+            chunking: Chunking::TimeGuided,
+            steal: Steal::Never,
+            guard: false,
+        }
+    }
+
+    /// Sets the probe.
+    pub fn probe(mut self, probe: Probe) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// Hands out `fraction` of each region in large static chunks,
+    /// `chunks_per_worker` of them per worker.
+    pub fn static_part(mut self, fraction: f64, chunks_per_worker: usize) -> Self {
+        self.static_fraction = fraction;
+        self.static_chunks_per_worker = chunks_per_worker;
+        self
+    }
+
+    /// Sets the chunk sizes after the static part.
+    pub fn chunking(mut self, chunking: Chunking) -> Self {
+        self.chunking = chunking;
+        self
+    }
+
+    /// Sets who may steal from another class's region.
+    pub fn steal(mut self, steal: Steal) -> Self {
+        self.steal = steal;
+        self
+    }
+
+    /// Lets the engine take a claim back when the rest is better left to
+    /// faster classes (the earliest-finish guard).
+    pub fn guard(mut self, on: bool) -> Self {
+        self.guard = on;
+        self
+    }
+
     /// One pool that every eligible class eats from its own end, in chunks
     /// sized by `chunking`: no probe, no static part, no guard.
     pub fn pool(speeds: &[ClassSpeed], chunking: Chunking) -> Self {

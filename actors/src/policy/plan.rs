@@ -3,6 +3,7 @@
 
 /// What the planner knows of one class.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ClassSpeed {
     /// Workers in service.
     pub workers: usize,
@@ -14,6 +15,33 @@ pub struct ClassSpeed {
     pub eligible: bool,
     /// Smallest chunk worth giving it.
     pub min_items: usize,
+}
+
+impl ClassSpeed {
+    /// A class of `workers` workers, eligible, that costs `a` seconds per
+    /// chunk and runs `b` items per second per worker (`None`: unknown),
+    /// worth chunks of one item or more.
+    pub fn new(workers: usize, a: f64, b: Option<f64>) -> Self {
+        Self {
+            workers,
+            a,
+            b,
+            eligible: true,
+            min_items: 1,
+        }
+    }
+
+    /// Sets whether the class may run the job.
+    pub fn eligible(mut self, eligible: bool) -> Self {
+        self.eligible = eligible;
+        self
+    }
+
+    /// Sets the smallest chunk worth giving the class.
+    pub fn min_items(mut self, items: usize) -> Self {
+        self.min_items = items;
+        self
+    }
 }
 
 /// A chunk is at least this many times its class's fixed cost per chunk
@@ -61,8 +89,8 @@ fn per_worker(t: f64, a: f64, b: f64, max_chunks: f64) -> f64 {
 /// ```
 /// use coexec_actors::policy::{plan_shares, ClassSpeed};
 ///
-/// let cpu = ClassSpeed { workers: 1, a: 0.0, b: Some(100.0), eligible: true, min_items: 1 };
-/// let gpu = ClassSpeed { workers: 1, a: 0.0, b: Some(300.0), eligible: true, min_items: 1 };
+/// let cpu = ClassSpeed::new(1, 0.0, Some(100.0));
+/// let gpu = ClassSpeed::new(1, 0.0, Some(300.0));
 /// let (shares, t) = plan_shares(1000, &[cpu, gpu], 4.0);
 /// assert!((shares[0] - 0.25).abs() < 1e-9 && (t - 2.5).abs() < 1e-6);
 /// ```

@@ -13,6 +13,7 @@ pub const PROFILE_VERSION: u32 = 1;
 
 /// What identifies a machine: a profile from another one is not trusted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Fingerprint {
     /// CPU model name.
     pub cpu_model: String,
@@ -59,6 +60,7 @@ impl Fingerprint {
 
 /// What is stored for one kernel variant.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct KernelProfile {
     /// Speed model per device class key.
     pub models: BTreeMap<String, SpeedModel>,
@@ -70,6 +72,7 @@ pub struct KernelProfile {
 
 /// The profile file's content.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProfileFile {
     /// Format version.
     pub version: u32,
@@ -198,6 +201,7 @@ pub struct ProfileStore {
 
 /// What observing a run changed.
 #[derive(Debug, Clone, Copy, Serialize)]
+#[non_exhaustive]
 pub struct Learned {
     /// Δ = relative change between the stored split and this run's (the seed's step 4).
     pub delta: f64,

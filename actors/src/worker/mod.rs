@@ -144,7 +144,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
                 .fetch_add(((t1 - t0) * 1e9) as u64, Ordering::Relaxed);
         }
         let mut core = job.core();
-        let after = match &res {
+        let after = match res {
             Ok(()) => {
                 strikes = 0;
                 reg.add_done(w, len);

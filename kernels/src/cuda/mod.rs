@@ -42,6 +42,7 @@ pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct GpuInfo {
     /// Ordinal among the visible devices.
     pub id: usize,

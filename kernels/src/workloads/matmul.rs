@@ -187,6 +187,7 @@ impl Kernel for Matmul {
 
 /// The products of a batch.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct MatmulResult {
     /// The problem.
     pub problem: MatmulProblem,

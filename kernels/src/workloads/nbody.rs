@@ -345,6 +345,7 @@ impl Kernel for NbodyStep {
 
 /// The final state of an N-body job.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct NbodyResult {
     /// The problem.
     pub problem: NbodyProblem,

@@ -248,6 +248,7 @@ impl Kernel for PathfinderStep {
 
 /// The result row of a pathfinder job.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct PathfinderResult {
     /// The problem.
     pub problem: PathfinderProblem,

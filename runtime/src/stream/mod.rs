@@ -574,11 +574,7 @@ impl<M: Model> BatchJob<M> {
         let now = self.epoch.elapsed().as_secs_f64();
         match lock(p).place(size, now) {
             Some(d) => {
-                let opts = JobOptions {
-                    policy: Some(d.policy()),
-                    classes: Some(d.classes()),
-                    ..self.opts.clone()
-                };
+                let opts = self.opts.clone().policy(d.policy()).classes(d.classes());
                 (opts, Some(d.ticket))
             }
             None => (self.opts.clone(), None),

@@ -349,16 +349,15 @@ impl Policy for Placed {
     fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
         let mut shares = self.shares.clone();
         shares.resize(ctx.speeds.len(), 0.0);
-        Admission {
-            shares,
-            pool: false,
-            probe: Probe::None,
-            static_fraction: ctx.thresholds.static_fraction,
-            static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
-            chunking: Chunking::TimeGuided,
-            steal: Steal::Always,
-            guard: true,
-        }
+        Admission::split(shares)
+            .probe(Probe::None)
+            .static_part(
+                ctx.thresholds.static_fraction,
+                ctx.thresholds.static_chunks_per_worker,
+            )
+            .chunking(Chunking::TimeGuided)
+            .steal(Steal::Always)
+            .guard(true)
     }
 }
 

@@ -11,6 +11,7 @@ use crate::{DisjointBuf, KernelError};
 
 /// The outcome of a kmeans job.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct KmeansResult {
     /// `K`.
     pub clusters: usize,

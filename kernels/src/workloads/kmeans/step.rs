@@ -10,6 +10,7 @@ use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
 /// kmeans parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct KmeansConfig {
     /// Number of clusters `K`.
     pub clusters: usize,

@@ -213,15 +213,7 @@ async fn bench_one(
     // class predicted to take more than SLOW_FACTOR times the fastest alone
     // is not run alone (the paper's N-body CPU would take hours): its time
     // is the model's prediction, and says so.
-    let warm_ran = w
-        .run(
-            rt,
-            JobOptions {
-                policy: Some(hybrid.clone()),
-                ..Default::default()
-            },
-        )
-        .await?;
+    let warm_ran = w.run(rt, JobOptions::new().policy(hybrid.clone())).await?;
     let inputs_s = warm_ran.inputs_s;
     let warm = warm_ran.reports;
     let predicted: Vec<f64> = (0..classes.len())
@@ -247,21 +239,14 @@ async fn bench_one(
     // policy co-executed. Every round runs each once, so that a machine
     // whose speed drifts (a shared VM, turbo, another tenant) shifts them
     // all alike instead of whichever ran in the slow minute.
-    let hybrid_alone = |c: usize| JobOptions {
-        policy: Some(hybrid.clone()),
-        classes: Some(vec![c]),
-        ..Default::default()
-    };
+    let hybrid_alone = |c: usize| JobOptions::new().policy(hybrid.clone()).classes([c]);
     let measured: Vec<usize> = (0..classes.len())
         .filter(|&c| !(predicted[c].is_finite() && predicted[c] > SLOW_FACTOR * fastest))
         .collect();
     let mut configs: Vec<JobOptions> = measured.iter().map(|&c| hybrid_alone(c)).collect();
     for p in policies {
         let policy = coexec::policy::by_name(p).map_err(|e| Failure::Run(e.to_string()))?;
-        configs.push(JobOptions {
-            policy: Some(policy),
-            ..Default::default()
-        });
+        configs.push(JobOptions::new().policy(policy));
     }
     for opts in &configs[..measured.len()] {
         w.run(rt, opts.clone()).await?; // warm-up: page faults, the class's model
@@ -394,10 +379,7 @@ async fn bench_one(
                 .num_threads(cpu.workers)
                 .build()
                 .map_err(|e| Failure::Run(e.to_string()))?;
-            let opts = JobOptions {
-                classes: Some(vec![cpu.index]),
-                ..Default::default()
-            };
+            let opts = JobOptions::new().classes([cpu.index]);
             let (mut ray, mut co) = (Vec::new(), Vec::new());
             w.run_rayon(&pool)?;
             for _ in 0..repeat {
@@ -608,10 +590,7 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
     let plain = build(common, Some(devices), true)?;
     let workers: usize = plain.classes().iter().map(|c| c.workers).sum();
     let chunks = 1_000_000;
-    let opts = JobOptions {
-        chunk: Some(1),
-        ..Default::default()
-    };
+    let opts = JobOptions::new().chunk(1);
     once(&plain, &opts, chunks).await?; // warm-up; registers this runtime's handles as no-ops
                                         // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
     let metered = match Runtime::builder()

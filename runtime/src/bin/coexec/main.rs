@@ -257,6 +257,10 @@ pub(crate) fn build(
     devices: Option<&str>,
     in_memory: bool,
 ) -> Result<Runtime, Failure> {
+    // The library reads no environment: the command line does, for
+    // COEXEC_DEVICES and COEXEC_POLICY through its flags and for
+    // COEXEC_PROFILE_DIR below (`bench` without --profile-dir stays in
+    // memory whatever it says).
     let mut b = Runtime::builder().policy(&common.policy);
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
@@ -267,7 +271,10 @@ pub(crate) fn build(
     b = match &common.profile_dir {
         Some(d) => b.profile_dir(d),
         None if in_memory => b.in_memory_profiles(),
-        None => b,
+        None => match std::env::var_os("COEXEC_PROFILE_DIR").filter(|d| !d.is_empty()) {
+            Some(d) => b.profile_dir(d),
+            None => b,
+        },
     };
     let rt = b.build()?;
     if let Some(addr) = rt.metrics_addr() {
@@ -367,10 +374,7 @@ async fn run(
     let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, speed_sum)?;
     let prepare_s = t.elapsed().as_secs_f64();
-    let opts = JobOptions {
-        trace: trace.is_some(),
-        ..Default::default()
-    };
+    let opts = JobOptions::new().trace(trace.is_some());
     let bars = progress::start(rt.clone(), w.items() as u64, common.quiet || json || print);
     let outcome = w.run(&rt, opts).await;
     bars.finish();
@@ -453,7 +457,9 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
                 * match c.kind {
                     coexec::DeviceKind::Cpu => 1.0,
                     coexec::DeviceKind::Sim { speed, .. } => speed,
-                    coexec::DeviceKind::Cuda { .. } => 10.0,
+                    // A GPU, or a kind of accelerator added since: a guess
+                    // the first run's probe corrects.
+                    _ => 10.0,
                 }
         })
         .sum()
