@@ -6,6 +6,7 @@ use std::sync::Arc;
 use coexec_kernels::{Chunk, Empty, KernelError};
 use proptest::prelude::*;
 
+use super::guard::finish_time;
 use super::*;
 use crate::device::{DeviceKind, End};
 use crate::policy::{by_name, ClassSpeed, PlanContext};

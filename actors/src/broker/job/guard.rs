@@ -1,0 +1,150 @@
+//! The earliest-finish guard (see `docs/method.md`): whether a worker
+//! should take a chunk, and how much, given when the others would finish.
+
+use super::*;
+
+impl JobCore {
+    /// The earliest-finish guard and the EFT rule: how many items worker `w`
+    /// may take, or `None` if others would finish the rest sooner without it.
+    /// With nothing of the job in flight the worker always takes something,
+    /// so a job cannot stall on refusals.
+    pub(super) fn limit(&mut self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
+        let Some(b) = self.st[c].b() else {
+            return Some(n);
+        };
+        let a = self.st[c].model.a();
+        let need = self.grain.min(self.space.total_left()).max(1);
+        let progress = self.in_flight == 0;
+        if let Chunking::Eft(_) = self.adm.chunking {
+            let mine = now + a + n as f64 / b;
+            let beaten = self.worker_class.iter().enumerate().any(|(v, &cv)| {
+                v != w
+                    && self.st[cv].eligible
+                    && self.st[cv].workers > 0
+                    && self.st[cv].b().is_some_and(|bv| {
+                        self.busy_until[v].max(now) + self.st[cv].model.a() + n as f64 / bv < mine
+                    })
+            });
+            return (!beaten || progress).then_some(n);
+        }
+        if !self.adm.guard {
+            return Some(n);
+        }
+        // When the others would finish what is left without this worker:
+        // each starts on it once its chunk in flight is done and its fixed
+        // cost paid, then goes at its speed (water-filling over the starts).
+        let mut starts = std::mem::take(&mut self.scratch);
+        starts.clear();
+        for (v, &cv) in self.worker_class.iter().enumerate() {
+            if v == w || !self.st[cv].eligible || self.st[cv].workers == 0 {
+                continue;
+            }
+            let Some(bv) = self.st[cv].b() else {
+                self.scratch = starts;
+                return Some(n);
+            };
+            let start = (self.busy_until[v] - now).max(0.0) + self.st[cv].model.a();
+            starts.push((start, bv));
+        }
+        let left = self.space.total_left() as f64;
+        let t_others = finish_time(&mut starts, left);
+        // The balanced end (issue 13): no more than this worker's part of
+        // what is left if everyone, itself included, shares it to finish
+        // together. Without it a class with a fixed cost per chunk (whose
+        // chunks are floored at LATENCY_CHUNKS·a·b) takes the whole rest in
+        // one chunk while the others idle: cold runs of cpu:1,sim:1@2 whose
+        // sim paid a few ms of wake-up per chunk ended at imbalance 0.1-0.5.
+        starts.push((a, b));
+        let fair = finish_time(&mut starts, left).map_or(f64::INFINITY, |t| ((t - a) * b).ceil());
+        self.scratch = starts;
+        let Some(t_others) = t_others else {
+            return Some(n);
+        };
+        // A GPU's balanced part is at least what fills it: a smaller chunk
+        // takes as long as a full one.
+        let fill = self.min_chunk[c];
+        let fair_floor = if fill > self.grain { fill } else { need };
+        let max = ((t_others - a) * b)
+            .floor()
+            .min(fair.max(fair_floor as f64));
+        if max >= n as f64 {
+            Some(n)
+        } else if fill > self.grain && max < fill as f64 && self.sibling_busy(w, c) {
+            // A GPU chunk smaller than the device's fill, next to a chunk in
+            // flight on another stream of the same device, only competes
+            // with it for SMs and takes about as long as a full one (its
+            // few blocks each run the whole kernel): leave the rest to the
+            // others, unless nothing is in flight. (On an idle device a
+            // sliver still helps.)
+            progress.then_some(n.min(fill))
+        } else if max >= need as f64 {
+            Some(max as usize)
+        } else if progress {
+            Some(need)
+        } else {
+            None
+        }
+    }
+
+    /// Whether another worker of class `c` has a chunk in flight.
+    pub(super) fn sibling_busy(&self, w: usize, c: usize) -> bool {
+        self.worker_class
+            .iter()
+            .zip(&self.running)
+            .enumerate()
+            .any(|(v, (&cv, &busy))| v != w && cv == c && busy)
+    }
+
+    pub(super) fn predict(&self, c: usize, n: usize) -> f64 {
+        let p = self.st[c].model.predict(n as f64);
+        if p.is_finite() {
+            p
+        } else {
+            0.0
+        }
+    }
+
+    pub(super) fn total_workers(&self) -> usize {
+        self.st
+            .iter()
+            .filter(|s| s.eligible)
+            .map(|s| s.workers)
+            .sum()
+    }
+
+    /// Items per second of every eligible worker, if every class is known.
+    pub(super) fn total_speed(&self) -> Option<f64> {
+        self.st
+            .iter()
+            .filter(|s| s.eligible && s.workers > 0)
+            .map(|s| s.b().map(|b| b * s.workers as f64))
+            .sum()
+    }
+
+    pub(super) fn time_left(&self, r: usize) -> f64 {
+        let owner = &self.st[r];
+        let v = owner.b().map(|b| b * owner.workers as f64).unwrap_or(0.0);
+        if v > 0.0 && owner.eligible {
+            self.space.left(r) as f64 / v
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// When workers that start at `starts[i].0` (seconds from now) and then go
+/// at `starts[i].1` items per second have done `items` between them; `None`
+/// if none can (no speed). Sorts `starts`.
+pub(super) fn finish_time(starts: &mut [(f64, f64)], items: f64) -> Option<f64> {
+    starts.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+    let (mut done, mut rate) = (0.0, 0.0);
+    for (i, &(t, b)) in starts.iter().enumerate() {
+        rate += b;
+        let next = starts.get(i + 1).map_or(f64::INFINITY, |p| p.0);
+        if rate > 0.0 && done + rate * (next - t) >= items {
+            return Some(t + (items - done) / rate);
+        }
+        done += rate * (next - t);
+    }
+    None
+}

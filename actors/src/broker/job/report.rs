@@ -1,0 +1,87 @@
+//! What a finished job tells its submitter and the profiler.
+
+use super::*;
+
+impl JobCore {
+    /// The run's report, once it is over; `Err` if it failed.
+    pub(crate) fn report(&mut self) -> Result<RunReport, ActorError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        if self.probing {
+            // A short job can end before every class finished a probe chunk:
+            // report what the probe saw.
+            self.end_probe();
+        }
+        let makespan = self.st.iter().map(|s| s.finish).fold(0.0, f64::max);
+        let classes: Vec<ClassReport> = self
+            .st
+            .iter()
+            .zip(self.classes.iter())
+            .map(|(s, info)| ClassReport {
+                name: info.name.clone(),
+                workers: s.workers,
+                items: s.items,
+                chunks: s.chunks,
+                busy_s: s.busy,
+                finish_s: s.finish,
+                share: s.items as f64 / self.items.max(1) as f64,
+                model_a_s: s.model.a(),
+                model_b_items_per_s: s.b().unwrap_or(0.0),
+            })
+            .collect();
+        let fin: Vec<f64> = classes
+            .iter()
+            .filter(|c| c.items > 0)
+            .map(|c| c.finish_s)
+            .collect();
+        let imbalance = imbalance(&fin);
+        // The seed's step 4: the split the static phase would have balanced.
+        let rate: Vec<f64> = self
+            .st
+            .iter()
+            .map(|s| {
+                if s.static_secs > 0.0 {
+                    s.workers as f64 * s.static_items as f64 / s.static_secs
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let learned_split = if rate.iter().sum::<f64>() > 0.0 {
+            normalized(&rate)
+        } else {
+            self.planned.clone()
+        };
+        // The seed's ν rule, as the profiler will apply it to these numbers.
+        let split_delta = crate::profiler::split_delta(&self.stored_split, &learned_split);
+        let split_stored = split_delta > self.th.nu && learned_split.iter().sum::<f64>() > 0.0;
+        Ok(RunReport {
+            kernel: self.name.clone(),
+            policy: self.policy.clone(),
+            items: self.items,
+            started_s: 0.0,
+            makespan_s: makespan,
+            ideal_s: self
+                .total_speed()
+                .map_or(f64::NAN, |v| self.items as f64 / v),
+            imbalance,
+            split: self.planned.clone(),
+            learned_split,
+            probe: self.probe_report.clone(),
+            retries: self.retried,
+            split_delta: Some(split_delta),
+            split_stored,
+            classes,
+            chunks: self.trace.take().unwrap_or_default(),
+        })
+    }
+
+    /// Samples of this run per class, for the profiler.
+    pub(crate) fn samples(&self) -> Vec<Vec<Sample>> {
+        self.st
+            .iter()
+            .map(|s| s.run_samples.iter().copied().collect())
+            .collect()
+    }
+}

@@ -1,0 +1,61 @@
+//! How large a claim is: probe ramp, static chunks, dynamic chunks.
+
+use super::*;
+
+impl JobCore {
+    /// Chunk size and phase for a claim from the class's own region.
+    pub(super) fn own_size(&mut self, c: usize) -> (usize, Phase) {
+        let s = &self.st[c];
+        let w = s.workers.max(1);
+        if self.probing && s.claimed < s.probe_target {
+            return match self.adm.probe {
+                Probe::Cold => {
+                    let n = s.probe_ramp.max(1);
+                    let cap = (s.probe_target / w).max(self.grain);
+                    self.st[c].probe_ramp = (n * 2).min(cap);
+                    (n, Phase::Probe)
+                }
+                _ => ((s.probe_target.div_ceil(w)).max(1), Phase::Probe),
+            };
+        }
+        if self.probing && self.adm.probe == Probe::Cold {
+            // Probe quota spent before every class reported: keep going in
+            // probe-sized chunks rather than commit to an unplanned split.
+            return (s.probe_ramp.max(1), Phase::Probe);
+        }
+        if s.claimed < s.probe_target + s.static_target {
+            let per = self.adm.static_chunks_per_worker.max(1);
+            // Fewer, larger static chunks where a chunk's fixed cost would
+            // otherwise weigh (an accelerator's launch and transfer setup).
+            let floor = s.b().map_or(0.0, |b| LATENCY_CHUNKS * s.model.a() * b) as usize;
+            let n = (s.static_target / (w * per))
+                .max(floor)
+                .min(s.static_target.div_ceil(w));
+            return (n.max(1), Phase::Static);
+        }
+        (self.dynamic_size(c), Phase::Dynamic)
+    }
+
+    pub(super) fn dynamic_size(&self, c: usize) -> usize {
+        let g = self.grain;
+        let left = self.space.total_left() as f64;
+        let n = match self.adm.chunking {
+            Chunking::Fixed(n) | Chunking::Eft(n) => n as f64,
+            Chunking::Guided => {
+                let share = match (self.st[c].b(), self.total_speed()) {
+                    (Some(b), Some(v)) => b / v,
+                    _ => 1.0 / self.total_workers().max(1) as f64,
+                };
+                left * share / 2.0
+            }
+            Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
+                (Some(b), Some(v)) => {
+                    let floor = LATENCY_CHUNKS * self.st[c].model.a() * b;
+                    (b * left / v / 2.0).max(floor)
+                }
+                _ => left / (2.0 * self.total_workers().max(1) as f64),
+            },
+        };
+        (n.ceil() as usize).max(g).max(self.min_chunk[c]).max(1)
+    }
+}

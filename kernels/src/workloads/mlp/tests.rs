@@ -1,0 +1,135 @@
+use super::*;
+use safetensors::tensor::TensorView;
+
+/// A safetensors file of f32 tensors `(name, shape, values)`.
+fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s, _), b)| {
+            (
+                n.to_string(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize(views, None).unwrap()
+}
+
+/// A tiny model: 2 inputs, `h` hidden, 3 classes, weights from `f(layer, i)`.
+fn tiny(h: usize) -> Vec<(&'static str, Vec<usize>, Vec<f32>)> {
+    let v = |layer: usize, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + layer * 3) % 11) as f32 / 11.0 - 0.4)
+            .collect()
+    };
+    vec![
+        ("fc1.weight", vec![h, 2], v(1, h * 2)),
+        ("fc1.bias", vec![h], v(2, h)),
+        ("fc2.weight", vec![h, h], v(3, h * h)),
+        ("fc2.bias", vec![h], v(4, h)),
+        ("fc3.weight", vec![3, h], v(5, 3 * h)),
+        ("fc3.bias", vec![3], v(6, 3)),
+    ]
+}
+
+fn weights(h: usize) -> Arc<MlpWeights> {
+    Arc::new(MlpWeights::from_bytes(&file(&tiny(h)), Path::new("tiny.safetensors")).unwrap())
+}
+
+/// The forward pass written out loop by loop, as the reference.
+fn naive(w: &MlpWeights, x: &[f32]) -> Vec<f32> {
+    let mut a = x.to_vec();
+    for (l, layer) in w.layers.iter().enumerate() {
+        let mut y: Vec<f32> = (0..layer.out)
+            .map(|o| {
+                layer.b[o]
+                    + (0..layer.inp)
+                        .map(|k| a[k] * layer.w[o * layer.inp + k])
+                        .sum::<f32>()
+            })
+            .collect();
+        if l < 2 {
+            y.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
+        a = y;
+    }
+    softmax(&mut a);
+    a
+}
+
+#[test]
+fn gemm_forward_equals_the_naive_loops_for_any_split() {
+    let w = weights(37);
+    let rows = 300; // more than two tiles
+    let x: Vec<f32> = (0..rows * 2).map(|i| (i % 17) as f32 / 17.0).collect();
+    let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
+    for c in [0..1, 1..130, 130..299, 299..300] {
+        crate::with_chunk(&mut k, c, |k, c| k.run_cpu(c)).unwrap();
+    }
+    let probs = k.into_probs();
+    for (r, row) in x.chunks_exact(2).enumerate() {
+        let want = naive(&w, row);
+        let got = &probs[r * 3..r * 3 + 3];
+        for (g, e) in got.iter().zip(&want) {
+            assert!((g - e).abs() < 1e-5, "row {r}: {got:?} vs {want:?}");
+        }
+        assert!((got.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+}
+
+fn load_err(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> String {
+    MlpWeights::from_bytes(&file(tensors), Path::new("bad.safetensors"))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn malformed_files_name_the_file_and_tensor() {
+    let mut t = tiny(4);
+    t.retain(|(n, _, _)| *n != "fc2.bias");
+    let e = load_err(&t);
+    assert!(e.contains("bad.safetensors") && e.contains("fc2.bias") && e.contains("missing"));
+
+    let mut t = tiny(4);
+    t[2] = ("fc2.weight", vec![4, 5], vec![0.0; 20]);
+    let e = load_err(&t);
+    assert!(e.contains("fc2.weight") && e.contains("[4, 5]"), "{e}");
+
+    let mut t = tiny(4);
+    t[5].2[1] = f32::NAN;
+    assert!(load_err(&t).contains("fc3.bias"));
+
+    let e = MlpWeights::from_bytes(b"not a safetensors file", Path::new("junk.bin"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("junk.bin"), "{e}");
+}
+
+#[test]
+fn wrong_dtype_is_refused() {
+    let mut bytes = Vec::new();
+    let data = vec![0u8; 8 * 2];
+    let view = TensorView::new(Dtype::F64, vec![1, 2], &data).unwrap();
+    bytes.extend(safetensors::serialize([("fc1.weight", view)], None).unwrap());
+    let e = MlpWeights::from_bytes(&bytes, Path::new("f64.safetensors"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fc1.weight") && e.contains("F64"), "{e}");
+}
+
+#[test]
+fn ragged_batch_is_refused() {
+    assert!(Mlp::new(weights(3), vec![0.0; 5]).is_err());
+    assert_eq!(Mlp::new(weights(3), vec![]).unwrap().rows(), 0);
+}
+
+#[test]
+fn argmax_takes_the_first_of_ties() {
+    assert_eq!(argmax(&[]), None);
+    assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+}
