@@ -2,25 +2,11 @@
 
 use std::process::Command;
 
+mod common;
+
+/// `coexec args…`: see `common::coexec`.
 fn coexec(args: &[&str]) -> (i32, String, String) {
-    // A profile folder of this call's own: no state shared between tests
-    // or left from an earlier run.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let profiles = std::env::temp_dir().join(format!("coexec-cli-test-{}-{n}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_coexec"))
-        .args(args)
-        .env("COEXEC_PROFILE_DIR", &profiles)
-        .env_remove("COEXEC_DEVICES")
-        .env_remove("COEXEC_POLICY")
-        .output()
-        .expect("run coexec");
-    let _ = std::fs::remove_dir_all(&profiles);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::coexec("coexec-cli-test", args)
 }
 
 #[test]

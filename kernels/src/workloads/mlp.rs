@@ -100,15 +100,20 @@ pub struct MlpWeights {
     source: PathBuf,
 }
 
+/// The bytes of `path`, or an I/O error naming it.
+fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
+    std::fs::read(path).map_err(|source| KernelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl MlpWeights {
     /// Reads and checks a safetensors file (see the module docs for the tensors
     /// it must hold). Errors name the file and the tensor at fault.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, KernelError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| KernelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read(path)?;
         Self::from_bytes(&bytes, path)
     }
 
@@ -411,10 +416,7 @@ impl LabeledRows {
     /// Reads and checks the file; errors name the file and the tensor.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, KernelError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| KernelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read(path)?;
         let st = SafeTensors::deserialize(&bytes).map_err(|e| tensor_err(path, "", e))?;
         let x = read_f32(&st, path, "x", &[None, None])?;
         let (rows, features) = (x.shape[0], x.shape[1]);
