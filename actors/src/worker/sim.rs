@@ -16,8 +16,9 @@ use super::{guarded, Executor};
 /// accelerator's time is this device's purpose.
 ///
 /// Like a real device, it delivers its outputs at the end: once a kernel's
-/// cost per item is known (from its last chunk here), the modelled wait
-/// comes first and the outputs are written after it. While it waits it
+/// cost is known (from its last chunk here), a lower bound of the modelled
+/// wait comes first and the outputs are written after it (see
+/// [`Seen::lower_bound`]). While it waits it
 /// watches its take-back flag: a chunk the job takes back (it ran far past
 /// its prediction) ends with [`KernelError::TakenBack`] having written
 /// nothing, and runs elsewhere. Before it has run a kernel itself, the cost
@@ -28,9 +29,8 @@ pub(crate) struct SimExec {
     pub(crate) latency: Duration,
     /// The registry's take-back flags and this worker's index.
     pub(crate) take_back: Option<(Arc<[AtomicBool]>, usize)>,
-    /// Per kernel (profile key): CPU cost per item of its last chunk here,
-    /// and whether it has a modeled shortcut.
-    pub(crate) per_item: HashMap<String, (f64, bool)>,
+    /// Per kernel (profile key): its last chunk here.
+    pub(crate) seen: HashMap<String, Seen>,
     /// The profile key of the kernel the next chunk is of.
     pub(crate) key: String,
     /// One CPU worker's predicted seconds for the next chunk, if known.
@@ -48,7 +48,7 @@ impl SimExec {
             speed,
             latency,
             take_back,
-            per_item: HashMap::new(),
+            seen: HashMap::new(),
             key: String::new(),
             cpu_secs: None,
         }
@@ -89,6 +89,30 @@ impl SimExec {
     }
 }
 
+/// A kernel's last chunk on this sim: its items, its CPU cost in seconds
+/// (or its modeled cost), and whether that came from a modeled shortcut.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    items: f64,
+    cost: f64,
+    modeled: bool,
+}
+
+impl Seen {
+    /// A lower bound of the cost of a chunk of `n` items, for any cost
+    /// `a + b·n` with `a, b ≥ 0` (a fixed part per chunk, as a GEMM's packing
+    /// of its weights, and a part per item): a larger chunk costs at least
+    /// as much as this one, and a smaller one at least its share, since its
+    /// fixed part is spread over fewer items. Scaling the last cost per item
+    /// to `n` instead overshoots a chunk larger than the last by its fixed
+    /// part times the ratio of sizes, and the sim then runs slower than
+    /// its model says (a 32-row batch after a 1-row one waited ~10× too
+    /// long on the digits MLP, whose fixed part is ~600 µs of 1.5 ms).
+    fn lower_bound(&self, n: f64) -> f64 {
+        self.cost * (n / self.items).min(1.0)
+    }
+}
+
 /// How often a modelled wait looks at its take-back flag.
 const TAKE_BACK_POLL: Duration = Duration::from_millis(2);
 
@@ -104,18 +128,20 @@ impl Executor for SimExec {
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
         let t0 = Instant::now();
         let n = chunk.len() as f64;
-        // The wait before the outputs: what the model expects of this chunk
-        // less what computing them here will take (nothing for a modeled
-        // shortcut), a little short so as not to overshoot.
-        // Its own last chunk of this kernel, else the CPU class's model.
-        let known = self.per_item.get(&self.key).copied().or_else(|| {
-            self.cpu_secs
+        // The wait before the outputs: a lower bound of what this chunk will
+        // cost, less what computing it here will take (nothing for a modeled
+        // shortcut), a little short so as not to overshoot. From its own
+        // last chunk of this kernel, else from the CPU class's prediction.
+        let known = match self.seen.get(&self.key) {
+            Some(seen) => Some((seen.lower_bound(n), seen.modeled)),
+            None => self
+                .cpu_secs
                 .filter(|s| s.is_finite() && *s > 0.0 && n > 0.0)
-                .map(|s| (s / n, false))
-        });
-        if let Some((per_item, modeled)) = known {
-            let compute = if modeled { 0.0 } else { per_item * n };
-            let total = self.modelled(per_item * n)?.as_secs_f64();
+                .map(|s| (s, false)),
+        };
+        if let Some((cost, modeled)) = known {
+            let compute = if modeled { 0.0 } else { cost };
+            let total = self.modelled(cost)?.as_secs_f64();
             let before = ((total - compute) * 0.95).max(0.0);
             self.wait(t0, Duration::from_secs_f64(before), true)?;
         }
@@ -129,7 +155,17 @@ impl Executor for SimExec {
         };
         let cost = cost.as_secs_f64();
         if n > 0.0 {
-            self.per_item.insert(self.key.clone(), (cost / n, modeled));
+            let seen = Seen {
+                items: n,
+                cost,
+                modeled,
+            };
+            match self.seen.get_mut(&self.key) {
+                Some(s) => *s = seen,
+                None => {
+                    self.seen.insert(self.key.clone(), seen);
+                }
+            }
         }
         // Written: the attempt is committed, the rest of the wait is served.
         self.wait(t0, self.modelled(cost)?, false)
@@ -140,6 +176,30 @@ impl Executor for SimExec {
 mod tests {
     use super::*;
     use coexec_kernels::Synthetic;
+
+    #[test]
+    fn the_wait_before_writing_never_exceeds_an_affine_cost() {
+        // cost = a + b·n: after one chunk of `m`, the bound for `n` must not
+        // exceed the true cost, for fixed-heavy and per-item-heavy kernels.
+        for (a, b) in [(600e-6, 28e-6), (0.0, 1e-3), (1e-3, 0.0), (2e-3, 5e-6)] {
+            let cost = |n: f64| a + b * n;
+            for m in [1.0, 7.0, 32.0, 512.0] {
+                let seen = Seen {
+                    items: m,
+                    cost: cost(m),
+                    modeled: false,
+                };
+                for n in [1.0, 3.0, 32.0, 100.0, 4096.0] {
+                    let lb = seen.lower_bound(n);
+                    assert!(lb <= cost(n) * (1.0 + 1e-12), "a={a} b={b} m={m} n={n}");
+                    // And it is exact for the same size.
+                    if n == m {
+                        assert!((lb - cost(n)).abs() < 1e-15);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_stretch_past_what_a_duration_holds_is_an_error_not_a_panic() {
