@@ -314,3 +314,77 @@ fn sigterm_answers_every_accepted_request_and_exits_0() {
     assert!(status.success(), "{status:?}");
     assert!(TcpStream::connect_timeout(&a, Duration::from_secs(1)).is_err());
 }
+
+/// The library's drain, as an embedding application drives it: once
+/// `start_draining` is called, `/readyz` answers 503 (so a load balancer
+/// stops sending) and new inferences 503 with a reason, while `/healthz`
+/// still says alive; the listener itself keeps accepting until the
+/// application stops it.
+#[test]
+fn draining_turns_readyz_and_new_requests_to_503() {
+    use coexec::kernels::workloads::MlpWeights;
+    use coexec::serve::{ServeConfig, Service};
+    use coexec::stream::StreamConfig;
+    use std::sync::Arc;
+
+    let dir = TempDir(std::env::temp_dir().join(format!("coexec-drain-{}", std::process::id())));
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (svc, addr, stop) = tokio.block_on(async {
+        let rt = Arc::new(
+            coexec::Runtime::builder()
+                .devices("cpu:1")
+                .unwrap()
+                .profile_dir(&dir.0)
+                .build()
+                .unwrap(),
+        );
+        let weights = Arc::new(
+            MlpWeights::load(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../examples/models/digits_mlp.safetensors"),
+            )
+            .unwrap(),
+        );
+        let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new()).unwrap();
+        let listener = coexec::serve::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(coexec::serve::serve(listener, svc.router(), async {
+            let _ = rx.await;
+        }));
+        (svc, addr, (tx, server))
+    });
+
+    let t = test_rows();
+    let row: Vec<&[f32]> = t.x.chunks(t.features).take(1).collect();
+    assert_eq!(http(addr, "GET", "/readyz", b"").status, 200);
+    assert_eq!(http(addr, "POST", "/v1/infer", &request(&row)).status, 200);
+
+    svc.start_draining();
+    assert_eq!(
+        http(addr, "GET", "/healthz", b"").status,
+        200,
+        "still alive"
+    );
+    let r = http(addr, "GET", "/readyz", b"");
+    assert_eq!(r.status, 503, "{}", r.body);
+    let r = http(addr, "POST", "/v1/infer", &request(&row));
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("draining"), "{}", r.body);
+
+    let (tx, server) = stop;
+    let _ = tx.send(());
+    tokio.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the server stops on its signal")
+            .unwrap();
+        svc.shutdown().await;
+    });
+}
