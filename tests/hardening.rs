@@ -108,7 +108,7 @@ fn extreme_sim_speeds_are_refused_not_a_hang() {
         assert!(matches!(e, Err(_) | Ok(Err(_))), "{spec} accepted");
     }
     // Through the library, past the parser: refused at start.
-    let list = coexec::DeviceList(vec![
+    let list = coexec::DeviceList::new(vec![
         coexec_actors::DeviceSpec::cpu(1),
         coexec_actors::DeviceSpec::sim(1, 1e-300, Duration::ZERO),
     ]);

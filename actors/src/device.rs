@@ -99,15 +99,56 @@ pub const SIM_SPEEDS: std::ops::RangeInclusive<f64> = 0.01..=1e9;
 
 /// A parsed device list, as given to `--devices` or `COEXEC_DEVICES`.
 ///
+/// Parse one from a spec, or build one from [`DeviceSpec`]s:
+///
 /// ```
-/// use coexec_actors::DeviceList;
+/// use std::time::Duration;
+///
+/// use coexec_actors::{DeviceList, DeviceSpec};
 ///
 /// let d: DeviceList = "cpu:2,sim:1@10+50us".parse().unwrap();
 /// assert_eq!(d.to_string(), "cpu:2,sim:1@10+50us");
 /// assert!("cpu:0".parse::<DeviceList>().is_err());
+///
+/// let built = DeviceList::new(vec![DeviceSpec::cpu(2), DeviceSpec::sim(1, 4.0, Duration::ZERO)]);
+/// assert_eq!(built.to_string(), "cpu:2,sim:1@4");
+/// assert_eq!(built.specs()[0], DeviceSpec::cpu(2));
+///
+/// // `for spec in &built` goes over the entries; entries collect into a list.
+/// let cpus: DeviceList = built.specs().iter().take(1).cloned().collect();
+/// assert_eq!(cpus.to_string(), "cpu:2");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeviceList(pub Vec<DeviceSpec>);
+pub struct DeviceList(Vec<DeviceSpec>);
+
+impl DeviceList {
+    /// A list of `specs`, as given. Unlike parsing, this checks nothing
+    /// (the runtime refuses a simulated speed outside [`SIM_SPEEDS`] when
+    /// it starts).
+    pub fn new(specs: Vec<DeviceSpec>) -> Self {
+        Self(specs)
+    }
+
+    /// The entries, in order.
+    pub fn specs(&self) -> &[DeviceSpec] {
+        &self.0
+    }
+}
+
+impl FromIterator<DeviceSpec> for DeviceList {
+    fn from_iter<I: IntoIterator<Item = DeviceSpec>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a DeviceList {
+    type Item = &'a DeviceSpec;
+    type IntoIter = std::slice::Iter<'a, DeviceSpec>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
 
 impl FromStr for DeviceList {
     type Err = ActorError;
@@ -227,7 +268,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 impl fmt::Display for DeviceList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.0.iter().enumerate() {
+        for (i, d) in self.specs().iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
@@ -306,16 +347,19 @@ mod tests {
         let d: DeviceList = "cpu:4, sim:2@0.5, sim:1@2500+100us,cuda:1x3"
             .parse()
             .unwrap();
-        assert_eq!(d.0.len(), 4);
+        assert_eq!(d.specs().len(), 4);
         assert_eq!(
-            d.0[2].kind,
+            d.specs()[2].kind,
             DeviceKind::Sim {
                 speed: 2500.0,
                 latency: Duration::from_micros(100)
             }
         );
-        assert_eq!(d.0[3], DeviceSpec::cuda(1, Some(3)));
-        assert_eq!("cpu".parse::<DeviceList>().unwrap().0[0].workers, None);
+        assert_eq!(d.specs()[3], DeviceSpec::cuda(1, Some(3)));
+        assert_eq!(
+            "cpu".parse::<DeviceList>().unwrap().specs()[0].workers,
+            None
+        );
     }
 
     #[test]

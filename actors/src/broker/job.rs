@@ -69,17 +69,11 @@ struct ClassState {
     run_samples: VecDeque<Sample>,
     // Region accounting since the last (re)plan.
     claimed: usize,
+    /// Items of its region the probe takes (0 with no probe, and after a
+    /// re-plan): its static phase starts there. Read after the probe too, so
+    /// it is not in [`ProbeState`].
     probe_target: usize,
     static_target: usize,
-    probe_ramp: usize,
-    probe_done: usize,
-    probe_chunks: usize,
-    probe_finish: f64,
-    /// What the stored model predicted for this class's warm probe chunk,
-    /// and the longest probe chunk it took (its own time: a compile before
-    /// the first chunk is not in it).
-    probe_predicted: f64,
-    probe_secs: f64,
     // Static-phase throughput, for learning the split (the seed's step 4).
     static_items: usize,
     static_secs: f64,
@@ -93,6 +87,34 @@ struct ClassState {
 impl ClassState {
     fn b(&self) -> Option<f64> {
         self.model.is_known().then(|| self.model.b())
+    }
+}
+
+/// One class's part of the probe under way; dropped when the probe ends
+/// (`probe.rs`).
+#[derive(Debug, Clone, Default)]
+struct ProbeState {
+    /// Next cold probe chunk per worker: starts small and doubles.
+    ramp: usize,
+    /// Items and chunks of probe completed.
+    done: usize,
+    chunks: usize,
+    /// When its latest probe chunk ended (seconds since the job started).
+    finish: f64,
+    /// What the stored model predicted for this class's warm probe chunk,
+    /// and the longest probe chunk it took (its own time: a compile before
+    /// the first chunk is not in it).
+    predicted: f64,
+    secs: f64,
+}
+
+impl ProbeState {
+    /// A probe chunk of `n` items ran from `end - secs` to `end`.
+    fn record(&mut self, n: usize, end: f64, secs: f64) {
+        self.done += n;
+        self.chunks += 1;
+        self.finish = self.finish.max(end);
+        self.secs = self.secs.max(secs);
     }
 }
 
@@ -122,7 +144,9 @@ pub(crate) struct JobCore {
     home: Vec<usize>,
     order: Vec<usize>,
     space: Space,
-    probing: bool,
+    /// Per class, the probe under way; `None` once it is over (or with no
+    /// probe): the static and dynamic phases follow it.
+    probe: Option<Vec<ProbeState>>,
     probe_report: Option<ProbeReport>,
     planned: Vec<f64>,
     retries: VecDeque<Retry>,
@@ -278,10 +302,11 @@ impl JobCore {
         });
         match chunk.phase {
             Phase::Probe => {
-                s.probe_done += n;
-                s.probe_chunks += 1;
-                s.probe_finish = s.probe_finish.max(end);
-                s.probe_secs = s.probe_secs.max(secs);
+                // A probe chunk still in flight when the probe ended is not
+                // counted in it.
+                if let Some(probe) = &mut self.probe {
+                    probe[c].record(n, end, secs);
+                }
             }
             Phase::Static => {
                 s.static_items += n;
@@ -300,7 +325,7 @@ impl JobCore {
             });
         }
         let mut after = After::default();
-        if self.probing && self.probe_complete() {
+        if self.probe_complete() {
             self.end_probe();
             after.wake = true;
         }
@@ -436,4 +461,5 @@ mod sizing;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use admit::Admitted;
 use retry::{Failures, Retry};

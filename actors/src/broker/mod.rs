@@ -15,7 +15,7 @@ use actix::{
 };
 use coexec_kernels::Kernel;
 
-use self::job::JobCore;
+use self::job::{Admitted, JobCore};
 use self::registry::{Event, Job, Registry, Reply};
 use crate::device::DeviceKind;
 use crate::metrics as m;
@@ -261,18 +261,21 @@ impl Broker {
         // The kernel moves into the job: once the registry has it, a worker
         // may finish and answer it at once, and the caller then needs to be
         // its only owner.
-        let core = JobCore::new(
-            kernel,
-            policy.name(),
-            adm,
-            self.thresholds,
-            self.reg.classes.clone(),
+        let admitted = Admitted {
+            policy: policy.name().to_string(),
+            plan: adm,
+            thresholds: self.thresholds,
             models,
-            split,
+            stored_split: split,
             eligible,
             in_service,
+            trace: self.trace || m.opts.trace,
+        };
+        let core = JobCore::new(
+            kernel,
+            admitted,
+            self.reg.classes.clone(),
             self.reg.worker_class.clone(),
-            self.trace || m.opts.trace,
         )
         .with_take_back(self.reg.take_back.clone());
         self.next_id += 1;

@@ -40,7 +40,7 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
         }
     };
     let specs: Vec<DeviceSpec> = match devices {
-        Some(d) => d.0.clone(),
+        Some(d) => d.specs().to_vec(),
         None => {
             let mut v = vec![DeviceSpec::cpu(cores().saturating_sub(found.len()).max(1))];
             v.extend(found.iter().map(|g| DeviceSpec::cuda(g.id, None)));

@@ -1,25 +1,47 @@
-//! A job's state at admission: regions, targets and models per class.
+//! A job's state at admission: what the broker decided ([`Admitted`]),
+//! and the regions, targets and models per class it starts from.
 
 use super::*;
 
+/// What the broker decided when it admitted a job: the policy's plan and
+/// what the job needs to know of each class to carry it out.
+pub(crate) struct Admitted {
+    /// Name of the policy that planned the job.
+    pub(crate) policy: String,
+    /// The plan: split, probe, chunking, guard and stealing.
+    pub(crate) plan: Admission,
+    pub(crate) thresholds: Thresholds,
+    /// Per class, the stored speed model for this kernel.
+    pub(crate) models: Vec<SpeedModel>,
+    /// The split stored for this kernel (NaN where none is).
+    pub(crate) stored_split: Vec<f64>,
+    /// Per class, whether it can (and may) run the kernel.
+    pub(crate) eligible: Vec<bool>,
+    /// Per class, its workers in service.
+    pub(crate) in_service: Vec<usize>,
+    /// Whether to keep a record of every chunk.
+    pub(crate) trace: bool,
+}
+
 impl JobCore {
-    /// A job over `kernel`, planned by `adm`. `models[c]` is the stored model
-    /// of class `c` for this kernel; `eligible[c]` whether it can run it;
-    /// `in_service[c]` its workers; `worker_class[w]` the class of worker `w`.
-    #[allow(clippy::too_many_arguments)]
+    /// A job over `kernel`, carried out as `admitted` says, on the device
+    /// classes `classes`; `worker_class[w]` is the class of worker `w`.
     pub(crate) fn new(
         kernel: Arc<dyn Kernel>,
-        policy: &str,
-        adm: Admission,
-        th: Thresholds,
+        admitted: Admitted,
         classes: Arc<[ClassInfo]>,
-        models: Vec<SpeedModel>,
-        stored_split: Vec<f64>,
-        eligible: Vec<bool>,
-        in_service: Vec<usize>,
         worker_class: Arc<[usize]>,
-        trace: bool,
     ) -> Self {
+        let Admitted {
+            policy,
+            plan: adm,
+            thresholds: th,
+            models,
+            stored_split,
+            eligible,
+            in_service,
+            trace,
+        } = admitted;
         let items = kernel.items();
         let grain = kernel.grain().max(1);
         let k = classes.len();
@@ -46,14 +68,15 @@ impl JobCore {
             .collect();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
         let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
-        for (c, s) in st.iter_mut().enumerate() {
+        let mut probe = vec![ProbeState::default(); k];
+        for ((c, s), p) in st.iter_mut().enumerate().zip(&mut probe) {
             let region = if adm.pool { items } else { space.left(c) };
             let w = s.workers.max(1);
             match adm.probe {
                 Probe::Warm => {
                     s.probe_target = (region as f64 * th.warm_probe) as usize;
                     let chunk = s.probe_target.div_ceil(w).max(min_chunk[c]).min(region);
-                    s.probe_predicted = s.model.predict(chunk.max(1) as f64);
+                    p.predicted = s.model.predict(chunk.max(1) as f64);
                 }
                 Probe::Cold => {
                     // A GPU's probe fills it at least once: smaller chunks
@@ -63,7 +86,7 @@ impl JobCore {
                         .min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
-                    s.probe_ramp = (items / (COLD_FIRST * total_workers.max(1)))
+                    p.ramp = (items / (COLD_FIRST * total_workers.max(1)))
                         .max(grain)
                         .min(s.probe_target / w)
                         .max(min_chunk[c])
@@ -73,7 +96,7 @@ impl JobCore {
             }
             s.static_target = (region as f64 * adm.static_fraction) as usize;
         }
-        let probing = adm.probe != Probe::None;
+        let probe = (adm.probe != Probe::None).then_some(probe);
         let planned = adm.shares.clone();
         let failed = (items > 0 && total_workers == 0).then(|| ActorError::NoDevice {
             kernel: kernel.name().to_string(),
@@ -87,7 +110,7 @@ impl JobCore {
             kernel: (!finished).then(|| kernel.clone()),
             claims: (!finished).then(ClaimSpace::new),
             name: kernel.name().to_string(),
-            policy: policy.to_string(),
+            policy,
             items,
             grain,
             adm,
@@ -97,7 +120,7 @@ impl JobCore {
             home,
             order,
             space,
-            probing,
+            probe,
             probe_report: None,
             planned,
             retries: VecDeque::new(),

@@ -3,44 +3,46 @@
 use super::*;
 
 impl JobCore {
+    /// Whether a probe is under way and every class that can run has done
+    /// its part.
     pub(super) fn probe_complete(&self) -> bool {
+        let Some(probe) = &self.probe else {
+            return false;
+        };
         self.st
             .iter()
-            .filter(|s| s.eligible && s.workers > 0)
-            .all(|s| match self.adm.probe {
+            .zip(probe)
+            .filter(|(s, _)| s.eligible && s.workers > 0)
+            .all(|(s, p)| match self.adm.probe {
                 // Two chunks (the ramp doubles, so two sizes): one size
                 // cannot tell a fixed cost from a slow throughput.
-                Probe::Cold => s.probe_chunks >= 2,
-                _ => s.probe_done >= s.probe_target,
+                Probe::Cold => p.chunks >= 2,
+                _ => p.done >= s.probe_target,
             })
     }
 
-    /// The probe is in: measure its imbalance and re-plan if the seed says so.
+    /// The probe is in: measure its imbalance and re-plan if the seed says
+    /// so. Does nothing if no probe is under way.
     pub(super) fn end_probe(&mut self) {
-        self.probing = false;
-        let finish: Vec<f64> = self
-            .st
-            .iter()
-            .filter(|s| s.eligible && s.probe_chunks > 0)
-            .map(|s| s.probe_finish)
-            .collect();
+        let Some(probe) = self.probe.take() else {
+            return;
+        };
+        // The classes that completed a probe chunk, with what they saw.
+        let ran = || {
+            self.st
+                .iter()
+                .zip(&probe)
+                .filter(|(s, p)| s.eligible && p.chunks > 0)
+        };
+        let finish: Vec<f64> = ran().map(|(_, p)| p.finish).collect();
         // Warm: each class's probe time against the stored model's
         // prediction for it, so that a known fixed cost per chunk (an
         // accelerator's launch and transfers) is not mistaken for a wrong
         // model; with no fixed costs this is the seed's δ' of finish times.
         let warm = self.adm.probe == Probe::Warm
-            && self
-                .st
-                .iter()
-                .filter(|s| s.eligible && s.probe_chunks > 0)
-                .all(|s| s.probe_predicted.is_finite() && s.probe_predicted > 0.0);
+            && ran().all(|(_, p)| p.predicted.is_finite() && p.predicted > 0.0);
         let imbalance = if warm {
-            let ratio: Vec<f64> = self
-                .st
-                .iter()
-                .filter(|s| s.eligible && s.probe_chunks > 0)
-                .map(|s| s.probe_secs / s.probe_predicted)
-                .collect();
+            let ratio: Vec<f64> = ran().map(|(_, p)| p.secs / p.predicted).collect();
             imbalance(&ratio)
         } else {
             imbalance(&finish)
@@ -50,13 +52,12 @@ impl JobCore {
         let rate: Vec<f64> = self
             .st
             .iter()
-            .map(|s| match s.b() {
-                Some(b) if warm && s.probe_chunks > 0 && s.probe_secs > 0.0 => {
-                    b * s.workers as f64 * s.probe_predicted / s.probe_secs
+            .zip(&probe)
+            .map(|(s, p)| match s.b() {
+                Some(b) if warm && p.chunks > 0 && p.secs > 0.0 => {
+                    b * s.workers as f64 * p.predicted / p.secs
                 }
-                _ if s.probe_chunks > 0 && s.probe_finish > 0.0 => {
-                    s.probe_done as f64 / s.probe_finish
-                }
+                _ if p.chunks > 0 && p.finish > 0.0 => p.done as f64 / p.finish,
                 _ => 0.0,
             })
             .collect();

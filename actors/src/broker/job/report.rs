@@ -8,11 +8,9 @@ impl JobCore {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        if self.probing {
-            // A short job can end before every class finished a probe chunk:
-            // report what the probe saw.
-            self.end_probe();
-        }
+        // A short job can end before every class finished a probe chunk:
+        // report what the probe saw (nothing to do once it is over).
+        self.end_probe();
         let makespan = self.st.iter().map(|s| s.finish).fold(0.0, f64::max);
         let classes: Vec<ClassReport> = self
             .st

@@ -7,21 +7,24 @@ impl JobCore {
     pub(super) fn own_size(&mut self, c: usize) -> (usize, Phase) {
         let s = &self.st[c];
         let w = s.workers.max(1);
-        if self.probing && s.claimed < s.probe_target {
-            return match self.adm.probe {
-                Probe::Cold => {
-                    let n = s.probe_ramp.max(1);
-                    let cap = (s.probe_target / w).max(self.grain);
-                    self.st[c].probe_ramp = (n * 2).min(cap);
-                    (n, Phase::Probe)
-                }
-                _ => ((s.probe_target.div_ceil(w)).max(1), Phase::Probe),
-            };
-        }
-        if self.probing && self.adm.probe == Probe::Cold {
-            // Probe quota spent before every class reported: keep going in
-            // probe-sized chunks rather than commit to an unplanned split.
-            return (s.probe_ramp.max(1), Phase::Probe);
+        if let Some(probe) = &mut self.probe {
+            let p = &mut probe[c];
+            if s.claimed < s.probe_target {
+                return match self.adm.probe {
+                    Probe::Cold => {
+                        let n = p.ramp.max(1);
+                        let cap = (s.probe_target / w).max(self.grain);
+                        p.ramp = (n * 2).min(cap);
+                        (n, Phase::Probe)
+                    }
+                    _ => ((s.probe_target.div_ceil(w)).max(1), Phase::Probe),
+                };
+            }
+            if self.adm.probe == Probe::Cold {
+                // Probe quota spent before every class reported: keep going in
+                // probe-sized chunks rather than commit to an unplanned split.
+                return (p.ramp.max(1), Phase::Probe);
+            }
         }
         if s.claimed < s.probe_target + s.static_target {
             let per = self.adm.static_chunks_per_worker.max(1);

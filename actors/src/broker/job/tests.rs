@@ -165,19 +165,17 @@ impl Sim {
         let p = by_name(policy)?;
         let adm = p.admit(&ctx);
         let kernel: Arc<dyn coexec_kernels::Kernel> = Arc::new(Grained(Empty::new(items), grain));
-        let job = JobCore::new(
-            kernel,
-            policy,
-            adm,
-            th,
-            cls.clone(),
+        let admitted = Admitted {
+            policy: policy.to_string(),
+            plan: adm,
+            thresholds: th,
             models,
-            vec![f64::NAN; cls.len()],
-            vec![true; cls.len()],
-            self.spec.iter().map(|s| s.0).collect(),
-            worker_class.clone(),
-            true,
-        );
+            stored_split: vec![f64::NAN; cls.len()],
+            eligible: vec![true; cls.len()],
+            in_service: self.spec.iter().map(|s| s.0).collect(),
+            trace: true,
+        };
+        let job = JobCore::new(kernel, admitted, cls.clone(), worker_class.clone());
         Ok((job, worker_class))
     }
 
@@ -384,18 +382,21 @@ fn a_chunk_that_always_fails_fails_the_job() {
         thresholds: th,
     };
     let adm = by_name("dynamic").unwrap().admit(&ctx);
+    let admitted = Admitted {
+        policy: "dynamic".into(),
+        plan: adm,
+        thresholds: th,
+        models: vec![SpeedModel::default()],
+        stored_split: vec![f64::NAN],
+        eligible: vec![true],
+        in_service: vec![1],
+        trace: false,
+    };
     let mut job = JobCore::new(
         Arc::new(Empty::new(10)),
-        "dynamic",
-        adm,
-        th,
+        admitted,
         cls,
-        vec![SpeedModel::default()],
-        vec![f64::NAN],
-        vec![true],
-        vec![1],
         Arc::from(vec![0usize]),
-        false,
     );
     let mut n = 0;
     while let Some(ch) = job.claim(0, 0, 0.0) {
