@@ -532,6 +532,9 @@ impl<M: Model> Batcher<M> {
                     }
                 }
             }
+            // Items still queued behind this batch: the placer keeps every
+            // class busy while there are any.
+            let backlog = self.rx.len();
             let job = BatchJob {
                 rt: self.rt.clone(),
                 placer: self.placer.clone(),
@@ -541,7 +544,7 @@ impl<M: Model> Batcher<M> {
                 on_batch: self.cfg.on_batch.clone(),
             };
             running.spawn(async move {
-                job.run(batch).await;
+                job.run(batch, backlog).await;
                 drop(slot);
             });
         }
@@ -567,12 +570,12 @@ fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
 impl<M: Model> BatchJob<M> {
     /// The options of a batch of `size`: placed by the placer (its policy,
     /// its classes), or as configured.
-    fn place(&self, size: usize) -> (JobOptions, Option<u64>) {
+    fn place(&self, size: usize, backlog: usize) -> (JobOptions, Option<u64>) {
         let Some(p) = &self.placer else {
             return (self.opts.clone(), None);
         };
         let now = self.epoch.elapsed().as_secs_f64();
-        match lock(p).place(size, now) {
+        match lock(p).place(size, backlog, now) {
             Some(d) => {
                 let opts = self.opts.clone().policy(d.policy()).classes(d.classes());
                 (opts, Some(d.ticket))
@@ -600,7 +603,7 @@ impl<M: Model> BatchJob<M> {
         lock(p).finished(t, &learned);
     }
 
-    async fn run(self, batch: Vec<Request<M>>) {
+    async fn run(self, batch: Vec<Request<M>>, backlog: usize) {
         let closed = Instant::now();
         let oldest_wait = batch
             .first()
@@ -624,7 +627,7 @@ impl<M: Model> BatchJob<M> {
             return;
         }
         let size = replies.len();
-        let (opts, ticket) = self.place(size);
+        let (opts, ticket) = self.place(size, backlog);
         let kernel = self.model.build(inputs);
         let started = Instant::now();
         let (outputs, run, delivering) = match kernel {
