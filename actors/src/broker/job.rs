@@ -180,6 +180,13 @@ impl JobCore {
         self.claims = None;
     }
 
+    /// The job is over: it drops its kernel and its claim space.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.kernel = None;
+        self.claims = None;
+    }
+
     /// Whether no worker needs to look at this job again.
     pub(crate) fn is_over(&self) -> bool {
         self.finished
@@ -330,10 +337,7 @@ impl JobCore {
             after.wake = true;
         }
         if self.done == self.items && self.in_flight == 0 {
-            self.finished = true;
-            self.kernel = None;
-            self.claims = None;
-            self.claims = None;
+            self.finish();
             after.finished = true;
         }
         after
@@ -393,10 +397,7 @@ impl JobCore {
             }
         }
         if self.failed.is_some() {
-            self.finished = true;
-            self.kernel = None;
-            self.claims = None;
-            self.claims = None;
+            self.finish();
             after.finished = true;
         }
         after
@@ -424,10 +425,7 @@ impl JobCore {
                 kernel: self.name.clone(),
                 why: format!("every device that could run it is out of service (last: {why})"),
             });
-            self.finished = true;
-            self.kernel = None;
-            self.claims = None;
-            self.claims = None;
+            self.finish();
             after.finished = true;
         }
         after
@@ -438,10 +436,7 @@ impl JobCore {
     pub(crate) fn cancel(&mut self, why: ActorError) {
         if !self.finished {
             self.failed = Some(why);
-            self.finished = true;
-            self.kernel = None;
-            self.claims = None;
-            self.claims = None;
+            self.finish();
         }
     }
 
