@@ -44,6 +44,7 @@
 mod builder;
 mod error;
 mod metrics;
+mod net;
 mod runtime;
 pub mod serve;
 pub mod stream;

@@ -201,24 +201,12 @@ async fn serve(
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut tick = tokio::time::interval(UPKEEP);
     loop {
-        let permit = tokio::select! {
+        let (permit, stream) = tokio::select! {
             _ = &mut stopped => return,
             _ = tick.tick() => { upkeep.run_upkeep(); continue; }
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
-        let stream = tokio::select! {
-            _ = &mut stopped => return,
-            a = listener.accept() => match a {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, then go on.
-                    tracing::debug!("metrics accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+            c = crate::net::accept_bounded(&listener, &slots, "metrics") => match c {
+                Some(c) => c,
+                None => return,
             },
         };
         let service = service.clone();

@@ -577,23 +577,11 @@ pub async fn serve(
     let mut signal = std::pin::pin!(signal);
     loop {
         while conns.try_join_next().is_some() {}
-        let permit = tokio::select! {
+        let (permit, stream) = tokio::select! {
             () = &mut signal => break,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let stream = tokio::select! {
-            () = &mut signal => break,
-            a = listener.accept() => match a {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, then go on.
-                    tracing::debug!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
+            c = crate::net::accept_bounded(&listener, &slots, "service") => match c {
+                Some(c) => c,
+                None => break,
             },
         };
         let service = service.clone();
