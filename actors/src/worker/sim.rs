@@ -8,7 +8,8 @@ use coexec_kernels::{Chunk, Kernel, KernelError};
 use super::{guarded, Executor};
 
 /// The simulated accelerator: a chunk takes `latency + cost / speed`, where
-/// `cost` is what one CPU worker spends on it. Kernels with a modeled
+/// `cost` is what one CPU worker spends on it (the core time of computing
+/// it here, see [`CoreTime`]). Kernels with a modeled
 /// shortcut (`Kernel::run_modeled`) write their outputs without paying the
 /// cost; others run their CPU implementation here and are stretched to at
 /// least the modeled time, so results stay real and this device is never
@@ -113,6 +114,46 @@ impl Seen {
     }
 }
 
+/// The time the calling thread has spent on a core: what computing a chunk
+/// here costs, whatever else shares the core. Wall time would charge the
+/// sim for the threads that preempt it (the CPU workers, a server's
+/// handlers), and it would then run slower than its speed says exactly
+/// when the machine is busy. A kernel that hands a chunk's work to other
+/// threads is charged only this thread's part; coexec's kernels compute a
+/// chunk on the worker's thread. Wall time where the platform has no
+/// thread clock.
+struct CoreTime {
+    #[cfg(unix)]
+    at: Duration,
+    #[cfg(not(unix))]
+    at: Instant,
+}
+
+impl CoreTime {
+    fn now() -> Self {
+        Self {
+            #[cfg(unix)]
+            at: thread_core_time(),
+            #[cfg(not(unix))]
+            at: Instant::now(),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        #[cfg(unix)]
+        return thread_core_time().saturating_sub(self.at);
+        #[cfg(not(unix))]
+        return self.at.elapsed();
+    }
+}
+
+#[cfg(unix)]
+fn thread_core_time() -> Duration {
+    use rustix::time::{clock_gettime, ClockId};
+    // The thread clock starts at zero and never goes back.
+    Duration::try_from(clock_gettime(ClockId::ThreadCPUTime)).unwrap_or_default()
+}
+
 /// How often a modelled wait looks at its take-back flag.
 const TAKE_BACK_POLL: Duration = Duration::from_millis(2);
 
@@ -145,10 +186,10 @@ impl Executor for SimExec {
             let before = ((total - compute) * 0.95).max(0.0);
             self.wait(t0, Duration::from_secs_f64(before), true)?;
         }
-        let t1 = Instant::now();
         let (cost, modeled) = match guarded(|| kernel.run_modeled(chunk).transpose())? {
             Some(d) => (d, true),
             None => {
+                let t1 = CoreTime::now();
                 guarded(|| kernel.run_cpu(chunk))?;
                 (t1.elapsed(), false)
             }
@@ -199,6 +240,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_cost_is_core_time_not_wall_time() {
+        // A thread that waits spends wall time and almost no core time; a
+        // thread that computes spends both. Another thread sharing the core
+        // is what a wait stands for here.
+        let t = CoreTime::now();
+        std::thread::sleep(Duration::from_millis(60));
+        let waited = t.elapsed();
+        let t = CoreTime::now();
+        let w = Instant::now();
+        let mut x = 0u64;
+        while w.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let computed = t.elapsed();
+        if cfg!(unix) {
+            assert!(waited < Duration::from_millis(20), "{waited:?}");
+        }
+        assert!(computed > Duration::from_millis(5), "{computed:?}");
     }
 
     #[test]

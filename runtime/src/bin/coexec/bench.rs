@@ -9,7 +9,7 @@ use crate::report::{
     AloneResult, Baseline, BenchReport, ClassResult, LearningRun, Machine, Overhead, PolicyResult,
     WorkloadBench,
 };
-use crate::stats::{median_ci95, rel_half_width};
+use crate::stats::{median_ci95, rel_half_width, MIN_CI_SAMPLES};
 use crate::workload::{Prepared, WorkloadArgs, BENCHMARKS, NAMES};
 use crate::{build, speed_sum, Common, Failure};
 
@@ -37,9 +37,10 @@ fn job_time(reports: &[RunReport]) -> f64 {
 pub(crate) struct Rounds {
     /// Runs of every configuration (alone classes, policies) at least.
     pub(crate) repeat: usize,
-    /// Seconds after which no further round starts once `repeat` rounds
-    /// are done; until then rounds go on while any configuration's median
-    /// is not known to ±2% (95%).
+    /// Seconds after which no further round starts once `repeat` rounds,
+    /// and at least enough for an interval ([`MIN_CI_SAMPLES`]), are done;
+    /// until then rounds go on while any configuration's median is not
+    /// known to ±2% (95%). Zero: exactly `repeat` rounds.
     pub(crate) budget_s: f64,
     /// Cold/warm pairs for the learning comparison.
     pub(crate) pairs: usize,
@@ -254,6 +255,13 @@ async fn bench_one(
     let mut runs: Vec<Vec<(f64, Vec<RunReport>)>> = vec![Vec::new(); configs.len()];
     // Rounds in the same interleaved order until every configuration's
     // median is known to ±PRECISION (95%) or the budget is spent.
+    // With a budget, rounds go on at least until every median has an
+    // interval: a figure without one cannot be told from noise.
+    let least = if budget_s > 0.0 {
+        repeat.max(MIN_CI_SAMPLES)
+    } else {
+        repeat
+    };
     let started = std::time::Instant::now();
     for round in 1.. {
         for (k, opts) in configs.iter().enumerate() {
@@ -264,7 +272,7 @@ async fn bench_one(
             let times: Vec<f64> = r.iter().map(|x| x.0).collect();
             rel_half_width(median(&times), median_ci95(&times)) <= PRECISION
         });
-        if round >= repeat
+        if round >= least
             && (precise || started.elapsed().as_secs_f64() >= budget_s || round >= MAX_ROUNDS)
         {
             break;

@@ -82,7 +82,8 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
         /// Seconds per workload after which no further round starts once
-        /// --repeat rounds are done (0: exactly --repeat rounds).
+        /// --repeat rounds, and at least 6 (the fewest that give a median
+        /// a 95% interval), are done (0: exactly --repeat rounds).
         #[arg(long, default_value_t = 30.0)]
         budget: f64,
         /// Cold/warm pairs for the learning comparison: each pair runs the

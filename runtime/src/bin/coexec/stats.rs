@@ -6,11 +6,14 @@
 //! the largest `k` whose coverage is still ≥ 95%. Below 6 samples no such
 //! interval exists (`[min, max]` of 5 covers 93.75%).
 
-/// The 95% interval of the median of `xs`, or `None` under 6 samples (or
-/// any NaN).
+/// The fewest samples with a 95% interval of their median.
+pub(crate) const MIN_CI_SAMPLES: usize = 6;
+
+/// The 95% interval of the median of `xs`, or `None` under
+/// [`MIN_CI_SAMPLES`] samples (or any NaN).
 pub(crate) fn median_ci95(xs: &[f64]) -> Option<(f64, f64)> {
     let n = xs.len();
-    if n < 6 || xs.iter().any(|x| x.is_nan()) {
+    if n < MIN_CI_SAMPLES || xs.iter().any(|x| x.is_nan()) {
         return None;
     }
     let mut s = xs.to_vec();
