@@ -91,13 +91,19 @@ impl SimExec {
 }
 
 /// A kernel's last chunk on this sim: its items, its CPU cost in seconds
-/// (or its modeled cost), and whether that came from a modeled shortcut.
+/// (or its modeled cost), whether that came from a modeled shortcut, and
+/// how much longer than its core time computing it took in wall time.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Seen {
     items: f64,
     cost: f64,
     modeled: bool,
+    stretch: f64,
 }
+
+/// The most wall time per core time a chunk's compute is assumed to take:
+/// beyond it the sim waits less before writing, and is simply late.
+const MAX_STRETCH: f64 = 8.0;
 
 impl Seen {
     /// A lower bound of the cost of a chunk of `n` items, for any cost
@@ -174,32 +180,38 @@ impl Executor for SimExec {
         // shortcut), a little short so as not to overshoot. From its own
         // last chunk of this kernel, else from the CPU class's prediction.
         let known = match self.seen.get(&self.key) {
-            Some(seen) => Some((seen.lower_bound(n), seen.modeled)),
+            Some(seen) => Some((seen.lower_bound(n), seen.modeled, seen.stretch)),
             None => self
                 .cpu_secs
                 .filter(|s| s.is_finite() && *s > 0.0 && n > 0.0)
-                .map(|s| (s, false)),
+                .map(|s| (s, false, 1.0)),
         };
-        if let Some((cost, modeled)) = known {
-            let compute = if modeled { 0.0 } else { cost };
+        if let Some((cost, modeled, stretch)) = known {
+            // Computing here takes `stretch` times its core time in wall
+            // time when other threads share the core: that much of the
+            // modelled time is left for it, so that a busy machine does not
+            // push the chunk past its model.
+            let compute = if modeled { 0.0 } else { cost * stretch };
             let total = self.modelled(cost)?.as_secs_f64();
             let before = ((total - compute) * 0.95).max(0.0);
             self.wait(t0, Duration::from_secs_f64(before), true)?;
         }
-        let (cost, modeled) = match guarded(|| kernel.run_modeled(chunk).transpose())? {
-            Some(d) => (d, true),
+        let (cost, modeled, stretch) = match guarded(|| kernel.run_modeled(chunk).transpose())? {
+            Some(d) => (d.as_secs_f64(), true, 1.0),
             None => {
-                let t1 = CoreTime::now();
+                let (core, wall) = (CoreTime::now(), Instant::now());
                 guarded(|| kernel.run_cpu(chunk))?;
-                (t1.elapsed(), false)
+                let (core, wall) = (core.elapsed().as_secs_f64(), wall.elapsed().as_secs_f64());
+                let stretch = if core > 0.0 { wall / core } else { 1.0 };
+                (core, false, stretch.clamp(1.0, MAX_STRETCH))
             }
         };
-        let cost = cost.as_secs_f64();
         if n > 0.0 {
             let seen = Seen {
                 items: n,
                 cost,
                 modeled,
+                stretch,
             };
             match self.seen.get_mut(&self.key) {
                 Some(s) => *s = seen,
@@ -229,6 +241,7 @@ mod tests {
                     items: m,
                     cost: cost(m),
                     modeled: false,
+                    stretch: 1.0,
                 };
                 for n in [1.0, 3.0, 32.0, 100.0, 4096.0] {
                     let lb = seen.lower_bound(n);
