@@ -97,8 +97,9 @@ async fn another_job_runs(rt: &Runtime) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_future_of_run_cancels_the_job() {
     let rt = runtime("cpu:2,sim:1@0.5");
-    // 100 000 items of 100 µs: about 4 s of work on these workers, in
-    // chunks of 5 ms (10 ms on the slow simulated unit).
+    // 100 000 items of 100 µs: seconds of work on these workers, in chunks
+    // of 5 ms (the simulated unit charges core time, and this kernel
+    // sleeps: its chunks take about as long there).
     let items = 100_000;
     let (k, seen) = Counted::new(items, Duration::from_micros(100));
     let fut = rt.run_with(k, JobOptions::new().chunk(50));

@@ -491,7 +491,7 @@ fn efficiency_text(e: f64, ci: Option<(f64, f64)>) -> String {
         let w = ci.map(|(lo, hi)| (hi - 1.0).max(1.0 - lo).max(e - 1.0));
         match w {
             Some(w) => format!("= T* within ±{:.1}%", 100.0 * w),
-            None => format!("= T* within ±{:.1}%?", 100.0 * (e - 1.0)),
+            None => "= T* ±?".into(),
         }
     } else {
         format!("{e:.3} {}", pm(e, ci))
@@ -696,4 +696,23 @@ fn format_utc(secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_efficiency_above_one_never_reads_as_a_number() {
+        assert_eq!(efficiency_text(0.95, Some((0.9, 1.0))), "0.950 ±5.3%");
+        assert_eq!(efficiency_text(0.95, None), "0.950 ±?");
+        // Above 1: equal to T* within the farther of the interval's ends
+        // from 1 (at least E's own distance from it).
+        assert_eq!(
+            efficiency_text(1.04, Some((0.9, 1.2))),
+            "= T* within ±20.0%"
+        );
+        assert_eq!(efficiency_text(1.3, Some((1.1, 1.2))), "= T* within ±30.0%");
+        assert_eq!(efficiency_text(1.04, None), "= T* ±?");
+    }
 }
