@@ -20,15 +20,16 @@ import subprocess
 import sys
 import tempfile
 
+# The sizes `coexec bench` uses.
 WORKLOADS = [
-    ["matmul"],
+    ["matmul", "--count", "20000"],
     ["kmeans"],
-    ["pathfinder"],
-    ["nbody"],
+    ["pathfinder", "--cols", "1000000", "--rows", "1000"],
+    ["nbody", "--bodies", "16384", "--steps", "10"],
 ]
 RUN_TIME = re.compile(r"run\(s\), \d+ items each, ([\d.]+)s")
 # Lines that carry times or timing-dependent detail, not results.
-NOT_RESULT = re.compile(r"run\(s\)|^time:|inputs|imbalance|chunks|warning|profile")
+NOT_RESULT = re.compile(r"run\(s\)|^time:|inputs|imbalance|chunks|warning|profile|^\s*input:")
 
 
 PROFILES = {}
@@ -55,6 +56,7 @@ def main():
     ap.add_argument("--after", required=True)
     ap.add_argument("--devices", default="cpu:2")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--only", help="comma-separated workloads (default: all four)")
     ap.add_argument("--kmeans-file", help="kmeans input for both (else each binary's default)")
     ap.add_argument("--out", required=True, help="writes OUT.md")
     a = ap.parse_args()
@@ -62,6 +64,8 @@ def main():
     lines = []
     ok = True
     for w in WORKLOADS:
+        if a.only and w[0] not in a.only.split(","):
+            continue
         args = w + ["--devices", a.devices]
         if w[0] == "kmeans" and a.kmeans_file:
             args += ["--file", a.kmeans_file]
@@ -94,7 +98,7 @@ def main():
     with open(a.out + ".md", "w") as f:
         f.write("# The same runs before and after (issue 14)\n\n")
         f.write(f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores. Before: `{a.before}`; "
-                f"after: `{a.after}`. Each: `coexec run W --devices {a.devices}` (default sizes), "
+                f"after: `{a.after}`. Each: `coexec run W --devices {a.devices}` at the sizes `bench` uses, "
                 f"{a.repeat} times per binary, alternating, the first of each pair swapped "
                 f"every repeat. Made by `python3 scripts/compare_runs.py --before BEFORE "
                 f"--after AFTER --repeat {a.repeat} --out {a.out}`.\n\n")
