@@ -178,14 +178,11 @@ impl Engine {
                 .spawn(move || {
                     let exec: Box<dyn Executor> = match info.kind {
                         DeviceKind::Cpu => Box::new(CpuExec),
-                        DeviceKind::Sim { speed, latency } => {
-                            worker::sim_lowest_priority();
-                            Box::new(SimExec::new(
-                                speed,
-                                latency,
-                                Some((reg.take_back.clone(), w)),
-                            ))
-                        }
+                        DeviceKind::Sim { speed, latency } => Box::new(SimExec::new(
+                            speed,
+                            latency,
+                            Some((reg.take_back.clone(), w)),
+                        )),
                         DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
                             Ok(stream) => Box::new(GpuExec::new(stream)),
                             Err(e) => {

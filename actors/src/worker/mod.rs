@@ -13,7 +13,6 @@ use coexec_kernels::{Chunk, Kernel, KernelError};
 
 pub(crate) use cpu::CpuExec;
 pub(crate) use gpu::GpuExec;
-pub(crate) use sim::lowest_priority as sim_lowest_priority;
 pub(crate) use sim::SimExec;
 
 use crate::broker::job::Claimed;

@@ -153,21 +153,6 @@ impl CoreTime {
     }
 }
 
-/// Lowers the calling thread (a sim worker) to the least scheduling
-/// priority, nice 19. The sim's compute stands in for work an accelerator
-/// does away from the host's cores, so it should take only the cycles the
-/// CPU workers and the rest of the process leave idle, not share a core with
-/// them as an equal: otherwise every chunk the sim computes slows the CPU
-/// class by as much. On a machine with no idle cycle the sim is late (its
-/// chunks take longer than its model), and is measured so. Linux only,
-/// where a nice value is per thread; elsewhere it does nothing.
-pub(crate) fn lowest_priority() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
-        tracing::debug!("sim worker keeps its priority: {e}");
-    }
-}
-
 #[cfg(unix)]
 fn thread_core_time() -> Duration {
     use rustix::time::{clock_gettime, ClockId};
