@@ -254,9 +254,9 @@ async fn bench_one(
     }
     let mut runs: Vec<Vec<(f64, Vec<RunReport>)>> = vec![Vec::new(); configs.len()];
     // Rounds in the same interleaved order until every configuration's
-    // median is known to ±PRECISION (95%) or the budget is spent.
-    // With a budget, rounds go on at least until every median has an
-    // interval: a figure without one cannot be told from noise.
+    // median is known to ±PRECISION (95%) or the budget is spent; with a
+    // budget, at least until every median has an interval (a figure
+    // without one cannot be told from noise).
     let least = if budget_s > 0.0 {
         repeat.max(MIN_CI_SAMPLES)
     } else {
