@@ -2,7 +2,7 @@
 //! starts from it.
 
 use coexec::kernels::Synthetic;
-use coexec::Runtime;
+use coexec::{JobOptions, Runtime};
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("coexec-test-{tag}-{}", std::process::id()));
@@ -72,4 +72,75 @@ async fn a_corrupt_profile_is_ignored_and_recalibrated() {
         serde_json::from_str::<serde_json::Value>(&text).is_ok(),
         "rewritten whole"
     );
+}
+
+/// A run kept off a class (as a stream's batch is, placed whole on one
+/// class) measures nothing of that class's speed, so it leaves the stored
+/// split alone. It used to store `[1, 0]` or `[0, 1]`: a stream alternating
+/// classes replaced the split at every batch, and each replacement rewrote
+/// the profile file on the broker's thread.
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_kept_off_a_class_leaves_the_stored_split_alone() {
+    let dir = tempdir("kept-off");
+    let n = 60_000;
+    let rt = runtime(&dir);
+    let full = rt.run(Synthetic::new(n, 200)).await.unwrap().report;
+    assert!(full.split_delta.is_some(), "a run on every class learns");
+    // The sim last: had it stored its `[1, 0]`, the sim would get nothing.
+    for class in [1, 0] {
+        let opts = JobOptions::new().classes([class]);
+        let r = rt.run_with(Synthetic::new(n, 200), opts).await.unwrap();
+        assert_eq!(r.report.split_delta, None, "class {class} only");
+        assert!(!r.report.split_stored);
+    }
+    rt.shutdown().await;
+    let rt = runtime(&dir);
+    let p = rt.run(Synthetic::new(n, 200)).await.unwrap().report.probe;
+    let p = p.expect("hybrid probes");
+    assert_eq!(format!("{:?}", p.kind), "Warm");
+    assert!(
+        p.shares_before[1] > 0.5 && p.shares_before[0] > 0.0,
+        "the split the full run learned, not a one-class run's: {p:?}"
+    );
+    rt.shutdown().await;
+}
+
+/// Saves are kept a second apart while runs stream in, and what the
+/// runs within that second learned is still written within about a second,
+/// with no further run and no shutdown (a trailing save), so a process
+/// that is killed loses at most that second.
+#[tokio::test(flavor = "current_thread")]
+async fn runs_close_together_are_saved_without_a_shutdown() {
+    let dir = tempdir("trailing");
+    // One class: the split is `[1]` from the first run on, never replaced,
+    // so only the samples and run counts of later runs are left to save.
+    let rt = Runtime::builder()
+        .devices("cpu:1")
+        .unwrap()
+        .profile_dir(&dir)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        rt.run(Synthetic::new(10_000, 10)).await.unwrap();
+    }
+    let path = rt.profile_path().unwrap().to_path_buf();
+    let runs = || -> u64 {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return 0;
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        v["kernels"]
+            .as_object()
+            .map_or(0, |k| k.values().filter_map(|p| p["runs"].as_u64()).sum())
+    };
+    let t0 = std::time::Instant::now();
+    while runs() < 3 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the profile holds {} of 3 runs, 10 s after them",
+            runs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    rt.shutdown().await;
 }

@@ -171,7 +171,10 @@ pub struct RunReport {
     pub probe: Option<ProbeReport>,
     /// Chunks that failed and ran again.
     pub retries: usize,
-    /// Δ between the stored split and this run's static phase (the seed's step 4).
+    /// Δ between the stored split and this run's static phase (the seed's
+    /// step 4); `None` when the run was kept off a class that could run the
+    /// kernel, whose speed it then did not measure (a stream's batch placed
+    /// on one class): such a run never replaces the stored split.
     pub split_delta: Option<f64>,
     /// Whether Δ exceeded ν and this run's split was stored for the next.
     pub split_stored: bool,

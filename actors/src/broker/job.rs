@@ -162,6 +162,8 @@ pub(crate) struct JobCore {
     trace: Option<Vec<ChunkRecord>>,
     /// The split stored for this kernel when the job was admitted.
     stored_split: Vec<f64>,
+    /// Whether this job's static phase may replace it (see [`Admitted`]).
+    learns_split: bool,
     /// Reused by the guard: (start, speed) of the other workers.
     scratch: Vec<(f64, f64)>,
     /// Per class, the smallest chunk it is given while its own region

@@ -207,23 +207,29 @@ impl Broker {
         let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
         let kernel = m.kernel;
         let grain = kernel.grain().max(1);
+        let able: Vec<bool> = self
+            .reg
+            .classes
+            .iter()
+            .map(|c| match c.kind {
+                DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
+                DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
+            })
+            .collect();
         let eligible: Vec<bool> = self
             .reg
             .classes
             .iter()
-            .map(|c| {
-                let allowed = m
+            .zip(&able)
+            .map(|(c, &able)| {
+                able && m
                     .opts
                     .classes
                     .as_ref()
-                    .is_none_or(|only| only.contains(&c.index));
-                allowed
-                    && match c.kind {
-                        DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
-                        DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
-                    }
+                    .is_none_or(|only| only.contains(&c.index))
             })
             .collect();
+        let learns_split = able.iter().zip(&eligible).all(|(a, e)| a == e);
         let in_service: Vec<usize> = (0..self.reg.classes.len())
             .map(|c| self.reg.in_service(c))
             .collect();
@@ -267,6 +273,7 @@ impl Broker {
             thresholds: self.thresholds,
             models,
             stored_split: split,
+            learns_split,
             eligible,
             in_service,
             trace: self.trace || m.opts.trace,

@@ -280,7 +280,12 @@ impl Registry {
                         key: job.profile_key.clone(),
                         classes: self.classes.iter().map(|c| c.profile_key.clone()).collect(),
                         samples,
-                        learned_split: report.learned_split.clone(),
+                        // A run kept off some class learns no split.
+                        learned_split: if report.split_delta.is_some() {
+                            report.learned_split.clone()
+                        } else {
+                            Vec::new()
+                        },
                     });
                 }
                 self.reply(job, Ok(report));

@@ -5,7 +5,7 @@ mod store;
 
 use std::time::Duration;
 
-use actix::{Actor, Context, Handler, Message};
+use actix::{Actor, AsyncContext, Context, Handler, Message};
 
 pub use store::{
     implausible, split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore,
@@ -21,6 +21,45 @@ const SAVE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Profiler {
     pub(crate) store: ProfileStore,
     pub(crate) nu: f64,
+    /// Whether a save is already scheduled.
+    pub(crate) save_due: bool,
+}
+
+impl Profiler {
+    pub(crate) fn new(store: ProfileStore, nu: f64) -> Self {
+        Self {
+            store,
+            nu,
+            save_due: false,
+        }
+    }
+
+    /// Saves what was learned at most once per [`SAVE_EVERY`]: now if the
+    /// last save is older, else once that much time has passed. The file is
+    /// written on this actor's thread, which the broker shares: at a stream's
+    /// hundreds of batches a second, a save per batch (each a lock, a read,
+    /// a merge, a write and a rename) took a third of that thread.
+    fn save_soon(&mut self, ctx: &mut Context<Self>) {
+        if self.save_due {
+            return;
+        }
+        match self.store.save_wait(SAVE_EVERY) {
+            Duration::ZERO => self.save(),
+            wait => {
+                self.save_due = true;
+                ctx.run_later(wait, |act, _| {
+                    act.save_due = false;
+                    act.save();
+                });
+            }
+        }
+    }
+
+    fn save(&mut self) {
+        if let Err(e) = self.store.save() {
+            tracing::warn!("could not save the profile: {e}");
+        }
+    }
 }
 
 impl Actor for Profiler {
@@ -65,18 +104,11 @@ pub(crate) struct Observe {
 
 impl Handler<Observe> for Profiler {
     type Result = actix::MessageResult<Observe>;
-    fn handle(&mut self, m: Observe, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, m: Observe, ctx: &mut Context<Self>) -> Self::Result {
         let learned = self
             .store
             .observe(&m.key, &m.classes, &m.samples, &m.learned_split, self.nu);
-        let res = if learned.split_replaced {
-            self.store.save()
-        } else {
-            self.store.save_debounced(SAVE_EVERY)
-        };
-        if let Err(e) = res {
-            tracing::warn!("could not save the profile: {e}");
-        }
+        self.save_soon(ctx);
         actix::MessageResult(learned)
     }
 }
@@ -91,9 +123,7 @@ pub(crate) struct Flush {
 impl Handler<Flush> for Profiler {
     type Result = ();
     fn handle(&mut self, m: Flush, _: &mut Context<Self>) {
-        if let Err(e) = self.store.save() {
-            tracing::warn!("could not save the profile: {e}");
-        }
+        self.save();
         let _ = m.done.send(());
     }
 }

@@ -468,13 +468,11 @@ impl ProfileStore {
         }
     }
 
-    /// Saves if dirty and the last save is older than `every`.
-    pub fn save_debounced(&mut self, every: std::time::Duration) -> std::io::Result<()> {
-        if self.last_save.is_none_or(|t| t.elapsed() >= every) {
-            self.save()
-        } else {
-            Ok(())
-        }
+    /// How long until a save keeps saves `every` apart (zero: now).
+    pub fn save_wait(&self, every: std::time::Duration) -> std::time::Duration {
+        self.last_save.map_or(std::time::Duration::ZERO, |t| {
+            every.saturating_sub(t.elapsed())
+        })
     }
 }
 

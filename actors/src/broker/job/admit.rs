@@ -15,6 +15,11 @@ pub(crate) struct Admitted {
     pub(crate) models: Vec<SpeedModel>,
     /// The split stored for this kernel (NaN where none is).
     pub(crate) stored_split: Vec<f64>,
+    /// Whether the job may run on every class that can run its kernel, so
+    /// that its static phase can learn a split (one kept off a class by
+    /// [`JobOptions::classes`](crate::JobOptions::classes) says nothing of
+    /// that class's speed).
+    pub(crate) learns_split: bool,
     /// Per class, whether it can (and may) run the kernel.
     pub(crate) eligible: Vec<bool>,
     /// Per class, its workers in service.
@@ -38,6 +43,7 @@ impl JobCore {
             thresholds: th,
             models,
             stored_split,
+            learns_split,
             eligible,
             in_service,
             trace,
@@ -134,6 +140,7 @@ impl JobCore {
             failed,
             trace: trace.then(Vec::new),
             stored_split,
+            learns_split,
             scratch: Vec::new(),
             min_chunk,
             watch: overdue::Watch::default(),

@@ -52,8 +52,11 @@ impl JobCore {
             self.planned.clone()
         };
         // The seed's ν rule, as the profiler will apply it to these numbers.
-        let split_delta = crate::profiler::split_delta(&self.stored_split, &learned_split);
-        let split_stored = split_delta > self.th.nu && learned_split.iter().sum::<f64>() > 0.0;
+        let split_delta = self
+            .learns_split
+            .then(|| crate::profiler::split_delta(&self.stored_split, &learned_split));
+        let split_stored =
+            split_delta.is_some_and(|d| d > self.th.nu && learned_split.iter().sum::<f64>() > 0.0);
         Ok(RunReport {
             kernel: self.name.clone(),
             policy: self.policy.clone(),
@@ -68,7 +71,7 @@ impl JobCore {
             learned_split,
             probe: self.probe_report.clone(),
             retries: self.retried,
-            split_delta: Some(split_delta),
+            split_delta,
             split_stored,
             classes,
             chunks: self.trace.take().unwrap_or_default(),

@@ -50,6 +50,10 @@ pub(crate) struct ServeArgs {
     /// Deadline of a request that names none, in ms (default: none).
     #[arg(long)]
     deadline_ms: Option<u64>,
+    /// Batches placed on devices at once (default: one per device class,
+    /// plus one under hybrid).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    in_flight: Option<u64>,
 }
 
 pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
@@ -64,7 +68,10 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
     let rt = Arc::new(b.build()?);
     let placement: Placement = a.policy.parse()?;
     // One batch per class in flight, and one forming behind them.
-    let in_flight = rt.classes().len().max(1) + usize::from(placement == Placement::Hybrid);
+    let in_flight = a.in_flight.map_or_else(
+        || rt.classes().len().max(1) + usize::from(placement == Placement::Hybrid),
+        |n| n as usize,
+    );
     let stream = StreamConfig::new()
         .max_batch(a.max_batch)
         .max_wait(Duration::from_micros(a.max_wait_us))
