@@ -278,9 +278,19 @@ fn every_answer_good_and_bad() {
         "coexec_requests_total{outcome=\"overloaded\"}",
         "coexec_requests_total{outcome=\"deadline\"}",
         "coexec_items_total",
+        "coexec_worker_busy_seconds{",
     ] {
         assert!(m.body.contains(name), "{name} missing from /metrics");
     }
+    // The workers started before the service installed its recorder; their
+    // chunk durations still reach it (they went nowhere before).
+    let chunks: f64 = m
+        .body
+        .lines()
+        .filter(|l| l.starts_with("coexec_chunk_duration_seconds_count{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(chunks > 0.0, "no chunk durations in /metrics:\n{}", m.body);
 }
 
 fn rows_of(t: &LabeledRows, i: usize) -> &[f32] {

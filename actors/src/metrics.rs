@@ -96,16 +96,24 @@ pub fn describe() {
 /// would make the workers contend for them; instead each worker adds up
 /// locally and flushes every [`FLUSH_CHUNKS`] chunks, every
 /// [`FLUSH_BUSY_S`] seconds of work, and whenever it runs out of chunks.
+///
+/// The `metrics` handles are resolved against the recorder installed when
+/// they are made; a recorder installed later (a service started on a
+/// runtime already running) bumps [`RECORDER_GEN`] and the worker resolves
+/// them again at its next report. Before, such a worker's busy and idle
+/// time, retries and chunk durations went nowhere.
 pub(crate) struct WorkerLabels {
     class: String,
+    worker: usize,
     busy: Gauge,
     idle: Gauge,
     retries: Counter,
     per_kernel: HashMap<String, KernelHandles>,
     pending: Pending,
-    /// Whether the exporter was on when this worker started: like the
-    /// `metrics` handles above, a worker's histogram is fixed at its start.
+    /// Whether coexec's exporter is on: chunk histograms are counted.
     histograms: bool,
+    /// The [`RECORDER_GEN`] the handles were resolved at.
+    generation: u64,
 }
 
 /// Chunks a worker batches before reporting them.
@@ -152,6 +160,9 @@ struct ChunkHistogram {
 
 static HISTOGRAMS_ON: AtomicBool = AtomicBool::new(false);
 
+/// Bumped each time coexec installs its recorder (see [`WorkerLabels`]).
+static RECORDER_GEN: AtomicU64 = AtomicU64::new(0);
+
 /// Chunk-duration histograms by (device class, kernel).
 type Histograms = Mutex<BTreeMap<(String, String), Arc<ChunkHistogram>>>;
 
@@ -164,6 +175,7 @@ fn histograms() -> &'static Histograms {
 /// installs its recorder).
 pub fn enable_chunk_histograms() {
     HISTOGRAMS_ON.store(true, Ordering::Release);
+    RECORDER_GEN.fetch_add(1, Ordering::AcqRel);
 }
 
 fn chunk_histogram(class: &str, kernel: &str) -> Arc<ChunkHistogram> {
@@ -217,18 +229,30 @@ fn escape(v: &str) -> String {
 
 impl WorkerLabels {
     pub(crate) fn new(class: &str, worker: usize) -> Self {
+        let generation = RECORDER_GEN.load(Ordering::Acquire);
         let labels = [
             ("device_class", class.to_string()),
             ("worker", worker.to_string()),
         ];
         Self {
             class: class.to_string(),
+            worker,
             busy: gauge!("coexec_worker_busy_seconds", &labels),
             idle: gauge!("coexec_worker_idle_seconds", &labels),
             retries: counter!("coexec_chunk_retries_total", "device_class" => class.to_string()),
             per_kernel: HashMap::new(),
             pending: Pending::default(),
             histograms: HISTOGRAMS_ON.load(Ordering::Acquire),
+            generation,
+        }
+    }
+
+    /// Resolves the handles again if a recorder was installed since.
+    fn refresh(&mut self) {
+        if RECORDER_GEN.load(Ordering::Acquire) != self.generation {
+            let pending = std::mem::take(&mut self.pending);
+            *self = Self::new(&self.class, self.worker);
+            self.pending = pending;
         }
     }
 
@@ -252,10 +276,11 @@ impl WorkerLabels {
 
     /// Reports everything batched so far.
     pub(crate) fn flush(&mut self) {
-        let p = &mut self.pending;
-        if p.count == 0 {
+        if self.pending.count == 0 {
             return;
         }
+        self.refresh();
+        let p = &mut self.pending;
         self.busy.increment(p.busy);
         let class = &self.class;
         let h = self.per_kernel.entry(p.kernel.clone()).or_insert_with(|| {
@@ -292,11 +317,13 @@ impl WorkerLabels {
         p.count = 0;
     }
 
-    pub(crate) fn chunk_failed(&self) {
+    pub(crate) fn chunk_failed(&mut self) {
+        self.refresh();
         self.retries.increment(1);
     }
 
-    pub(crate) fn idle(&self, secs: f64) {
+    pub(crate) fn idle(&mut self, secs: f64) {
+        self.refresh();
         self.idle.increment(secs);
     }
 }
