@@ -68,6 +68,16 @@ impl FromStr for Placement {
 /// to be worth a second class's fixed costs and the models' error.
 const SPLIT_GAIN: f64 = 0.05;
 
+/// A class passed over for [`REMEASURE_SKIPS`] batches in a row and for at
+/// least this long (seconds) is given the next batch whole, so that its
+/// model is measured again: one bad measurement (a first batch stalled on a
+/// loaded machine) must not exile it for good. At most one batch a second
+/// per class is placed against the models this way, and none while every
+/// class gets batches (under load, or split at light load).
+const REMEASURE_AFTER: f64 = 1.0;
+/// See [`REMEASURE_AFTER`].
+const REMEASURE_SKIPS: usize = 16;
+
 /// What the placer knows of one class.
 #[derive(Debug, Clone, Default)]
 struct Slot {
@@ -78,6 +88,10 @@ struct Slot {
     b: Option<f64>,
     /// Batches placed here and not yet finished: (ticket, predicted end).
     running: Vec<(u64, f64)>,
+    /// When a batch was last placed here (the placer's clock).
+    placed_at: f64,
+    /// Batches placed since, none of them here.
+    skipped: usize,
 }
 
 impl Slot {
@@ -218,19 +232,43 @@ impl Placer {
                                 .unwrap_or(&unknown[0])
                         })
                     });
-                match cold {
-                    Some(c) => (one(c), f64::NAN),
-                    None => self.best(&known, n, backlog as f64, now),
+                // A known class left idle too long while the others ran
+                // batches is measured again.
+                let stale = (known.len() > 1)
+                    .then(|| {
+                        known
+                            .iter()
+                            .copied()
+                            .filter(|&c| {
+                                let s = &self.slots[c];
+                                s.running.is_empty()
+                                    && s.skipped >= REMEASURE_SKIPS
+                                    && now - s.placed_at >= REMEASURE_AFTER
+                            })
+                            .max_by_key(|&c| self.slots[c].skipped)
+                    })
+                    .flatten();
+                match (cold, stale) {
+                    (Some(c), _) => (one(c), f64::NAN),
+                    (None, Some(c)) => {
+                        let s = &self.slots[c];
+                        (one(c), s.free_at(now) + s.time(n).unwrap_or(f64::NAN))
+                    }
+                    (None, None) => self.best(&known, n, backlog as f64, now),
                 }
             }
         };
         self.next += 1;
         let ticket = self.next;
         for (c, s) in shares.iter().enumerate() {
+            let slot = &mut self.slots[c];
             if *s > 0.0 {
-                let slot = &mut self.slots[c];
                 let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
                 slot.running.push((ticket, end));
+                slot.placed_at = now;
+                slot.skipped = 0;
+            } else {
+                slot.skipped += 1;
             }
         }
         Some(Decision {
@@ -422,7 +460,18 @@ mod tests {
         gap: f64,
         batches: usize,
     ) -> (Vec<Decision>, Vec<f64>, f64) {
-        let mut p = Placer::new(mode, &vec![1; speeds.len()]);
+        let p = Placer::new(mode, &vec![1; speeds.len()]);
+        simulate_from(p, speeds, size, gap, batches)
+    }
+
+    /// [`simulate`] from a placer set up by the caller.
+    fn simulate_from(
+        mut p: Placer,
+        speeds: &[f64],
+        size: usize,
+        gap: f64,
+        batches: usize,
+    ) -> (Vec<Decision>, Vec<f64>, f64) {
         let mut free = vec![0.0f64; speeds.len()];
         // (end, ticket, shares)
         let mut running: Vec<(f64, u64, Vec<f64>)> = Vec::new();
@@ -608,6 +657,33 @@ mod tests {
         assert!(d.iter().any(|d| d.shares[1] > 0.0));
         // Latency stays bounded (no backlog grows).
         assert!(hy[n - 1] < 0.1, "{}", hy[n - 1]);
+    }
+
+    #[test]
+    fn a_class_condemned_by_one_bad_measurement_is_measured_again() {
+        // Class 1 is truly half as fast as class 0, but its model says a
+        // thousandth: no batch would ever go there, and it would never be
+        // measured again. Arrivals at 1400 items/s need both classes.
+        let speeds = [1000.0, 500.0];
+        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
+        p.set_model(0, 0.0, 1000.0);
+        p.set_model(1, 0.0, 0.5);
+        let n = 400;
+        let (d, lat, _) = simulate_from(p, &speeds, 28, 0.02, n);
+        // Its first batch comes a second in (50 batches of 20 ms).
+        let first = d.iter().position(|d| d.shares[1] > 0.0);
+        assert_eq!(first, Some(50), "{:?}", &d[..60]);
+        // Its new model puts it to work: the queue built up in that second
+        // drains, and the latency ends as low as it began.
+        assert!(d[n - 50..].iter().filter(|d| d.shares[1] > 0.0).count() > 10);
+        assert!(lat[n - 1] < 0.1, "{:?}", &lat[n - 10..]);
+        // A class that keeps getting batches is never pulled aside: the
+        // models right, nothing is placed against them.
+        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
+        p.set_model(0, 0.0, 1000.0);
+        p.set_model(1, 0.0, 500.0);
+        let (d, _, _) = simulate_from(p, &speeds, 30, 1.0, 20);
+        assert!(d.iter().all(|d| d.shares[0] > 0.0 && d.shares[1] > 0.0));
     }
 
     #[test]
