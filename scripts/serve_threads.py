@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Where one `coexec serve` spends its cores under a fixed open-loop load.
+
+Starts the server on a loopback port, warms it, then sends RATE requests/s
+for SECONDS with `coexec-load` and prints, per thread name, the share of a
+core it ran and the share it waited runnable for one (Linux
+/proc/<pid>/task/*/schedstat), and the rows per second each device class
+computed (from /metrics). Linux only; stdlib only.
+
+    python3 scripts/serve_threads.py --devices cpu:1,sim:1@0.5 --rate 1400
+"""
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def threads(pid):
+    """{thread name: [ns run, ns waiting]} summed over the threads of pid."""
+    out = collections.defaultdict(lambda: [0, 0])
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except OSError:
+            continue  # the thread ended
+        out[name][0] += int(run)
+        out[name][1] += int(wait)
+    return out
+
+
+def scrape(url):
+    """({device class: items computed so far}, {class: (a s, b items/s)})
+    from /metrics."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    got = collections.Counter()
+    for m in re.finditer(r'^coexec_items_total\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+        got[m.group(1)] += float(m.group(2))
+    models = collections.defaultdict(lambda: [float("nan")] * 2)
+    for m in re.finditer(r'^coexec_model_(fixed_seconds|items_per_second)\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+        models[m.group(2)][m.group(1) == "items_per_second"] = float(m.group(3))
+    return got, models
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--coexec", default="target/release/coexec")
+    ap.add_argument("--load", default="target/release/coexec-load")
+    ap.add_argument("--devices", default="cpu:1,sim:1@0.5")
+    ap.add_argument("--policy", default="hybrid", choices=["hybrid", "greedy"])
+    ap.add_argument("--rate", type=float, default=1000)
+    ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--rows-per-request", type=int, default=16)
+    ap.add_argument("--port", type=int, default=18181)
+    ap.add_argument("serve_args", nargs="*", help="more `coexec serve` flags, after --")
+    a = ap.parse_args()
+    url = f"http://127.0.0.1:{a.port}"
+    with tempfile.TemporaryDirectory() as profiles:
+        server = subprocess.Popen(
+            [a.coexec, "serve", "--addr", f"127.0.0.1:{a.port}", "--devices", a.devices,
+             "--policy", a.policy, "--profile-dir", profiles, *a.serve_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(url + "/readyz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                sys.exit("the server did not get ready")
+            load = [a.load, "--target", url, "--rows-per-request", str(a.rows_per_request)]
+            subprocess.run(load + ["--rate", "200", "--requests", "600"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            t0, (i0, _), w0 = threads(server.pid), scrape(url), time.monotonic()
+            n = int(a.rate * a.seconds)
+            res = subprocess.run(load + ["--rate", str(a.rate), "--requests", str(n)],
+                                 capture_output=True, text=True, check=False)
+            wall = time.monotonic() - w0
+            t1, (i1, models) = threads(server.pid), scrape(url)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    print("\n".join(res.stdout.strip().splitlines()[-2:]))
+    print(f"{a.devices} {a.policy} at {a.rate:g}/s, {wall:.2f} s of load; share of a core:")
+    for name in sorted(t1):
+        run = (t1[name][0] - t0.get(name, [0, 0])[0]) / 1e9 / wall
+        wait = (t1[name][1] - t0.get(name, [0, 0])[1]) / 1e9 / wall
+        if run > 0.005 or wait > 0.005:
+            print(f"  {name:18} ran {run:5.2f}  waited for a core {wait:5.2f}")
+    for c in sorted(i1):
+        a_s, b = models[c]
+        print(f"  class {c}: {(i1[c] - i0.get(c, 0)) / wall:,.0f} rows/s; "
+              f"its model at the end: {a_s * 1e3:.2f} ms per chunk + {b:,.0f} rows/s")
+
+
+if __name__ == "__main__":
+    main()
