@@ -166,6 +166,8 @@ def server_argv(args, devices, policy, profile_dir):
         argv += ["--deadline-ms", str(args.deadline_ms)]
     if args.model:
         argv += ["--model", args.model]
+    if args.bind_workers:
+        argv += ["--bind-workers"]
     return argv
 
 
@@ -181,7 +183,8 @@ def start(args, devices, policy, tag):
 
 def load(args, url, rate, requests, duration_limit, timeout):
     """One `coexec-load` run at one rate; returns (argv, its rate report)."""
-    argv = [
+    pin = ["taskset", "-c", args.load_cpus] if args.load_cpus else []
+    argv = pin + [
         args.load,
         "--target", url,
         "--rate", fmt_rate(rate),
@@ -746,6 +749,12 @@ def main():
                    help="a configuration (repeatable); default: cpu, sim, greedy, hybrid on cpu:1,sim:1@0.5")
     p.add_argument("--single", default="cpu,sim", type=lambda s: s.split(","),
                    help="the single-class configurations hybrid is compared with")
+    p.add_argument("--bind-workers", action="store_true",
+                   help="pass --bind-workers to coexec serve: each CPU worker on a core of its own, "
+                        "every other server thread on the cores left")
+    p.add_argument("--load-cpus", metavar="LIST",
+                   help="run coexec-load on these cores only (taskset -c LIST), e.g. the server's "
+                        "host cores, so that the generator does not preempt a bound CPU worker")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-us", type=int, default=1000)
     p.add_argument("--queue", type=int, default=1024, help="queue depth in rows")

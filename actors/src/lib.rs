@@ -18,6 +18,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)] // one exception: the claim site in worker/mod.rs
 
+pub mod bind;
 mod broker;
 mod device;
 mod error;

@@ -9,6 +9,7 @@ use actix::{Actor, Addr, AsyncContext};
 use coexec_kernels::cuda::{self, GpuInfo, StreamWorker};
 use coexec_kernels::Kernel;
 
+use crate::bind::Binding;
 use crate::broker::registry::{Event, JobOrder, Registry};
 use crate::broker::vetted::Vetted;
 use crate::broker::{Broker, JobOptions, Submit};
@@ -52,6 +53,9 @@ pub struct EngineConfig {
     pub order: JobOrder,
     /// Record every chunk of every run.
     pub trace: bool,
+    /// Bind each CPU worker to a core of its own and every other thread
+    /// coexec starts to the cores left ([`crate::bind`]).
+    pub bind: bool,
 }
 
 impl Default for EngineConfig {
@@ -63,6 +67,17 @@ impl Default for EngineConfig {
             profile_dir: ProfileDir::Default,
             order: JobOrder::Fifo,
             trace: false,
+            bind: false,
+        }
+    }
+}
+
+/// Binds the calling thread to `cores` when binding is on; a refusal (a
+/// container that forbids it, say) costs speed, not correctness: a warning.
+fn bind_or_warn(cores: Option<&[usize]>) {
+    if let Some(cores) = cores {
+        if let Err(e) = crate::bind::bind(None, cores) {
+            tracing::warn!(?cores, "could not bind this thread: {e}");
         }
     }
 }
@@ -77,6 +92,7 @@ pub struct Engine {
     workers: Vec<JoinHandle<()>>,
     profile_path: Option<PathBuf>,
     gpus: Vec<GpuInfo>,
+    binding: Option<Binding>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -108,6 +124,20 @@ impl Engine {
             .iter()
             .flat_map(|c| std::iter::repeat_n(c.index, c.workers))
             .collect();
+        let binding = if cfg.bind {
+            let cpu_workers = classes
+                .iter()
+                .filter(|c| matches!(c.kind, DeviceKind::Cpu))
+                .map(|c| c.workers)
+                .sum();
+            let allowed = crate::bind::allowed().map_err(|e| ActorError::Config {
+                what: "bind",
+                why: e.to_string(),
+            })?;
+            Some(Binding::plan(cpu_workers, &allowed))
+        } else {
+            None
+        };
         let (ev_tx, ev_rx) = flume::unbounded::<Event>();
         let reg = Arc::new(Registry::new(
             classes.clone(),
@@ -122,9 +152,11 @@ impl Engine {
         let reg2 = reg.clone();
         let reg_gone = reg.clone();
         let (th, trace) = (cfg.thresholds, cfg.trace);
+        let host = binding.as_ref().map(|b| b.host.clone());
         let system_thread = std::thread::Builder::new()
             .name("coexec-actors".into())
             .spawn(move || {
+                bind_or_warn(host.as_deref());
                 // However this thread ends (a panic in a handler included),
                 // live jobs fail and waiting callers are answered at once.
                 let _dead = SystemGone(reg_gone);
@@ -164,6 +196,7 @@ impl Engine {
             workers: Vec::new(),
             profile_path,
             gpus: used_gpus,
+            binding: binding.clone(),
         };
         // Workers; a GPU stream is created on its own thread and says whether it came up.
         let (up_tx, up_rx) = std::sync::mpsc::channel::<Result<(), ActorError>>();
@@ -173,9 +206,14 @@ impl Engine {
             let reg = reg.clone();
             let up = up_tx.clone();
             let name = format!("coexec-{}-{k}", info.name.replace(':', ""));
+            let cores = binding.as_ref().map(|b| match info.kind {
+                DeviceKind::Cpu => vec![b.workers[k.min(b.workers.len().saturating_sub(1))]],
+                _ => b.host.clone(),
+            });
             let h = std::thread::Builder::new()
                 .name(name)
                 .spawn(move || {
+                    bind_or_warn(cores.as_deref());
                     let exec: Box<dyn Executor> = match info.kind {
                         DeviceKind::Cpu => Box::new(CpuExec),
                         DeviceKind::Sim { speed, latency } => Box::new(SimExec::new(
@@ -225,6 +263,12 @@ impl Engine {
     /// Where the profile file lives, if anywhere.
     pub fn profile_path(&self) -> Option<&std::path::Path> {
         self.profile_path.as_deref()
+    }
+
+    /// The cores of each CPU worker and of every other thread, when the
+    /// engine was started with [`EngineConfig::bind`].
+    pub fn binding(&self) -> Option<&Binding> {
+        self.binding.as_ref()
     }
 
     /// Runs `kernel` to the end; every item exactly once, or an error.

@@ -118,6 +118,28 @@ impl Builder {
         self
     }
 
+    /// Bind each CPU worker to a core of its own, and every other thread
+    /// coexec starts (`sim` and GPU workers, the actor system) to the cores
+    /// the CPU workers leave, as StarPU binds its workers (Linux only;
+    /// elsewhere `build` fails with [`Error::Config`]). A program that owns
+    /// its process can put its own threads on those cores too
+    /// ([`Runtime::bind_other_threads`]), so that nothing preempts a CPU
+    /// worker mid-chunk. Off by default.
+    ///
+    /// ```no_run
+    /// let rt = coexec::Runtime::builder()
+    ///     .devices("cpu:1,sim:1@0.5")?
+    ///     .bind_workers(true)
+    ///     .build()?;
+    /// let b = rt.binding().expect("bound");
+    /// println!("CPU worker on core {:?}, the rest on {:?}", b.workers, b.host);
+    /// # Ok::<(), coexec::Error>(())
+    /// ```
+    pub fn bind_workers(mut self, on: bool) -> Self {
+        self.cfg.bind = on;
+        self
+    }
+
     /// Serve Prometheus metrics at `addr` (`/metrics` only). Use a loopback
     /// address unless the metrics are meant to be reachable from elsewhere.
     ///

@@ -51,6 +51,7 @@ pub mod stream;
 pub mod trace;
 
 pub use builder::Builder;
+pub use coexec_actors::bind::Binding;
 pub use coexec_actors::policy::Thresholds;
 pub use coexec_actors::ActorError;
 pub use coexec_actors::{

@@ -172,6 +172,29 @@ impl Runtime {
         self.engine.profile_path()
     }
 
+    /// The cores of the CPU workers and of every other thread, when built
+    /// with [`Builder::bind_workers`](crate::Builder::bind_workers).
+    pub fn binding(&self) -> Option<&crate::Binding> {
+        self.engine.binding()
+    }
+
+    /// With workers bound, binds every other thread of this process (an
+    /// embedding tokio runtime's included; threads started later inherit
+    /// it from the thread that starts them) to the cores the CPU workers
+    /// leave. For a program that owns its process, as `coexec serve` does.
+    /// Returns how many threads it bound (0 when workers are not bound).
+    pub fn bind_other_threads(&self) -> Result<usize, Error> {
+        let Some(b) = self.binding() else {
+            return Ok(0);
+        };
+        coexec_actors::bind::bind_process_threads(&b.host, "coexec-cpu-").map_err(|e| {
+            Error::Config {
+                what: "bind",
+                why: e.to_string(),
+            }
+        })
+    }
+
     /// Everything the profiler knows.
     pub async fn profile(&self) -> Result<crate::profile::ProfileFile, Error> {
         Ok(self.engine.profile().await?)

@@ -54,6 +54,10 @@ pub(crate) struct ServeArgs {
     /// plus one under hybrid).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     in_flight: Option<u64>,
+    /// Bind each CPU worker to a core of its own and every other thread
+    /// (handlers, sim and GPU workers, actors) to the cores left (Linux).
+    #[arg(long)]
+    bind_workers: bool,
 }
 
 pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
@@ -65,7 +69,11 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
     if let Some(d) = &a.profile_dir {
         b = b.profile_dir(d);
     }
-    let rt = Arc::new(b.build()?);
+    let rt = Arc::new(b.bind_workers(a.bind_workers).build()?);
+    if let Some(bd) = rt.binding() {
+        let n = rt.bind_other_threads()?;
+        tracing::info!(workers = ?bd.workers, host = ?bd.host, threads = n, "bound");
+    }
     let placement: Placement = a.policy.parse()?;
     // One batch per class in flight, and one forming behind them.
     let in_flight = a.in_flight.map_or_else(
