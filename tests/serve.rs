@@ -398,3 +398,62 @@ fn draining_turns_readyz_and_new_requests_to_503() {
         svc.shutdown().await;
     });
 }
+
+/// `--bind-workers`: the CPU worker alone on a core of its own, every other
+/// thread of the server (handlers, sim worker, actors) on the cores left,
+/// read back from `/proc` while the server answers.
+#[cfg(target_os = "linux")]
+#[test]
+fn bind_workers_puts_the_cpu_worker_alone_on_its_core() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut s = Server::start(&["--devices", "cpu:1,sim:1@0.5", "--bind-workers"]);
+    let t = test_rows();
+    let row: Vec<&[f32]> = t.x.chunks(t.features).take(4).collect();
+    assert_eq!(
+        http(s.addr, "POST", "/v1/infer", &request(&row)).status,
+        200
+    );
+    // Cpus_allowed_list per thread, by thread name.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{}/task", s.child.id())).unwrap() {
+        let p = e.unwrap().path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            seen.push((name.trim().to_string(), list.trim().to_string()));
+        }
+    }
+    let worker: Vec<&str> = seen
+        .iter()
+        .filter(|(n, _)| n.starts_with("coexec-cpu-"))
+        .map(|(_, l)| l.as_str())
+        .collect();
+    assert_eq!(worker.len(), 1, "{seen:?}");
+    assert!(!worker[0].contains([',', '-']), "one core: {seen:?}");
+    if cores > 1 {
+        // Nothing else may run on the worker's core.
+        let core: usize = worker[0].parse().unwrap();
+        for (name, list) in seen.iter().filter(|(n, _)| !n.starts_with("coexec-cpu-")) {
+            assert!(
+                !cpu_list(list).contains(&core),
+                "{name} on {list}: {seen:?}"
+            );
+        }
+    }
+    s.terminate();
+    assert!(s.wait(Duration::from_secs(30)).success());
+}
+
+/// The cores of a `Cpus_allowed_list` (`0-2,5`).
+#[cfg(target_os = "linux")]
+fn cpu_list(list: &str) -> Vec<usize> {
+    list.split(',')
+        .flat_map(|part| {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            lo.trim().parse::<usize>().unwrap()..=hi.trim().parse::<usize>().unwrap()
+        })
+        .collect()
+}
