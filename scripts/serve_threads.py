@@ -15,10 +15,11 @@ import collections
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
+
+from serve_sweep import ROOT, Server
 
 
 def threads(pid):
@@ -59,36 +60,28 @@ def main():
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--seconds", type=float, default=4)
     ap.add_argument("--rows-per-request", type=int, default=16)
-    ap.add_argument("--port", type=int, default=18181)
     ap.add_argument("serve_args", nargs="*", help="more `coexec serve` flags, after --")
     a = ap.parse_args()
-    url = f"http://127.0.0.1:{a.port}"
-    with tempfile.TemporaryDirectory() as profiles:
-        server = subprocess.Popen(
-            [a.coexec, "serve", "--addr", f"127.0.0.1:{a.port}", "--devices", a.devices,
-             "--policy", a.policy, "--profile-dir", profiles, *a.serve_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory() as tmp:
+        # serve_sweep's Server: started on a free loopback port, read until
+        # it listens, stopped with SIGTERM.
+        server = Server(
+            [a.coexec, "serve", "--addr", "127.0.0.1:0", "--devices", a.devices,
+             "--policy", a.policy, "--profile-dir", tmp, *a.serve_args],
+            os.path.join(tmp, "server.log"), 30)
+        url = server.url
         try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(url + "/readyz", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            else:
-                sys.exit("the server did not get ready")
             load = [a.load, "--target", url, "--rows-per-request", str(a.rows_per_request)]
             subprocess.run(load + ["--rate", "200", "--requests", "600"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=ROOT)
             t0, (i0, _), w0 = threads(server.pid), scrape(url), time.monotonic()
             n = int(a.rate * a.seconds)
             res = subprocess.run(load + ["--rate", str(a.rate), "--requests", str(n)],
-                                 capture_output=True, text=True, check=False)
+                                 capture_output=True, text=True, check=False, cwd=ROOT)
             wall = time.monotonic() - w0
             t1, (i1, models) = threads(server.pid), scrape(url)
         finally:
             server.terminate()
-            server.wait(timeout=30)
     print("\n".join(res.stdout.strip().splitlines()[-2:]))
     print(f"{a.devices} {a.policy} at {a.rate:g}/s, {wall:.2f} s of load; share of a core:")
     for name in sorted(t1):

@@ -57,6 +57,14 @@ impl Binding {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
+fn unsupported() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "binding threads to cores is supported on Linux only",
+    )
+}
+
 /// The cores this thread may run on now.
 pub fn allowed() -> io::Result<Vec<usize>> {
     #[cfg(target_os = "linux")]
@@ -67,10 +75,7 @@ pub fn allowed() -> io::Result<Vec<usize>> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "binding threads to cores is supported on Linux only",
-        ))
+        Err(unsupported())
     }
 }
 
@@ -94,10 +99,7 @@ pub fn bind(tid: Option<i32>, cores: &[usize]) -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (tid, cores);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "binding threads to cores is supported on Linux only",
-        ))
+        Err(unsupported())
     }
 }
 

@@ -206,9 +206,9 @@ impl Engine {
             let reg = reg.clone();
             let up = up_tx.clone();
             let name = format!("coexec-{}-{k}", info.name.replace(':', ""));
-            let cores = binding.as_ref().map(|b| match info.kind {
-                DeviceKind::Cpu => vec![b.workers[k.min(b.workers.len().saturating_sub(1))]],
-                _ => b.host.clone(),
+            let cores = binding.as_ref().and_then(|b| match info.kind {
+                DeviceKind::Cpu => b.workers.get(k).map(|&c| vec![c]),
+                _ => Some(b.host.clone()),
             });
             let h = std::thread::Builder::new()
                 .name(name)
