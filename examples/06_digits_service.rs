@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .build()?,
     );
     let stream = StreamConfig::new()
-        .max_batch(32)
+        .max_batch(128)
         .max_wait(Duration::from_micros(500))
         .in_flight(3)
         .placement(Placement::Hybrid);

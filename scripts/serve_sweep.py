@@ -755,7 +755,7 @@ def main():
     p.add_argument("--load-cpus", metavar="LIST",
                    help="run coexec-load on these cores only (taskset -c LIST), e.g. the server's "
                         "host cores, so that the generator does not preempt a bound CPU worker")
-    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--max-batch", type=int, default=128, help="--max-batch passed to coexec serve (its default)")
     p.add_argument("--max-wait-us", type=int, default=1000)
     p.add_argument("--queue", type=int, default=1024, help="queue depth in rows")
     p.add_argument("--deadline-ms", type=int,
