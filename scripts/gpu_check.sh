@@ -39,23 +39,19 @@ TMP=$(mktemp -d)
   echo "cores: $(nproc)"
 } >"$OUT/env.txt" 2>&1
 
-# NVRTC lives in the toolkit's lib64, which is not on the loader path (and
-# needs libnvrtc-builtins from the same folder).
-NVRTC=
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64; do
-  [ -e "$d/libnvrtc.so.13" ] && { NVRTC="$d/libnvrtc.so.13"; break; }
-done
-[ -n "$NVRTC" ] || NVRTC=$(find / \( -path /proc -o -path /sys -o -path /dev \) -prune \
-  -o -name 'libnvrtc.so.13*' -print -quit 2>/dev/null)
-if [ -n "$NVRTC" ]; then
-  export LD_LIBRARY_PATH="$(dirname "$NVRTC")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  row nvrtc ok "$NVRTC"
+# NVRTC and cuBLAS live in the toolkit's lib64, which is not on the loader
+# path (NVRTC needs libnvrtc-builtins from the same folder).
+. scripts/cuda_env.sh
+if [ -n "$CUDA_LIB" ]; then
+  row nvrtc ok "$CUDA_LIB"
+  ls "$CUDA_LIB"/libcublas.so.13* >/dev/null 2>&1 || row cublas "?" "not beside NVRTC; see env.txt"
 else
   row nvrtc MISSING "no libnvrtc.so.13 found; GPU kernels cannot compile"
 fi
 {
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-  ldconfig -p | grep -E 'libcuda|libnvrtc' || true
+  ldconfig -p | grep -E 'libcuda|libnvrtc|libcublas' || true
+  ls ${CUDA_LIB:-/nonexistent}/libcublas* 2>/dev/null || true
   [ -x .bin/coexec ] && ldd .bin/coexec
 } >>"$OUT/env.txt" 2>&1
 
@@ -78,7 +74,7 @@ if [ -x .bin/coexec ]; then
   row devices "rc=$rc" "$(grep -ci cuda "$OUT/devices.txt") line(s) mention cuda"
 fi
 
-# --- GPU == CPU, bit for bit ----------------------------------------------------
+# --- GPU == CPU: bit for bit, the mlp (cuBLAS) to float tolerance ----------------------------------------------------
 if [ -x .bin/cuda_equals_cpu ]; then
   # One test at a time so the GPU timings and failures are easy to read.
   timeout 120 .bin/cuda_equals_cpu --include-ignored --nocapture --test-threads=1 >"$OUT/cuda_equals_cpu.txt" 2>&1

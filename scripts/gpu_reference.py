@@ -7,7 +7,10 @@ Measures, with CUDA events (median of repeats after warm-up):
   * fp32 matrix-product rate on a large square product (TF32 off);
   * the four workloads at the sizes scripts/gpu_check.sh benchmarks, on the
     device alone (inputs already there) and with the host transfers a
-    co-executing runtime must pay (pageable host memory in and out).
+    co-executing runtime must pay (pageable host memory in and out);
+  * the committed digits MLP (examples/models): its test accuracy and
+    probabilities against the training script's, and its forward time per
+    batch of 1 to 8192 rows, with and without the transfers.
 
 Prints one JSON object (and a short table on stderr). No argument needed.
 """
@@ -127,6 +130,47 @@ def pathfinder():
 
 out["pathfinder_device_s"] = timed(pathfinder, reps=3, warm=1)
 out["pathfinder_wall_upload_s"] = timed(lambda: wall_h.to(dev), reps=3)
+
+# --- the digits MLP served by `coexec serve`: forward per batch ------------------
+# The committed weights, read without the safetensors package (8-byte header
+# length, JSON header, raw little-endian tensors).
+def load_safetensors(path):
+    import struct
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    dtypes = {"F32": torch.float32, "I64": torch.int64}
+    t = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = meta["data_offsets"]
+        buf = bytearray(raw[8 + n + lo : 8 + n + hi])
+        t[name] = torch.frombuffer(buf, dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+    return t
+
+
+try:
+    mw = {k: v.to(dev) for k, v in load_safetensors("examples/models/digits_mlp.safetensors").items()}
+    split = load_safetensors("examples/models/digits_test.safetensors")
+
+    def mlp(x):
+        h = torch.relu(x @ mw["fc1.weight"].T + mw["fc1.bias"])
+        h = torch.relu(h @ mw["fc2.weight"].T + mw["fc2.bias"])
+        return torch.softmax(h @ mw["fc3.weight"].T + mw["fc3.bias"], dim=1)
+
+    p = mlp(split["x"].to(dev)).cpu()
+    out["mlp_test_accuracy"] = (p.argmax(1) == split["y"]).double().mean().item()
+    k = split["probs"].shape[0]
+    out["mlp_max_abs_diff_vs_script_probs"] = (p[:k] - split["probs"]).abs().max().item()
+    hx = split["x"]
+    for rows in (1, 16, 128, 1024, 8192):
+        xb = hx.repeat((rows + hx.shape[0] - 1) // hx.shape[0], 1)[:rows].contiguous().pin_memory()
+        dx = xb.to(dev)
+        out[f"mlp_{rows}rows_device_s"] = timed(lambda: mlp(dx), reps=20, warm=3)
+        out[f"mlp_{rows}rows_with_transfers_s"] = timed(lambda: mlp(xb.to(dev, non_blocking=True)).cpu(), reps=20, warm=3)
+except FileNotFoundError as e:
+    out["mlp_skipped"] = str(e)
 
 print(json.dumps(out, indent=1))
 for k, v in out.items():

@@ -126,4 +126,5 @@ no_twin!(
     crate::workloads::PathfinderStep,
     crate::workloads::NbodyStep,
     crate::workloads::KmeansStep,
+    crate::workloads::Mlp,
 );

@@ -1,5 +1,6 @@
 //! Every kernel's CUDA twin against its CPU implementation: bit-equal, in
-//! deterministic mode (the default).
+//! deterministic mode (the default); the mlp's cuBLAS twin to float tolerance
+//! and the same labels.
 //!
 //! Each test needs a GPU, a driver and NVRTC, so each is `#[ignore]`d: a plain
 //! `cargo test` reports them as ignored, never as passed. Asked for with
@@ -10,11 +11,15 @@
 use std::io::Write;
 
 use coexec_kernels::cuda::{self, CudaKernel, StreamWorker};
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use coexec_kernels::workloads::{
-    run_sequential, KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob,
-    NbodyProblem, PathfinderJob, PathfinderProblem, Workload,
+    argmax, run_sequential, KmeansConfig, KmeansData, KmeansJob, LabeledRows, MatmulJob,
+    MatmulProblem, Mlp, MlpWeights, NbodyJob, NbodyProblem, PathfinderJob, PathfinderProblem,
+    Workload,
 };
-use coexec_kernels::{claim_parts, Kernel, KernelError, Synthetic};
+use coexec_kernels::{claim_parts, Kernel, KernelError, OneShot, Synthetic};
 
 /// One line straight to the terminal, in one write: the harness captures
 /// `eprintln!`, and tests on other threads write at the same time.
@@ -268,5 +273,77 @@ fn kmeans_cuda_equals_cpu() {
             None,
             "k={k}"
         );
+    }
+}
+
+/// `examples/models/<file>`: beside this crate where it was built, or under
+/// the working directory (the GPU machine runs the binary from a copy of the
+/// repository elsewhere).
+fn model_file(file: &str) -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/models")
+        .join(file);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("examples/models").join(file)
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn mlp_cuda_matches_cpu() {
+    let test = "mlp_cuda_matches_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    let weights = Arc::new(MlpWeights::load(model_file("digits_mlp.safetensors")).unwrap());
+    let split = LabeledRows::load(model_file("digits_test.safetensors")).unwrap();
+    let c = weights.classes();
+    // The test split as one batch, and repeated past one piece of the twin
+    // (4096 rows at 1024 units) so chunks span pieces.
+    let rows = split.rows();
+    let big: Vec<f32> = split
+        .x
+        .iter()
+        .copied()
+        .cycle()
+        .take(rows * 29 * split.features)
+        .collect();
+    for x in [split.x.clone(), big] {
+        let n = x.len() / split.features;
+        let cpu = run_sequential(OneShot::new(Mlp::new(weights.clone(), x.clone()).unwrap()))
+            .unwrap()
+            .expect("absorbed")
+            .into_probs();
+        let mut k = Mlp::new(weights.clone(), x).unwrap();
+        let t = std::time::Instant::now();
+        if !run_gpu(test, &mut ws, &mut k).unwrap() {
+            return;
+        }
+        let elapsed = t.elapsed();
+        let gpu = k.into_probs();
+        let worst = cpu
+            .iter()
+            .zip(&gpu)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        let labels =
+            |p: &[f32]| -> Vec<usize> { p.chunks(c).map(|r| argmax(r).unwrap()).collect() };
+        let (lc, lg) = (labels(&cpu), labels(&gpu));
+        let differ = lc.iter().zip(&lg).filter(|(a, b)| a != b).count();
+        let correct = |l: &[usize]| {
+            l.iter()
+                .zip(split.labels.iter().cycle())
+                .filter(|(&p, &y)| p as i64 == y)
+                .count()
+        };
+        say(&format!(
+            "{test}: {n} rows: max |gpu - cpu| {worst:.2e}, labels differing {differ}, \
+             correct cpu {} gpu {}, {elapsed:?} on the GPU (two streams, uneven chunks)",
+            correct(&lc),
+            correct(&lg)
+        ));
+        assert!(worst <= 1e-5, "{n} rows: probabilities differ by {worst}");
+        assert_eq!(differ, 0, "{n} rows: labels differ");
+        assert!(gpu.iter().all(|p| p.is_finite()));
     }
 }

@@ -28,6 +28,7 @@
 //! }
 //! ```
 
+mod blas;
 mod driver;
 mod nvrtc;
 mod stream;

@@ -8,6 +8,7 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 
+use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
 use super::{guarded, is_deterministic, panic_message, CudaKernel, GpuInfo};
@@ -52,6 +53,9 @@ pub(crate) type DevPtr = u64;
 /// slot a kernel asks for. Inputs that are the same for every chunk of a run
 /// come from the device's shared run cache, uploaded once per run.
 pub struct StreamWorker {
+    /// cuBLAS on this stream, opened by the first kernel that asks (first
+    /// field: dropped before the stream it works on).
+    blas: Option<Blas>,
     dev: Arc<Device>,
     stream: Arc<CudaStream>,
     index: usize,
@@ -99,6 +103,7 @@ impl StreamWorker {
             dev.ctx.new_stream().map_err(driver::error)
         })?;
         Ok(Self {
+            blas: None,
             dev,
             stream: s,
             index: stream,
@@ -420,6 +425,11 @@ impl StreamWorker {
             len: bytes.len(),
             print: fingerprint(bytes),
         };
+        self.cached(key, bytes)
+    }
+
+    /// The run-cache buffer under `key`, uploading `bytes` into it on a miss.
+    fn cached(&mut self, key: RunKey, bytes: &[u8]) -> Result<Arc<CudaSlice<u8>>, KernelError> {
         let entry = self.dev.run_cache.entry(key);
         let mut slot = entry.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(buf) = slot.as_ref() {
@@ -440,6 +450,60 @@ impl StreamWorker {
         *slot = Some(buf.clone());
         self.held.push(buf.clone());
         Ok(buf)
+    }
+
+    /// The device copy of `data`, which stays the same for as long as `id`
+    /// names it (a model's weights): uploaded by the first stream of the
+    /// device to ask, then found by `id`, address and length without reading
+    /// `data` again. Kept in the device's run cache while it is used.
+    ///
+    /// Hold the returned buffer until the chunk's stream is synchronised.
+    pub(crate) fn resident<T: Pod>(
+        &mut self,
+        id: u64,
+        data: &[T],
+    ) -> Result<Arc<CudaSlice<u8>>, KernelError> {
+        let bytes = as_bytes(data);
+        let key = RunKey {
+            owner: 0, // no run's owner has address 0
+            tag: id,
+            ptr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+            print: 0,
+        };
+        self.cached(key, bytes)
+    }
+
+    /// Enqueues the dense layer `y = x · Wᵀ` (row-major `x` `[rows, inp]`,
+    /// `W` `[out, inp]`, `y` `[rows, out]`) on this stream through cuBLAS,
+    /// opening cuBLAS for this stream on first use.
+    ///
+    /// # Safety
+    ///
+    /// `x`, `w` and `y` are device addresses of this worker's device holding
+    /// at least `rows·inp`, `out·inp` and `rows·out` f32, valid until the
+    /// stream is synchronised; `y` overlaps neither input.
+    pub(crate) unsafe fn dense(
+        &mut self,
+        x: DevPtr,
+        w: DevPtr,
+        y: DevPtr,
+        rows: usize,
+        inp: usize,
+        out: usize,
+    ) -> Result<(), KernelError> {
+        let blas = self.blas()?;
+        // SAFETY: the caller's promise.
+        unsafe { blas.dense(x, w, y, rows, inp, out) }
+    }
+
+    /// This stream's cuBLAS handle, opened on first use (the context is
+    /// current: every entry point binds it before calling a kernel).
+    fn blas(&mut self) -> Result<&Blas, KernelError> {
+        if self.blas.is_none() {
+            self.blas = Some(Blas::new(&self.stream)?);
+        }
+        Ok(self.blas.as_ref().expect("just opened"))
     }
 
     /// The device address of a run-cache buffer.

@@ -17,9 +17,14 @@
 //!
 //! The CPU computes each chunk's rows as three GEMMs (`matrixmultiply`'s
 //! `sgemm`, packed and vectorised) over tiles of at most [`Mlp::TILE_ROWS`]
-//! rows, so the hidden activations of a tile stay in cache-sized scratch. There
-//! is no CUDA twin yet: [`Kernel::cuda`] answers `None`, and a GPU class leaves
-//! this kernel to the CPU and `sim` classes.
+//! rows, so the hidden activations of a tile stay in cache-sized scratch.
+//!
+//! The GPU twin (in `cuda/workloads.rs`) runs the same three layers as cuBLAS
+//! `sgemm` calls (cudarc's bindings, the library opened at run time) and adds
+//! bias, ReLU and softmax in `cu/mlp.cu`. The weights cross the bus once per
+//! device and load, not per batch. Its probabilities match the CPU's to float
+//! tolerance, not bit for bit: cuBLAS sums in its own order, whatever the
+//! deterministic mode of `cuda::set_deterministic`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -35,6 +40,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use safetensors::{Dtype, SafeTensors};
@@ -98,6 +104,9 @@ impl Dense {
 pub struct MlpWeights {
     layers: [Dense; 3],
     source: PathBuf,
+    /// Unique in the process: a GPU keeps these weights on the device under
+    /// it (they never change once loaded).
+    id: u64,
 }
 
 /// The bytes of `path`, or an I/O error naming it.
@@ -146,9 +155,11 @@ impl MlpWeights {
                 why: format!("{classes} output class(es); a classifier needs at least 2"),
             });
         }
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             layers,
             source: origin.to_path_buf(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -170,6 +181,20 @@ impl MlpWeights {
     /// The file the weights came from.
     pub fn source(&self) -> &Path {
         &self.source
+    }
+
+    /// Layer `i` (0, 1, 2): its weights `[out, in]`, bias `[out]`, `in` and
+    /// `out`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn layer(&self, i: usize) -> (&[f32], &[f32], usize, usize) {
+        let l = &self.layers[i];
+        (&l.w, &l.b, l.inp, l.out)
+    }
+
+    /// This load's process-unique id.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Floating-point operations of one row's forward pass (multiply and add
@@ -263,6 +288,18 @@ impl Mlp {
         self.probs.items()
     }
 
+    /// The input rows, back to back.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn x(&self) -> &[f32] {
+        &self.x
+    }
+
+    /// The output buffer (`classes` values per row).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn probs(&self) -> &DisjointBuf<f32> {
+        &self.probs
+    }
+
     /// The class probabilities, `rows × classes`, once the run is over.
     pub fn into_probs(self) -> Vec<f32> {
         self.probs.into_vec()
@@ -270,6 +307,10 @@ impl Mlp {
 }
 
 impl Kernel for Mlp {
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "mlp"
     }

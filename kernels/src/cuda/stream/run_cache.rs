@@ -16,8 +16,9 @@ pub(super) struct RunKey {
 
 pub(super) type Entry = Arc<Mutex<Option<Arc<CudaSlice<u8>>>>>;
 
-/// Inputs shared by every chunk of a run, on one device. Small and recent:
-/// a run reads a few inputs, and a new run's inputs push out the old ones
+/// Inputs shared by every chunk of a run, on one device, and constants
+/// (a model's weights) shared by every run. Small and recent: a run reads a
+/// few inputs, and a new run's inputs push out the least recently used ones
 /// (buffers still held by a stream are freed when it lets go).
 #[derive(Default)]
 pub(crate) struct RunCache {
@@ -25,12 +26,16 @@ pub(crate) struct RunCache {
 }
 
 impl RunCache {
-    const CAPACITY: usize = 16;
+    pub(super) const CAPACITY: usize = 16;
 
     pub(super) fn entry(&self, key: RunKey) -> Entry {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, e)) = entries.iter().find(|(k, _)| *k == key) {
-            return e.clone();
+        if let Some(i) = entries.iter().position(|(k, _)| *k == key) {
+            // Most recently used last, so constants used by every run stay.
+            let hit = entries.remove(i).expect("found");
+            let e = hit.1.clone();
+            entries.push_back(hit);
+            return e;
         }
         let e = Entry::default();
         entries.push_back((key, e.clone()));

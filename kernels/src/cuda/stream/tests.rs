@@ -25,3 +25,28 @@ fn grid_covers_every_item() {
     assert_eq!(c.grid_dim.0, 4);
     assert_eq!(grid_1d(0, 256).grid_dim.0, 1);
 }
+
+#[test]
+fn run_cache_keeps_what_is_used_and_drops_the_least_recent() {
+    let key = |tag| RunKey {
+        owner: 0,
+        tag,
+        ptr: 64,
+        len: 8,
+        print: 0,
+    };
+    let cache = RunCache::default();
+    let first: Vec<_> = (0..RunCache::CAPACITY as u64)
+        .map(|tag| cache.entry(key(tag)))
+        .collect();
+    // Used again (as a model's weights are by every batch): now the most
+    // recent, so the next new entry pushes out tag 1, not tag 0.
+    assert!(Arc::ptr_eq(&cache.entry(key(0)), &first[0]));
+    cache.entry(key(100));
+    assert!(Arc::ptr_eq(&cache.entry(key(0)), &first[0]));
+    assert!(Arc::ptr_eq(&cache.entry(key(2)), &first[2]));
+    assert!(
+        !Arc::ptr_eq(&cache.entry(key(1)), &first[1]),
+        "tag 1 was dropped"
+    );
+}
