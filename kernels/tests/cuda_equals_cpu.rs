@@ -298,15 +298,16 @@ fn mlp_cuda_matches_cpu() {
     let weights = Arc::new(MlpWeights::load(model_file("digits_mlp.safetensors")).unwrap());
     let split = LabeledRows::load(model_file("digits_test.safetensors")).unwrap();
     let c = weights.classes();
-    // The test split as one batch, and repeated past one piece of the twin
-    // (4096 rows at 1024 units) so chunks span pieces.
+    // The test split as one batch, and repeated 41 times (14,760 rows) so
+    // that the largest chunks pass one piece of the twin (4096 rows at 1024
+    // units) and run in several pieces.
     let rows = split.rows();
     let big: Vec<f32> = split
         .x
         .iter()
         .copied()
         .cycle()
-        .take(rows * 29 * split.features)
+        .take(rows * 41 * split.features)
         .collect();
     for x in [split.x.clone(), big] {
         let n = x.len() / split.features;

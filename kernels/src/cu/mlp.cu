@@ -26,7 +26,7 @@ extern "C" __global__ void bias_softmax(float* __restrict__ y, const float* __re
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     float* v = y + (unsigned long long)r * classes;
-    float m = __int_as_float(0xff800000); // -inf
+    float m = -__int_as_float(0x7f800000); // -inf (NVRTC has no INFINITY)
     for (unsigned int c = 0; c < classes; ++c) {
         v[c] += b[c];
         m = fmaxf(m, v[c]);

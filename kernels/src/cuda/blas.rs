@@ -1,10 +1,10 @@
 //! cuBLAS, opened at run time like the driver and NVRTC: one handle per
 //! stream worker, bound to that worker's stream.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::{result, sys};
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaContext, CudaStream};
 
 use super::guarded;
 use super::stream::DevPtr;
@@ -24,6 +24,9 @@ fn error(what: &str) -> impl Fn(result::CublasError) -> KernelError + '_ {
 /// A cuBLAS handle whose work goes to one stream.
 pub(super) struct Blas {
     handle: sys::cublasHandle_t,
+    /// The context the handle was created in, made current again to destroy
+    /// it (a drop may run on a thread where another context is current).
+    ctx: Arc<CudaContext>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread as long as one thread
@@ -45,7 +48,10 @@ impl Blas {
         }
         guarded("creating a cuBLAS handle", || {
             let handle = result::create_handle().map_err(error("cublasCreate"))?;
-            let blas = Self { handle };
+            let blas = Self {
+                handle,
+                ctx: stream.context().clone(),
+            };
             // SAFETY: the handle was just created; the stream is alive (the
             // caller's worker owns it and outlives this handle).
             unsafe { result::set_stream(handle, stream.cu_stream() as sys::cudaStream_t) }
@@ -112,8 +118,12 @@ impl Blas {
 
 impl Drop for Blas {
     fn drop(&mut self) {
-        // SAFETY: created in `new` and destroyed only here. An error at
-        // teardown has no one to report to.
-        let _ = unsafe { result::destroy_handle(self.handle) };
+        // An error at teardown has no one to report to; without the context
+        // current the handle is left for the context's own destruction.
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created in `new` and destroyed only here, with its
+            // context current.
+            let _ = unsafe { result::destroy_handle(self.handle) };
+        }
     }
 }

@@ -401,27 +401,30 @@ impl CudaKernel for Mlp {
         w.reserve_slot(MLP_H1, rows * m.hidden() * 4)?;
         w.reserve_slot(MLP_H2, rows * m.hidden() * 4)?;
         w.reserve_slot(MLP_P, rows * m.classes() * 4)?;
-        // One row through the three products opens cuBLAS for this stream
-        // (handle, workspace, its lazily loaded kernels) now rather than in
-        // the first chunk, whose time would teach the profiler a GPU many
-        // times slower than it is. The row is whatever the slot holds; its
-        // outputs are never read.
+        // One row and one full piece through the three products open cuBLAS
+        // for this stream (handle, workspace, the lazily loaded kernels it
+        // picks for both shapes) now rather than in the first chunks, whose
+        // time would teach the profiler a GPU many times slower than it is.
+        // The rows are whatever the slots hold; their outputs are never read.
         let weights = m.on_device(w)?;
         let [w1, _, w2, _, w3, _] = weights.each_ref().map(|b| w.addr(b));
-        let (x, h1) = (
-            w.scratch::<f32>(MLP_X, m.inputs())?,
-            w.scratch::<f32>(MLP_H1, m.hidden())?,
-        );
-        let (h2, p) = (
-            w.scratch::<f32>(MLP_H2, m.hidden())?,
-            w.scratch::<f32>(MLP_P, m.classes())?,
-        );
-        // SAFETY: each slot holds at least one row of its layer (reserved
-        // above), the weights their layer; all held until `finish`.
-        unsafe {
-            w.dense(x, w1, h1, 1, m.inputs(), m.hidden())?;
-            w.dense(h1, w2, h2, 1, m.hidden(), m.hidden())?;
-            w.dense(h2, w3, p, 1, m.hidden(), m.classes())?;
+        for n in [1, rows] {
+            let (x, h1) = (
+                w.scratch::<f32>(MLP_X, n * m.inputs())?,
+                w.scratch::<f32>(MLP_H1, n * m.hidden())?,
+            );
+            let (h2, p) = (
+                w.scratch::<f32>(MLP_H2, n * m.hidden())?,
+                w.scratch::<f32>(MLP_P, n * m.classes())?,
+            );
+            // SAFETY: each slot holds at least `rows` rows of its layer
+            // (reserved above), the weights their layer; all held until
+            // `finish`.
+            unsafe {
+                w.dense(x, w1, h1, n, m.inputs(), m.hidden())?;
+                w.dense(h1, w2, h2, n, m.hidden(), m.hidden())?;
+                w.dense(h2, w3, p, n, m.hidden(), m.classes())?;
+            }
         }
         w.finish()?;
         drop(weights);
@@ -434,9 +437,9 @@ impl CudaKernel for Mlp {
 
     fn threads_per_item(&self) -> usize {
         // cuBLAS's FP32 kernels compute about 16 outputs of a hidden layer
-        // per thread: a row occupies hidden / 16 threads, so an H100 (132
-        // SMs) is busy from about 1000 rows of a 1024-unit model. A batch of
-        // fewer rows runs whole on the GPU.
+        // per thread: a row occupies hidden / 16 threads, 64 at 1024 units,
+        // so the smallest GPU chunk on an H100 (132 SMs of 1024 threads) is
+        // about 2100 rows. A batch of fewer rows runs whole on the GPU.
         (self.weights().hidden() / 16).max(1)
     }
 
