@@ -5,7 +5,8 @@ Starts the server on a loopback port, warms it, then sends RATE requests/s
 for SECONDS with `coexec-load` and prints, per thread name, the share of a
 core it ran and the share it waited runnable for one (Linux
 /proc/<pid>/task/*/schedstat), and the rows per second each device class
-computed (from /metrics). Linux only; stdlib only.
+computed (from /metrics), and the load generator's own share of a core.
+Linux only; stdlib only.
 
     python3 scripts/serve_threads.py --devices cpu:1,sim:1@0.5 --rate 1400
 """
@@ -14,6 +15,7 @@ import argparse
 import collections
 import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -76,9 +78,11 @@ def main():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=ROOT)
             t0, (i0, _), w0 = threads(server.pid), scrape(url), time.monotonic()
             n = int(a.rate * a.seconds)
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             res = subprocess.run(load + ["--rate", str(a.rate), "--requests", str(n)],
                                  capture_output=True, text=True, check=False, cwd=ROOT)
             wall = time.monotonic() - w0
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t1, (i1, models) = threads(server.pid), scrape(url)
         finally:
             server.terminate()
@@ -89,6 +93,8 @@ def main():
         wait = (t1[name][1] - t0.get(name, [0, 0])[1]) / 1e9 / wall
         if run > 0.005 or wait > 0.005:
             print(f"  {name:18} ran {run:5.2f}  waited for a core {wait:5.2f}")
+    gen = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
+    print(f"  {'(coexec-load)':18} ran {gen:5.2f}")
     for c in sorted(i1):
         a_s, b = models[c]
         print(f"  class {c}: {(i1[c] - i0.get(c, 0)) / wall:,.0f} rows/s; "
