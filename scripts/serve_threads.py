@@ -92,7 +92,7 @@ def main():
         run = (t1[name][0] - t0.get(name, [0, 0])[0]) / 1e9 / wall
         wait = (t1[name][1] - t0.get(name, [0, 0])[1]) / 1e9 / wall
         if run > 0.005 or wait > 0.005:
-            print(f"  {name:18} ran {run:5.2f}  waited for a core {wait:5.2f}")
+            print(f"  {name:18} ran {run:6.3f}  waited for a core {wait:6.3f}")
     gen = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
     print(f"  {'(coexec-load)':18} ran {gen:5.2f}")
     for c in sorted(i1):
