@@ -42,11 +42,16 @@ def threads(pid):
 
 def scrape(url):
     """({device class: items computed so far}, {class: (a s, b items/s)})
-    from /metrics."""
+    from /metrics; `got` also counts each class's chunks (key
+    "chunks <class>") and the jobs completed (key "jobs")."""
     text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     got = collections.Counter()
     for m in re.finditer(r'^coexec_items_total\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
         got[m.group(1)] += float(m.group(2))
+    for m in re.finditer(r'^coexec_chunks_total\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+        got["chunks " + m.group(1)] += float(m.group(2))
+    for m in re.finditer(r'^coexec_jobs_completed_total(?:\{[^}]*\})? (\S+)$', text, re.M):
+        got["jobs"] += float(m.group(1))
     models = collections.defaultdict(lambda: [float("nan")] * 2)
     for m in re.finditer(r'^coexec_model_(fixed_seconds|items_per_second)\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
         models[m.group(2)][m.group(1) == "items_per_second"] = float(m.group(3))
@@ -95,8 +100,11 @@ def main():
             print(f"  {name:18} ran {run:6.3f}  waited for a core {wait:6.3f}")
     gen = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
     print(f"  {'(coexec-load)':18} ran {gen:5.2f}")
-    for c in sorted(i1):
+    jobs = i1["jobs"] - i0.get("jobs", 0)
+    for c in sorted(k for k in i1 if k != "jobs" and not k.startswith("chunks ")):
         a_s, b = models[c]
+        chunks = i1["chunks " + c] - i0.get("chunks " + c, 0)
+        print(f"  class {c}: {chunks / max(jobs, 1):.2f} chunks per batch over {jobs:,.0f} batches")
         print(f"  class {c}: {(i1[c] - i0.get(c, 0)) / wall:,.0f} rows/s; "
               f"its model at the end: {a_s * 1e3:.2f} ms per chunk + {b:,.0f} rows/s")
 
