@@ -5,8 +5,9 @@ Starts the server on a loopback port, warms it, then sends RATE requests/s
 for SECONDS with `coexec-load` and prints, per thread name, the share of a
 core it ran and the share it waited runnable for one (Linux
 /proc/<pid>/task/*/schedstat), and the rows per second each device class
-computed (from /metrics), and the load generator's own share of a core.
-Linux only; stdlib only.
+computed and its chunks per batch (from /metrics: more than one chunk per
+batch in all means batches were split), and the load generator's own share
+of a core. Linux only; stdlib only.
 
     python3 scripts/serve_threads.py --devices cpu:1,sim:1@0.5 --rate 1400
 """
