@@ -20,6 +20,14 @@ misses), and the p99 of the 200s is <= the bound.
     python3 scripts/serve_sweep.py                      # the CPU + sim sweep
     python3 scripts/serve_sweep.py --overload 400       # 3 x 400/s for 10 s
     python3 scripts/serve_sweep.py --sigterm 200        # SIGTERM under load
+    python3 scripts/serve_sweep.py --latency-at 500,1000,2000   # latency per rate
+
+Latency mode (`--latency-at`): for each configuration, in the same
+interleaved, rotated repeats, one server runs one bounded open-loop load at
+each given rate in turn (ascending); the page gives, per rate, the medians
+over repeats of each configuration's p50 and p99 of its 200s, and its
+503/504s and lost in all. What a service's users see at a fixed load, below
+and around capacity, side by side.
 
 `--server-cmd` replaces the server command (a template with {addr},
 {devices}, {policy}, {max_batch}, {max_wait_us}, {queue}, {profile_dir},
@@ -738,6 +746,126 @@ def sigterm(args):
 # ---------------------------------------------------------------- main
 
 
+def latency(args):
+    configs = parse_configs(args)
+    rates = args.latency_at
+    runs = {c[0]: [] for c in configs}
+    started, info = now_utc(), machine()
+    for rep in range(args.repeats):
+        order = configs[rep % len(configs):] + configs[: rep % len(configs)]
+        for name, devices, policy in order:
+            log(f"repeat {rep + 1}/{args.repeats}: {name} (--devices {devices} --policy {policy})")
+            srv = start(args, devices, policy, f"{name}-r{rep + 1}")
+            points = []
+            try:
+                warm(args, srv.url)
+                for rate in rates:
+                    n = probe_requests(args, rate)
+                    argv, r = load(args, srv.url, rate, n, n / rate + args.timeout + 5, args.timeout)
+                    points.append(dict(rate=rate, requests=n, command=shlex.join(argv), report=r))
+                    log(f"    {fmt_rate(rate):>8}/s  p50 {r['latency_ok']['p50_ms']:8.2f}  "
+                        f"p99 {r['latency_ok']['p99_ms']:8.2f} ms  200 {r['ok']}/{r['sent']}  "
+                        f"503 {r['status_503']}  lost {r['lost']}")
+            finally:
+                code = srv.terminate()
+            runs[name].append(dict(repeat=rep + 1, server_command=shlex.join(srv.argv),
+                                   server_exit=code, points=points))
+    table = []
+    for rate in rates:
+        row = dict(rate=rate)
+        for name, _, _ in configs:
+            rs = [p["report"] for run in runs[name] for p in run["points"] if p["rate"] == rate]
+            # A run with no 200s has no latency (coexec-load reports 0 then).
+            ok = [r["latency_ok"] for r in rs if r["latency_ok"]["count"]]
+            row[name] = dict(
+                p50_ms=statistics.median(x["p50_ms"] for x in ok) if ok else None,
+                p99_ms=statistics.median(x["p99_ms"] for x in ok) if ok else None,
+                p99_ms_runs=[x["p99_ms"] for x in ok],
+                not_200=sum(r["status_503"] + r["status_504"] + r["other"] for r in rs),
+                lost=sum(r["lost"] + r["unsent"] for r in rs),
+                sent=sum(r["sent"] for r in rs),
+            )
+        table.append(row)
+    report = dict(kind="serve-latency", started=started, finished=now_utc(), machine=info,
+                  settings=settings(args), script=shlex.join(["python3"] + sys.argv),
+                  configs=configs, rates=rates, table=table, runs=runs)
+    names = [c[0] for c in configs]
+    text = [f"p50 / p99 of 200s in ms (median of {args.repeats}); [503+504+other, lost] in all"]
+    text.append(f"{'rate/s':>8}  " + "  ".join(f"{n:>24}" for n in names))
+    for row in table:
+        text.append(f"{fmt_rate(row['rate']):>8}  " + "  ".join(
+            f"{fmt_ms(row[n]['p50_ms'])} / {fmt_ms(row[n]['p99_ms'])} [{row[n]['not_200']}, {row[n]['lost']}]".rjust(24)
+            for n in names))
+    print("\n".join(text))
+    write_outputs(args, report, latency_markdown(report))
+    return 0
+
+
+def fmt_ms(v):
+    return "   no 200" if v is None else f"{v:7.2f}"
+
+
+def latency_markdown(report):
+    s = report["settings"]
+    names = [c[0] for c in report["configs"]]
+    lines = [
+        "# coexec serve: latency at fixed arrival rates",
+        "",
+        f"Measured {report['started']} to {report['finished']} by `{report['script']}`.",
+        "",
+        "## Machine",
+        "",
+        *machine_md(report["machine"]),
+        "",
+        "## Result",
+        "",
+        f"Open-loop load at each rate ({s['rows_per_request']} row(s) per request, "
+        f"max({s['min_probe_requests']}, rate × {s['probe_seconds']} s) requests), latency from "
+        f"each request's scheduled send. Each cell: p50 / p99 of the 200s in ms, medians of "
+        f"{s['repeats']} interleaved repeats; then the 503/504/other answers and the lost "
+        "requests over all repeats, of the requests sent.",
+        "",
+        "| rate/s | " + " | ".join(f"{n} (`{d}`, {p})" for n, d, p in report["configs"]) + " |",
+        "| ---: | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for row in report["table"]:
+        cells = []
+        for n in names:
+            c = row[n]
+            cells.append(f"{fmt_ms(c['p50_ms']).strip()} / {fmt_ms(c['p99_ms']).strip()}; "
+                         f"not 200: {c['not_200']}/{c['sent']}"
+                         + (f"; lost {c['lost']}" if c["lost"] else ""))
+        lines.append(f"| {fmt_rate(row['rate'])} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Commands",
+        "",
+        f"Server settings: max batch {s['max_batch']}, max wait {s['max_wait_us']} µs, "
+        f"queue {s['queue']}, deadline {s['deadline_ms'] or 'none'} ms. One server per "
+        "configuration and repeat runs every rate in turn after a warm-up. Every run's command "
+        "and full report is in the JSON beside this page.",
+        "",
+    ]
+    for name, rs in report["runs"].items():
+        if rs:
+            lines.append(f"- `{name}` server: `{rs[0]['server_command']}`")
+            if rs[0]["points"]:
+                lines.append(f"  - a run: `{rs[0]['points'][-1]['command']}`")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def rates_arg(text):
+    """`500,1000,2000` -> [500.0, 1000.0, 2000.0], ascending; positive, finite."""
+    try:
+        rates = sorted(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected rates like 500,1000,2000") from None
+    if not rates or not all(0 < r < float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be positive and finite")
+    return rates
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--coexec", default="target/release/coexec", help="the coexec binary")
@@ -793,10 +921,12 @@ def main():
     p.add_argument("--sigterm-after", type=float, default=2.0)
     p.add_argument("--drain-timeout", type=float, default=30.0)
     p.add_argument("--mode-config", default="hybrid", help="configuration for --overload / --sigterm")
+    p.add_argument("--latency-at", metavar="RATES", type=rates_arg,
+                   help="latency mode: p50/p99 of every configuration at these rates (comma-separated)")
     args = p.parse_args()
 
-    if args.overload is not None and args.sigterm is not None:
-        die("--overload and --sigterm are separate runs")
+    if sum(x is not None for x in (args.overload, args.sigterm, args.latency_at)) > 1:
+        die("--overload, --sigterm and --latency-at are separate runs")
     for flag in ("repeats", "max_batch", "queue", "rows_per_request", "min_probe_requests"):
         if getattr(args, flag) < 1:
             die(f"--{flag.replace('_', '-')} must be at least 1")
@@ -814,7 +944,8 @@ def main():
         die(f"{args.data}: no such file")
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="coexec-sweep-logs-")
     os.makedirs(args.log_dir, exist_ok=True)
-    mode = "overload" if args.overload is not None else "sigterm" if args.sigterm is not None else "sweep"
+    mode = ("overload" if args.overload is not None else "sigterm" if args.sigterm is not None
+            else "latency" if args.latency_at is not None else "sweep")
     if mode == "overload" and args.deadline_ms is None:
         # Under 3x its capacity a queue of any useful depth holds seconds of
         # work; the deadline turns what would wait past the bound into 504s,
@@ -827,6 +958,8 @@ def main():
         return overload(args)
     if mode == "sigterm":
         return sigterm(args)
+    if mode == "latency":
+        return latency(args)
     return sweep(args)
 
 
