@@ -484,10 +484,11 @@ def machine_md(m):
     return [f"- {k}: {m[k]}" for k in keys if k in m]
 
 
-def sweep_markdown(report):
-    s = report["settings"]
-    lines = [
-        f"# coexec serve: capacity at p99 <= {report['bound_ms']:g} ms",
+def page_head(report, title):
+    """A results page's title, when and how it was measured, the machine,
+    and the "Result" heading."""
+    return [
+        f"# {title}",
         "",
         f"Measured {report['started']} to {report['finished']} by `{report['script']}`.",
         "",
@@ -497,6 +498,13 @@ def sweep_markdown(report):
         "",
         "## Result",
         "",
+    ]
+
+
+def sweep_markdown(report):
+    s = report["settings"]
+    lines = [
+        *page_head(report, f"coexec serve: capacity at p99 <= {report['bound_ms']:g} ms"),
         "Highest open-loop arrival rate (requests/s, "
         f"{s['rows_per_request']} row(s) each) whose p99 of 200s stays <= "
         f"{report['bound_ms']:g} ms with nothing lost and <= 1 % 503/504; median of "
@@ -809,16 +817,7 @@ def latency_markdown(report):
     s = report["settings"]
     names = [c[0] for c in report["configs"]]
     lines = [
-        "# coexec serve: latency at fixed arrival rates",
-        "",
-        f"Measured {report['started']} to {report['finished']} by `{report['script']}`.",
-        "",
-        "## Machine",
-        "",
-        *machine_md(report["machine"]),
-        "",
-        "## Result",
-        "",
+        *page_head(report, "coexec serve: latency at fixed arrival rates"),
         f"Open-loop load at each rate ({s['rows_per_request']} row(s) per request, "
         f"max({s['min_probe_requests']}, rate × {s['probe_seconds']} s) requests), latency from "
         f"each request's scheduled send. Each cell: p50 / p99 of the 200s in ms, medians of "
