@@ -401,8 +401,8 @@ impl Placer {
 /// pack their weights per call: ~450 µs of a 32-row batch's 1.5 ms on one
 /// core), and a batch is short, so it runs in as few chunks as balance
 /// allows: each class's share is static (one chunk per worker where the
-/// fixed cost makes the guard keep it whole), split across classes or not. The
-/// placer's models are per batch, fresh, and predict one chunk per class;
+/// fixed cost makes the guard keep it whole), split across classes or not.
+/// The placer's models are per batch, fresh, and predict one chunk per class;
 /// a split that kept the method's 20% dynamic tail ran 4.2 chunks per batch
 /// (measured: 2.4 on the CPU and 1.75 on the sim, 92-row batches of the
 /// digits MLP at 2000 requests/s on `cpu:1,sim:1@0.5`), each paying its
@@ -410,9 +410,10 @@ impl Placer {
 /// chunk per class. What absorbs a model's error is then a faster class's
 /// guarded steal from a slower one's share, the next batch's placement
 /// (every batch's report refreshes the models) and, for a chunk far past
-/// its prediction on a device that can stop, the runtime's take-back. (Before, on one class, the 80% static part cut a 32-row batch into
-/// 25 + 7 rows, and on a kernel with no fixed cost the guard halved it into
-/// six chunks.)
+/// its prediction on a device that can stop, the runtime's take-back.
+/// (Before, on one class, the 80% static part cut a 32-row batch into 25 + 7
+/// rows, and on a kernel with no fixed cost the guard halved it into six
+/// chunks.)
 #[derive(Debug)]
 pub(crate) struct Placed {
     pub(crate) shares: Vec<f64>,
@@ -710,7 +711,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_runs_in_one_chunk_per_class() {
+    fn a_placed_batch_runs_static_chunks() {
         // Through the engine: a whole batch placed on the CPU class of
         // `cpu:1,sim:1` runs as one chunk (each chunk would pay a GEMM's
         // packing again).
