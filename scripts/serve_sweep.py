@@ -216,6 +216,12 @@ def fmt_rate(rate):
     return f"{rate:.6g}"
 
 
+def run_at(args, url, rate, n):
+    """`n` requests at `rate`, the run cut off a little after it should
+    have ended; returns (argv, its rate report)."""
+    return load(args, url, rate, n, n / rate + args.timeout + 5, args.timeout)
+
+
 def probe_requests(args, rate):
     return int(min(args.max_probe_requests, max(args.min_probe_requests, rate * args.probe_seconds)))
 
@@ -249,8 +255,7 @@ def probe(args, url, rate, probes):
     answers fail at once. Every configuration gets the same retries."""
     for attempt in range(1 + args.retry_failed):
         n = probe_requests(args, rate)
-        limit = n / rate + args.timeout + 5
-        argv, r = load(args, url, rate, n, limit, args.timeout)
+        argv, r = run_at(args, url, rate, n)
         why, retryable = verdict(r, args.bound_ms)
         probes.append(
             dict(
@@ -314,7 +319,7 @@ def warm(args, url):
         return None
     rate = args.warmup_rate
     n = args.warmup_requests
-    argv, r = load(args, url, rate, n, n / rate + args.timeout + 5, args.timeout)
+    argv, r = run_at(args, url, rate, n)
     return dict(command=shlex.join(argv), report=r)
 
 
@@ -374,6 +379,13 @@ def parse_configs(args):
     return out
 
 
+def rotated(configs, rep):
+    """Repeat `rep`'s order: rotated, so no configuration always runs first
+    or last."""
+    k = rep % len(configs)
+    return configs[k:] + configs[:k]
+
+
 def ratio(a, b):
     return a / b if a and b else None
 
@@ -387,9 +399,7 @@ def sweep(args):
     started = now_utc()
     info = machine()
     for rep in range(args.repeats):
-        # Rotate the order so no configuration always runs first or last.
-        order = configs[rep % len(configs):] + configs[: rep % len(configs)]
-        for name, devices, policy in order:
+        for name, devices, policy in rotated(configs, rep):
             log(f"repeat {rep + 1}/{args.repeats}: {name} (--devices {devices} --policy {policy})")
             srv = start(args, devices, policy, f"{name}-r{rep + 1}")
             try:
@@ -760,8 +770,7 @@ def latency(args):
     runs = {c[0]: [] for c in configs}
     started, info = now_utc(), machine()
     for rep in range(args.repeats):
-        order = configs[rep % len(configs):] + configs[: rep % len(configs)]
-        for name, devices, policy in order:
+        for name, devices, policy in rotated(configs, rep):
             log(f"repeat {rep + 1}/{args.repeats}: {name} (--devices {devices} --policy {policy})")
             srv = start(args, devices, policy, f"{name}-r{rep + 1}")
             points = []
@@ -769,7 +778,7 @@ def latency(args):
                 warm(args, srv.url)
                 for rate in rates:
                     n = probe_requests(args, rate)
-                    argv, r = load(args, srv.url, rate, n, n / rate + args.timeout + 5, args.timeout)
+                    argv, r = run_at(args, srv.url, rate, n)
                     points.append(dict(rate=rate, requests=n, command=shlex.join(argv), report=r))
                     log(f"    {fmt_rate(rate):>8}/s  p50 {r['latency_ok']['p50_ms']:8.2f}  "
                         f"p99 {r['latency_ok']['p99_ms']:8.2f} ms  200 {r['ok']}/{r['sent']}  "

@@ -41,22 +41,24 @@ def threads(pid):
     return out
 
 
-def scrape(url):
-    """({device class: items computed so far}, {class: (a s, b items/s)})
-    from /metrics; `got` also counts each class's chunks (key
-    "chunks <class>") and the jobs completed (key "jobs")."""
-    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+def by_class(text, metric):
+    """{device class: the metric summed over its other labels} from /metrics."""
     got = collections.Counter()
-    for m in re.finditer(r'^coexec_items_total\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+    for m in re.finditer(rf'^{metric}\{{[^}}]*device_class="([^"]+)"[^}}]*\}} (\S+)$', text, re.M):
         got[m.group(1)] += float(m.group(2))
-    for m in re.finditer(r'^coexec_chunks_total\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
-        got["chunks " + m.group(1)] += float(m.group(2))
-    for m in re.finditer(r'^coexec_jobs_completed_total(?:\{[^}]*\})? (\S+)$', text, re.M):
-        got["jobs"] += float(m.group(1))
+    return got
+
+
+def scrape(url):
+    """What /metrics says so far: ({class: items}, {class: chunks}, jobs
+    completed, {class: (a s, b items/s)})."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    jobs = sum(float(m.group(1)) for m in
+               re.finditer(r'^coexec_jobs_completed_total(?:\{[^}]*\})? (\S+)$', text, re.M))
     models = collections.defaultdict(lambda: [float("nan")] * 2)
     for m in re.finditer(r'^coexec_model_(fixed_seconds|items_per_second)\{[^}]*device_class="([^"]+)"[^}]*\} (\S+)$', text, re.M):
         models[m.group(2)][m.group(1) == "items_per_second"] = float(m.group(3))
-    return got, models
+    return by_class(text, "coexec_items_total"), by_class(text, "coexec_chunks_total"), jobs, models
 
 
 def main():
@@ -82,14 +84,14 @@ def main():
             load = [a.load, "--target", url, "--rows-per-request", str(a.rows_per_request)]
             subprocess.run(load + ["--rate", "200", "--requests", "600"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=ROOT)
-            t0, (i0, _), w0 = threads(server.pid), scrape(url), time.monotonic()
+            t0, (i0, k0, j0, _), w0 = threads(server.pid), scrape(url), time.monotonic()
             n = int(a.rate * a.seconds)
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             res = subprocess.run(load + ["--rate", str(a.rate), "--requests", str(n)],
                                  capture_output=True, text=True, check=False, cwd=ROOT)
             wall = time.monotonic() - w0
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t1, (i1, models) = threads(server.pid), scrape(url)
+            t1, (i1, k1, j1, models) = threads(server.pid), scrape(url)
         finally:
             server.terminate()
     print("\n".join(res.stdout.strip().splitlines()[-2:]))
@@ -101,10 +103,10 @@ def main():
             print(f"  {name:18} ran {run:6.3f}  waited for a core {wait:6.3f}")
     gen = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
     print(f"  {'(coexec-load)':18} ran {gen:5.2f}")
-    jobs = i1["jobs"] - i0.get("jobs", 0)
-    for c in sorted(k for k in i1 if k != "jobs" and not k.startswith("chunks ")):
+    jobs = j1 - j0
+    for c in sorted(i1):
         a_s, b = models[c]
-        chunks = i1["chunks " + c] - i0.get("chunks " + c, 0)
+        chunks = k1[c] - k0[c]
         print(f"  class {c}: {chunks / max(jobs, 1):.2f} chunks per batch over {jobs:,.0f} batches")
         print(f"  class {c}: {(i1[c] - i0.get(c, 0)) / wall:,.0f} rows/s; "
               f"its model at the end: {a_s * 1e3:.2f} ms per chunk + {b:,.0f} rows/s")
