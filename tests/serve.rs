@@ -220,6 +220,27 @@ fn every_answer_good_and_bad() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("at most 64"), "{}", r.body);
 
+    // Numbers past f32's range, and finite ones so large that the model's
+    // arithmetic overflows: 400, never a 200 with `null` probabilities.
+    for (value, says) in [
+        ("1e39", "finite"),
+        ("-1e39", "finite"),
+        ("3e38", "overflows"),
+    ] {
+        let row = vec![value; 64].join(",");
+        let body = format!(
+            "{{\"inputs\": [{}, [{row}]]}}",
+            serde_json::json!(rows_of(&t, 0))
+        );
+        let r = http(a, "POST", "/v1/infer", body.as_bytes());
+        assert_eq!(r.status, 400, "{value}: {}", r.body);
+        let e = r.json()["error"].as_str().unwrap().to_string();
+        assert!(
+            e.contains(says) && e.contains("inputs[1]"),
+            "{value}: {e:?}"
+        );
+    }
+
     // A body over the limit (2 MiB).
     let big = vec![b' '; 3 << 20];
     let r = http(a, "POST", "/v1/infer", &big);
@@ -330,6 +351,39 @@ fn sigterm_answers_every_accepted_request_and_exits_0() {
 /// stops sending) and new inferences 503 with a reason, while `/healthz`
 /// still says alive; the listener itself keeps accepting until the
 /// application stops it.
+/// A client that sends a head and then stalls on its body gets 408 after
+/// the body deadline (10 s), and does not hold a SIGTERM's exit past it
+/// (before, the process stayed up as long as the client did).
+#[test]
+fn a_stalled_body_gets_408_and_does_not_hold_shutdown() {
+    let mut s = Server::start(&["--devices", "cpu:1"]);
+    let mut c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /v1/infer HTTP/1.1\r\nhost: {}\r\ncontent-length: 100\r\n\r\n{{",
+        s.addr
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    s.terminate();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text:?}"
+    );
+    let status = s.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}");
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "exit after {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn draining_turns_readyz_and_new_requests_to_503() {
     use coexec::kernels::workloads::MlpWeights;

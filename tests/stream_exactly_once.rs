@@ -239,7 +239,38 @@ async fn zero_limits_are_refused() {
         StreamConfig::new().max_batch(0),
         StreamConfig::new().queue(0),
         StreamConfig::new().in_flight(0),
+        // Past the limit (before, a `max_wait` this long overflowed the
+        // batch's close time and the batcher died with requests queued).
+        StreamConfig::new().max_wait(StreamConfig::MAX_WAIT_LIMIT + Duration::from_micros(1)),
+        StreamConfig::new().max_wait(Duration::from_micros(u64::MAX)),
     ] {
         assert!(Stream::start(runtime(), TaggedModel::default(), cfg).is_err());
     }
+}
+
+/// A shutdown sends the batch that is forming at once: it does not wait out
+/// `max_wait` (before, a 10 s `max_wait` held the shutdown, and the answer,
+/// for 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_out_a_forming_batch() {
+    let cfg = StreamConfig::new()
+        .max_batch(64)
+        .max_wait(StreamConfig::MAX_WAIT_LIMIT);
+    let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
+    let p = stream
+        .try_infer(Req {
+            id: 7,
+            poison: false,
+            flaky: false,
+        })
+        .unwrap();
+    // The batch has its first request and waits for more.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), async {
+        let (answer_got, ()) = tokio::join!(p, stream.shutdown());
+        assert_eq!(answer_got.unwrap(), answer(7));
+    })
+    .await
+    .unwrap_or_else(|_| panic!("shutdown still waiting after {:?}", t.elapsed()));
 }

@@ -24,7 +24,11 @@ pub enum KernelError {
     },
     /// A tensor file (safetensors) is malformed or lacks what the kernel needs.
     /// `tensor` is empty when the fault is the file as a whole.
-    #[error("{}: tensor `{tensor}`: {why}", path.display())]
+    #[error(
+        "{}: {}{why}",
+        path.display(),
+        if tensor.is_empty() { "not a safetensors file: ".to_string() } else { format!("tensor `{tensor}`: ") }
+    )]
     Tensor {
         /// The file.
         path: PathBuf,

@@ -7,10 +7,14 @@
 //!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus)
 //! ```
 //!
-//! Every request gets an answer, never a panic: malformed JSON or a wrong
-//! shape 400 (naming what was expected), a body over the limit 413, a wrong
-//! method 405, an unknown path 404, a full queue 503 with a `Retry-After`
-//! from the backlog and the measured drain rate, a passed deadline 504.
+//! Every request gets an answer, never a panic: malformed JSON, a wrong
+//! shape or a number that is not a finite `f32` 400 (naming what was
+//! expected; also an input so large that the model's output overflows,
+//! never a `null` probability), a body over the limit 413 (refused by its
+//! `Content-Length` before it is read), a body not all there 10 s after
+//! the head 408, a wrong method 405, an unknown path 404, a full queue 503
+//! with a `Retry-After` from the backlog and the measured drain rate, a
+//! passed deadline 504.
 //!
 //! Embed the router in your own axum app ([`Service::router`]), or run it
 //! on a listener with [`serve`], which stops accepting on a signal and
@@ -39,10 +43,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -59,6 +62,10 @@ use crate::{Error, Runtime};
 
 /// Longest a client may take to send a request head.
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest a client may take to send a request body once its head is in
+/// (then 408): a stalled upload holds a connection slot, and at shutdown
+/// the process, no longer than this.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long [`serve`] lets open connections go on after its signal before
 /// it closes the idle ones.
@@ -148,8 +155,17 @@ struct DrainRate {
 
 impl DrainRate {
     const WINDOW: f64 = 0.5;
+    /// The shortest partial window the first estimate is taken from.
+    const FIRST_SPAN: f64 = 0.05;
 
     fn answered(&mut self, rows: u64, now: f64) {
+        if self.rows == 0 && now - self.start > Self::WINDOW {
+            // The first answer after a quiet spell opens a window: the
+            // quiet time says nothing about how fast a backlog drains.
+            self.start = now;
+            self.rows = rows;
+            return;
+        }
         self.rows += rows;
         let span = now - self.start;
         if span >= Self::WINDOW {
@@ -165,9 +181,18 @@ impl DrainRate {
         }
     }
 
-    /// The rate at `now`: a window that has run long with few rows lowers it.
+    /// The rate at `now`: a window that has run long with few rows lowers
+    /// it; before the first full window, the window so far once it spans
+    /// [`DrainRate::FIRST_SPAN`]; 0 (nothing measured) before that.
     fn rate(&self, now: f64) -> f64 {
         let span = now - self.start;
+        if self.rate <= 0.0 {
+            return if self.rows > 0 && span >= Self::FIRST_SPAN {
+                self.rows as f64 / span
+            } else {
+                0.0
+            };
+        }
         if span > 2.0 * Self::WINDOW {
             let current = self.rows as f64 / span;
             if self.rate > 0.0 {
@@ -180,12 +205,14 @@ impl DrainRate {
 }
 
 /// Seconds a rejected client should wait: the time to drain `backlog` rows
-/// at `rate` rows/s, rounded up, at least 1, at most `cap` (also when
-/// nothing was measured yet).
+/// at `rate` rows/s, rounded up, at least 1, at most `cap`. With nothing
+/// measured yet (a fresh server's first burst), 1: the retry then finds a
+/// measured rate, where the cap would turn a client away for 30 s over a
+/// backlog that drains in milliseconds.
 fn retry_after(backlog: usize, rate: f64, cap: Duration) -> u64 {
     let cap = cap.as_secs().max(1);
     if !(rate.is_finite() && rate > 0.0) {
-        return cap;
+        return 1;
     }
     ((backlog as f64 / rate).ceil() as u64).clamp(1, cap)
 }
@@ -445,27 +472,86 @@ async fn scrape(State(svc): State<Service>) -> Response {
         .into_response()
 }
 
-async fn infer(State(svc): State<Service>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn infer(State(svc): State<Service>, headers: HeaderMap, body: Body) -> Response {
     let t0 = Instant::now();
-    let r = infer_inner(&svc, body).await;
+    let r = infer_inner(&svc, &headers, body).await;
     histogram!("coexec_request_duration_seconds").record(t0.elapsed().as_secs_f64());
     r
 }
 
-async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Response {
+/// Why a request body was not read.
+#[derive(Debug, PartialEq)]
+enum BodyFault {
+    /// Over `limit` bytes, by its `Content-Length` or as it arrived.
+    TooLarge,
+    /// Not all there within [`BODY_DEADLINE`].
+    Stalled,
+    /// The connection failed while reading it.
+    Read(String),
+}
+
+/// Reads a body of at most `limit` bytes within `deadline`. A declared
+/// length over the limit is refused before any of the body is read (a
+/// client that sent `Expect: 100-continue` is not asked for it).
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, BodyFault> {
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyFault::TooLarge);
+    }
+    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(BodyFault::Stalled),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyFault::TooLarge),
+        Ok(Err(e)) => Err(BodyFault::Read(e.to_string())),
+    }
+}
+
+/// The first value of `rows` that is not a finite `f32` (JSON numbers past
+/// ±3.4e38 become infinite when read as one), as (row, column).
+fn first_non_finite(rows: &[Vec<f32>]) -> Option<(usize, usize)> {
+    rows.iter()
+        .enumerate()
+        .find_map(|(k, r)| r.iter().position(|x| !x.is_finite()).map(|j| (k, j)))
+}
+
+async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response {
     let i = &svc.inner;
-    let body = match body {
+    let body = match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
         Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        Err(fault) => {
             outcome("invalid");
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body over the limit of {} bytes", i.cfg.max_body),
-            );
-        }
-        Err(e) => {
-            outcome("invalid");
-            return error(e.status(), format!("cannot read the body: {e}"));
+            let (status, why) = match fault {
+                BodyFault::TooLarge => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body over the limit of {} bytes", i.cfg.max_body),
+                ),
+                BodyFault::Stalled => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the body did not arrive within {} s",
+                        BODY_DEADLINE.as_secs()
+                    ),
+                ),
+                BodyFault::Read(e) => (
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                ),
+            };
+            // The rest of the body was not read: the connection cannot
+            // carry another request.
+            let mut r = error(status, why);
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
         }
     };
     // Under overload most requests are turned away, and the parse is a
@@ -511,6 +597,15 @@ async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Resp
             format!(
                 "expected {f} numbers per input: inputs[{k}] has {}",
                 row.len()
+            ),
+        );
+    }
+    if let Some((k, j)) = first_non_finite(&req.inputs) {
+        outcome("invalid");
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "expected finite numbers within f32's range (±3.4e38): inputs[{k}][{j}] is not"
             ),
         );
     }
@@ -564,6 +659,23 @@ async fn infer_inner(svc: &Service, body: Result<Bytes, BytesRejection>) -> Resp
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .answered(rows as u64, svc.now());
+    // Finite inputs can still be large enough to overflow the model's
+    // arithmetic: such a row has no meaningful answer, not a `null` one.
+    if failure.is_none() {
+        if let Some(k) = outputs
+            .iter()
+            .position(|p| p.iter().any(|x| !x.is_finite()))
+        {
+            outcome("invalid");
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "inputs[{k}]: the model's output overflows for this input \
+                     (its values are far outside the model's range)"
+                ),
+            );
+        }
+    }
     match failure {
         None => {
             outcome("success");
@@ -745,7 +857,88 @@ mod tests {
         assert_eq!(retry_after(1001, 100.0, cap), 11);
         assert_eq!(retry_after(10, 1000.0, cap), 1, "at least 1 s");
         assert_eq!(retry_after(1_000_000, 10.0, cap), 30, "capped");
-        assert_eq!(retry_after(5, 0.0, cap), 30, "nothing measured yet");
+        assert_eq!(retry_after(5, 0.0, cap), 1, "nothing measured yet");
+    }
+
+    /// A first burst after a quiet start is measured over the burst, not
+    /// over the quiet time (before: 30 s `Retry-After` for a backlog that
+    /// drained in milliseconds, on a server idle for its first 10 s).
+    #[test]
+    fn drain_rate_after_a_quiet_spell_measures_the_burst() {
+        let mut d = DrainRate::default();
+        d.answered(100, 10.0);
+        assert_eq!(d.rate(10.01), 0.0, "too short to tell");
+        d.answered(900, 10.1);
+        assert!((d.rate(10.1) - 10_000.0).abs() < 1e-6, "{}", d.rate(10.1));
+        d.answered(4000, 10.5);
+        assert!((d.rate(10.5) - 10_000.0).abs() < 1e-6, "{}", d.rate(10.5));
+        assert_eq!(retry_after(5000, d.rate(10.5), Duration::from_secs(30)), 1);
+    }
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    fn with_length(n: usize) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        h
+    }
+
+    #[test]
+    fn a_body_is_read_within_its_limit_and_deadline() {
+        let limit = 8;
+        let d = Duration::from_secs(5);
+        let ok = block_on(read_body(&with_length(5), Body::from("12345"), limit, d));
+        assert_eq!(ok.unwrap(), Bytes::from("12345"));
+        // Declared over the limit: refused before reading (this body would
+        // never end).
+        let (_tx, never) = http_body_util::Channel::<Bytes, std::io::Error>::new(1);
+        let r = block_on(read_body(&with_length(9), Body::new(never), limit, d));
+        assert_eq!(r, Err(BodyFault::TooLarge));
+        // Undeclared (chunked) and over the limit as it arrives.
+        let r = block_on(read_body(
+            &HeaderMap::new(),
+            Body::from("123456789"),
+            limit,
+            d,
+        ));
+        assert_eq!(r, Err(BodyFault::TooLarge));
+    }
+
+    #[test]
+    fn a_stalled_body_ends_at_its_deadline() {
+        let (mut tx, body) = http_body_util::Channel::<Bytes, std::io::Error>::new(1);
+        let t = Instant::now();
+        let r = block_on(async move {
+            tx.send_data(Bytes::from("{")).await.unwrap();
+            // `tx` lives on: the body neither ends nor fails.
+            let r = read_body(
+                &with_length(100),
+                Body::new(body),
+                1024,
+                Duration::from_millis(100),
+            )
+            .await;
+            drop(tx);
+            r
+        });
+        assert_eq!(r, Err(BodyFault::Stalled));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn non_finite_inputs_are_found_by_row_and_column() {
+        assert_eq!(first_non_finite(&[vec![1.0, 2.0], vec![0.0, 3e38]]), None);
+        assert_eq!(
+            first_non_finite(&[vec![1.0, 2.0], vec![0.0, f32::INFINITY]]),
+            Some((1, 1))
+        );
+        assert_eq!(first_non_finite(&[vec![f32::NAN]]), Some((0, 0)));
     }
 
     #[test]

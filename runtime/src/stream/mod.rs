@@ -254,6 +254,10 @@ impl StreamConfig {
         self
     }
 
+    /// The longest [`StreamConfig::max_wait`] accepted: a batch that waits
+    /// longer for company than a client waits for its answer serves no one.
+    pub const MAX_WAIT_LIMIT: Duration = Duration::from_secs(10);
+
     /// The batch limit set.
     pub fn max_batch_len(&self) -> usize {
         self.max_batch
@@ -271,6 +275,16 @@ impl StreamConfig {
                     why: "must be at least 1".into(),
                 });
             }
+        }
+        if self.max_wait > Self::MAX_WAIT_LIMIT {
+            return Err(Error::Config {
+                what: "stream max_wait",
+                why: format!(
+                    "{:?} is longer than a batch may wait ({:?} at most)",
+                    self.max_wait,
+                    Self::MAX_WAIT_LIMIT
+                ),
+            });
         }
         Ok(())
     }
@@ -516,7 +530,11 @@ impl<M: Model> Batcher<M> {
                 }
             };
             let Some(first) = first else { break };
-            let close_at = first.enqueued + self.cfg.max_wait;
+            // `max_wait` is checked at start; a far deadline saturates.
+            let close_at = first
+                .enqueued
+                .checked_add(self.cfg.max_wait)
+                .unwrap_or(first.enqueued + StreamConfig::MAX_WAIT_LIMIT);
             let mut batch = Vec::with_capacity(self.cfg.max_batch.min(1024));
             batch.push(first);
             while batch.len() < self.cfg.max_batch {
@@ -525,9 +543,20 @@ impl<M: Model> Batcher<M> {
                     Err(_) if closing => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        match tokio::time::timeout_at(close_at.into(), self.rx.recv()).await {
-                            Ok(Some(r)) => batch.push(r),
-                            _ => break,
+                        // A close while the batch forms sends it at once:
+                        // shutdown drains the queue, it does not wait out
+                        // `max_wait`.
+                        tokio::select! {
+                            r = tokio::time::timeout_at(close_at.into(), self.rx.recv()) => {
+                                match r {
+                                    Ok(Some(r)) => batch.push(r),
+                                    _ => break,
+                                }
+                            }
+                            () = self.shared.close.notified() => {
+                                closing = true;
+                                self.rx.close();
+                            }
                         }
                     }
                 }

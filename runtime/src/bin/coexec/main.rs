@@ -135,10 +135,13 @@ impl From<coexec::Error> for Failure {
         use coexec::kernels::KernelError as K;
         use coexec_actors::ActorError as A;
         match &e {
-            coexec::Error::Kernel(K::Input { .. } | K::Invalid { .. } | K::Io { .. })
+            coexec::Error::Kernel(
+                K::Input { .. } | K::Invalid { .. } | K::Io { .. } | K::Tensor { .. },
+            )
             | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
             | coexec::Error::Config { .. }
-            | coexec::Error::MetricsBind { .. } => Failure::Usage(e.to_string()),
+            | coexec::Error::MetricsBind { .. }
+            | coexec::Error::Bind { .. } => Failure::Usage(e.to_string()),
             _ => Failure::Run(e.to_string()),
         }
     }

@@ -38,7 +38,7 @@ pub(crate) struct ServeArgs {
     /// 128-row ones (`cargo bench --bench mlp_forward`).
     #[arg(long, default_value_t = 128)]
     max_batch: usize,
-    /// Longest a batch waits for more requests after its first, in µs.
+    /// Longest a batch waits for more requests after its first, in µs (at most 10 s).
     #[arg(long, default_value_t = 1000)]
     max_wait_us: u64,
     /// Requests (input rows) waiting at most; more get 503.
