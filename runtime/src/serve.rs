@@ -430,12 +430,12 @@ fn describe() {
     describe_histogram!(
         "coexec_request_queue_duration_seconds",
         Unit::Seconds,
-        "Time a request waited before its batch's job started (per request; its batch's mean)."
+        "Time an input row waited before its batch's job started (one sample per row, its batch's mean; a request of n rows counts n times)."
     );
     describe_histogram!(
         "coexec_request_inference_duration_seconds",
         Unit::Seconds,
-        "Time of a request's batch job and delivery (per request)."
+        "Time of an input row's batch job and delivery (one sample per row; a request of n rows counts n times)."
     );
     describe_histogram!("coexec_batch_size", Unit::Count, "Requests per batch.");
     describe_gauge!(

@@ -412,7 +412,10 @@ impl ProfileStore {
     /// what is on disk now (other processes may have saved since this one
     /// loaded), adds this process's new samples and runs to it, and replaces
     /// the file atomically (temporary file, rename). The store then holds the
-    /// merged profile.
+    /// merged profile. A failed save counts as a save for
+    /// [`ProfileStore::save_wait`] (a profile folder that cannot be written
+    /// is tried again a save interval later, not at every run), and its
+    /// error names the file.
     pub fn save(&mut self) -> std::io::Result<()> {
         let Some(path) = self.path.clone() else {
             return Ok(());
@@ -420,12 +423,18 @@ impl ProfileStore {
         if !self.dirty {
             return Ok(());
         }
+        self.last_save = Some(Instant::now());
+        self.write_merged(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    }
+
+    fn write_merged(&mut self, path: &Path) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let _lock = Locked::take(&path)?;
-        remove_orphans(&path);
-        let merged = match read_profile(&path, &self.file.fingerprint) {
+        let _lock = Locked::take(path)?;
+        remove_orphans(path);
+        let merged = match read_profile(path, &self.file.fingerprint) {
             Ok(Some((mut disk, _))) => {
                 self.merge_into(&mut disk);
                 disk
@@ -438,14 +447,13 @@ impl ProfileStore {
         };
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
         self.file = merged;
         self.pending.clear();
         self.dirty = false;
-        self.last_save = Some(Instant::now());
         Ok(())
     }
 

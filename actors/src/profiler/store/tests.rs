@@ -140,3 +140,25 @@ fn implausible_models_and_long_windows_are_dropped_on_load() {
     assert!(k.split.is_empty(), "a split that is not shares goes");
     assert_eq!(k.runs, 3);
 }
+
+/// A profile folder that cannot be written: the save fails naming the
+/// file, keeps what was learned, and the next try waits a save interval
+/// (before, a stream tried and warned at every batch: 274 warnings in
+/// 1.5 s).
+#[test]
+fn a_failed_save_names_the_file_and_waits_before_trying_again() {
+    let dir = tempdir("unwritable");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A regular file where the profile folder should be.
+    let blocker = dir.join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let mut s = ProfileStore::open(&blocker.join("profiles"), fp());
+    run_of(&mut s, "k", 0.01);
+    let every = std::time::Duration::from_secs(1);
+    assert_eq!(s.save_wait(every), std::time::Duration::ZERO);
+    let e = s.save().unwrap_err();
+    assert!(e.to_string().contains("not-a-dir"), "{e}");
+    assert!(s.save_wait(every) > std::time::Duration::from_millis(500));
+    assert!(s.models("k", &["cpu".to_string()])[0].observed > 0, "kept");
+    let _ = std::fs::remove_dir_all(&dir);
+}
