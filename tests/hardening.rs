@@ -175,7 +175,7 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
         let mut sim_items = Vec::new();
         // The class is measured again every 8th job; a re-measuring job on
         // a busy machine can still end before the sim's chunk, so 16 jobs
-        // give it two chances (8 failed once in about 60 runs here).
+        // give it two chances (with 8 it failed once in about 60 runs here).
         for _ in 0..16 {
             let mut done = rt.run(Synthetic::new(20_000, 50)).await?;
             done.kernel.verify()?;
