@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -195,10 +195,7 @@ impl DrainRate {
         }
         if span > 2.0 * Self::WINDOW {
             let current = self.rows as f64 / span;
-            if self.rate > 0.0 {
-                return self.rate.min(current.max(self.rate * Self::WINDOW / span));
-            }
-            return current;
+            return self.rate.min(current.max(self.rate * Self::WINDOW / span));
         }
         self.rate
     }
@@ -376,7 +373,6 @@ impl Service {
                     "not found: POST /v1/infer; GET /healthz, /readyz, /metrics",
                 )
             })
-            .layer(DefaultBodyLimit::max(self.inner.cfg.max_body))
             .with_state(self.clone())
     }
 
@@ -516,7 +512,8 @@ async fn read_body(
 }
 
 /// The first value of `rows` that is not a finite `f32` (JSON numbers past
-/// ±3.4e38 become infinite when read as one), as (row, column).
+/// ±3.4e38 become infinite when read as one; an overflowing model's outputs
+/// are infinite or NaN), as (row, column).
 fn first_non_finite(rows: &[Vec<f32>]) -> Option<(usize, usize)> {
     rows.iter()
         .enumerate()
@@ -662,10 +659,7 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     // Finite inputs can still be large enough to overflow the model's
     // arithmetic: such a row has no meaningful answer, not a `null` one.
     if failure.is_none() {
-        if let Some(k) = outputs
-            .iter()
-            .position(|p| p.iter().any(|x| !x.is_finite()))
-        {
+        if let Some((k, _)) = first_non_finite(&outputs) {
             outcome("invalid");
             return error(
                 StatusCode::BAD_REQUEST,
