@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_batch(32)
         .max_wait(Duration::from_millis(2))
         .queue(512);
-    let stream = Stream::start(rt, MlpModel::new(weights), cfg)?;
+    let stream = Stream::start(rt.clone(), MlpModel::new(weights), cfg)?;
 
     let start = Instant::now();
     let tasks: Vec<_> = test
@@ -48,6 +48,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let wall = start.elapsed();
     stream.shutdown().await;
+    // The stream has let go of the runtime; shutting it down waits for its
+    // threads and saves its profile.
+    Arc::try_unwrap(rt)
+        .map_err(|_| "the runtime is still shared")?
+        .shutdown()
+        .await;
     latencies.sort_unstable();
     println!(
         "{correct}/{} correct ({:.4}); {} requests in {:.1} ms; latency p50 {:.1} ms, max {:.1} ms",

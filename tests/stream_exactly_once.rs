@@ -243,6 +243,13 @@ async fn zero_limits_are_refused() {
         // batch's close time and the batcher died with requests queued).
         StreamConfig::new().max_wait(StreamConfig::MAX_WAIT_LIMIT + Duration::from_micros(1)),
         StreamConfig::new().max_wait(Duration::from_micros(u64::MAX)),
+        // Past what tokio's channel and semaphore can count: before, the
+        // queue's panicked in `start` and the in-flight one killed the
+        // batcher after `start` returned `Ok`, every request then `Closed`.
+        StreamConfig::new().queue(usize::MAX),
+        StreamConfig::new().in_flight(usize::MAX),
+        StreamConfig::new().queue(StreamConfig::MAX_QUEUE + 1),
+        StreamConfig::new().in_flight(StreamConfig::MAX_IN_FLIGHT + 1),
     ] {
         assert!(Stream::start(runtime(), TaggedModel::default(), cfg).is_err());
     }
@@ -273,4 +280,74 @@ async fn shutdown_does_not_wait_out_a_forming_batch() {
     })
     .await
     .unwrap_or_else(|_| panic!("shutdown still waiting after {:?}", t.elapsed()));
+}
+
+/// Panics on request 999 in `build` and on 998 in `outputs`.
+#[derive(Default)]
+struct Panicky(TaggedModel);
+
+impl Model for Panicky {
+    type Input = Req;
+    type Output = u64;
+    type Kernel = Tagged;
+    fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
+        assert!(reqs.iter().all(|r| r.id != 999), "build refuses 999");
+        self.0.build(reqs)
+    }
+    fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
+        assert!(k.reqs.iter().all(|r| r.id != 998), "outputs refuses 998");
+        self.0.outputs(k)
+    }
+}
+
+/// `?` takes a stream's error into `coexec::Error`.
+async fn ask(stream: &Stream<Panicky>, id: u64) -> Result<u64, coexec::Error> {
+    let req = Req {
+        id,
+        poison: false,
+        flaky: false,
+    };
+    Ok(stream.infer(req).await?)
+}
+
+/// A panic in the model fails its batch with the panic's message, and the
+/// batch's place goes back to the placer. Before, the caller got `Closed`,
+/// and the class the batch was placed on counted as running it for good:
+/// with no model yet, it never got another batch (all later items ran on
+/// the sim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_model_fails_its_batch_and_frees_its_place() {
+    let rt = Arc::new(
+        Runtime::builder()
+            .devices("cpu:1,sim:1@1")
+            .unwrap()
+            .in_memory_profiles()
+            .build()
+            .unwrap(),
+    );
+    let cfg = StreamConfig::new().max_batch(4).in_flight(1);
+    let stream = Stream::start(rt.clone(), Panicky::default(), cfg).unwrap();
+    for (id, said) in [(999, "build refuses 999"), (998, "outputs refuses 998")] {
+        match ask(&stream, id).await {
+            Err(coexec::Error::Stream(StreamError::Failed(e))) => match &*e {
+                coexec::Error::Kernel(KernelError::Panicked(m)) => assert_eq!(m, said),
+                other => panic!("request {id}: {other}"),
+            },
+            other => panic!("request {id}: {other:?}"),
+        }
+    }
+    for id in 0..20 {
+        assert_eq!(ask(&stream, id).await.unwrap(), answer(id));
+    }
+    let progress = rt.progress();
+    assert!(
+        progress.iter().all(|(_, items)| *items > 0),
+        "every class gets batches after the panics: {progress:?}"
+    );
+    stream.shutdown().await;
+    Arc::try_unwrap(rt)
+        .map_err(|_| "the stream still holds the runtime after its shutdown")
+        .unwrap()
+        .shutdown()
+        .await;
 }

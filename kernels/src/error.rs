@@ -90,4 +90,26 @@ impl KernelError {
             why: why.into(),
         }
     }
+
+    /// Runs user code (a kernel's or a model's method), a panic in it
+    /// becoming [`KernelError::Panicked`] with the panic's message.
+    ///
+    /// ```
+    /// use coexec_kernels::KernelError;
+    /// let r: Result<(), _> = KernelError::catch(|| panic!("row {} is bad", 3));
+    /// assert!(matches!(r, Err(KernelError::Panicked(m)) if m == "row 3 is bad"));
+    /// ```
+    pub fn catch<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|p| Err(Self::Panicked(panic_message(&*p).to_string())))
+    }
+}
+
+/// The message a panic carried (`panic!` with a literal or a format).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("non-string panic payload")
 }

@@ -12,6 +12,10 @@ pub enum Error {
     /// From a kernel or its inputs.
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// A request to a [`Stream`](crate::stream::Stream) got no output
+    /// (so `?` works on `infer` in a function returning this error).
+    #[error(transparent)]
+    Stream(#[from] crate::stream::StreamError),
     /// An invalid builder setting.
     #[error("invalid setting {what}: {why}")]
     Config {

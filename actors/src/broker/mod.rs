@@ -109,7 +109,7 @@ impl JobOptions {
     }
 
     /// Chunks of exactly `items` items to whoever is free, overriding the
-    /// policy's chunking.
+    /// policy's chunking (0 is taken as 1).
     pub fn chunk(mut self, items: usize) -> Self {
         self.chunk = Some(items);
         self

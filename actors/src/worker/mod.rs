@@ -44,17 +44,7 @@ pub(crate) trait Executor: Send {
 
 /// Runs `f`, turning a panic into [`KernelError::Panicked`].
 pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            Err(KernelError::Panicked(msg))
-        }
-    }
+    KernelError::catch(f)
 }
 
 /// The worker loop: claim, run, report, until the registry closes.

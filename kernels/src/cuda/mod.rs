@@ -140,17 +140,9 @@ fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, KernelError>) -> Result<
         Ok(r) => r,
         Err(payload) => Err(KernelError::CudaUnavailable(format!(
             "{what}: {}",
-            panic_message(&*payload)
+            crate::error::panic_message(&*payload)
         ))),
     }
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("unknown panic")
 }
 
 #[cfg(test)]

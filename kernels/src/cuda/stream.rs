@@ -11,7 +11,8 @@ use cudarc::driver::{
 use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
-use super::{guarded, is_deterministic, panic_message, CudaKernel, GpuInfo};
+use super::{guarded, is_deterministic, CudaKernel, GpuInfo};
+use crate::error::panic_message;
 use crate::{Chunk, KernelError};
 
 mod run_cache;

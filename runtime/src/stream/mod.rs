@@ -59,9 +59,12 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?);
-//! let stream = Stream::start(rt, Double, StreamConfig::new().max_batch(32))?;
+//! let stream = Stream::start(rt.clone(), Double, StreamConfig::new().max_batch(32))?;
 //! assert_eq!(stream.infer(21).await?, 42);
 //! stream.shutdown().await;
+//! // The stream has let go of the runtime: shut it down too (it saves its
+//! // profile), or keep it for other work.
+//! Arc::try_unwrap(rt).map_err(|_| "the runtime is still shared")?.shutdown().await;
 //! # Ok(()) }
 //! ```
 
@@ -117,8 +120,8 @@ pub enum StreamError {
     /// The job of the request's batch failed (shared by the whole batch).
     #[error("batch failed: {0}")]
     Failed(#[source] Arc<Error>),
-    /// The stream is shut down (or stopped before answering: a panic in the
-    /// model).
+    /// The stream is shut down. (A panic in the model is
+    /// [`StreamError::Failed`] with [`KernelError::Panicked`].)
     #[error("stream closed")]
     Closed,
 }
@@ -219,13 +222,18 @@ impl StreamConfig {
         self
     }
 
-    /// Requests the queue holds before [`Stream::try_infer`] answers overloaded.
+    /// Requests the queue holds before [`Stream::try_infer`] answers
+    /// overloaded (and [`Stream::infer`] waits for room): those not yet in a
+    /// batch. The batch forming takes its requests out of the queue, so up to
+    /// `max_batch` more may be accepted while it waits for company; at most
+    /// [`StreamConfig::MAX_QUEUE`].
     pub fn queue(mut self, n: usize) -> Self {
         self.queue = n;
         self
     }
 
-    /// Batches running at once (each a job; the runtime places them).
+    /// Batches running at once (each a job; the runtime places them); at
+    /// most [`StreamConfig::MAX_IN_FLIGHT`].
     pub fn in_flight(mut self, n: usize) -> Self {
         self.in_flight = n;
         self
@@ -258,6 +266,13 @@ impl StreamConfig {
     /// longer for company than a client waits for its answer serves no one.
     pub const MAX_WAIT_LIMIT: Duration = Duration::from_secs(10);
 
+    /// The largest [`StreamConfig::queue`] accepted (what tokio's bounded
+    /// channel can count; the queue allocates as it fills, not up front).
+    pub const MAX_QUEUE: usize = Semaphore::MAX_PERMITS;
+
+    /// The largest [`StreamConfig::in_flight`] accepted.
+    pub const MAX_IN_FLIGHT: usize = Semaphore::MAX_PERMITS;
+
     /// The batch limit set.
     pub fn max_batch_len(&self) -> usize {
         self.max_batch
@@ -273,6 +288,17 @@ impl StreamConfig {
                 return Err(Error::Config {
                     what,
                     why: "must be at least 1".into(),
+                });
+            }
+        }
+        for (what, v, most) in [
+            ("stream queue", self.queue, Self::MAX_QUEUE),
+            ("stream in_flight", self.in_flight, Self::MAX_IN_FLIGHT),
+        ] {
+            if v > most {
+                return Err(Error::Config {
+                    what,
+                    why: format!("{v} is more than {most}"),
                 });
             }
         }
@@ -414,6 +440,10 @@ impl<M: Model> Stream<M> {
 
     /// Stops taking requests (new ones get [`StreamError::Closed`]), answers
     /// every queued and running one, and returns when the last is answered.
+    /// The stream then holds no reference to its [`Runtime`]: the caller's
+    /// `Arc` may be unwrapped for [`Runtime::shutdown`] (see the module
+    /// example). Dropping every handle instead also answers what is queued,
+    /// in the background.
     pub async fn shutdown(&self) {
         self.shared.close.notify_one();
         let mut done = self.shared.done.clone();
@@ -596,6 +626,43 @@ fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A batch's place with the placer, given back exactly once: by
+/// [`PlaceGuard::learn`] with what the batch's report teaches, or on drop
+/// (a panic, a cancelled task) with nothing learned.
+struct PlaceGuard<'a> {
+    placer: Option<&'a std::sync::Mutex<Placer>>,
+    ticket: Option<u64>,
+}
+
+impl PlaceGuard<'_> {
+    /// Frees the batch's place and learns from its report (`None`: failed).
+    fn learn(mut self, report: Option<&crate::RunReport>) {
+        let (Some(p), Some(t)) = (self.placer, self.ticket.take()) else {
+            return;
+        };
+        let learned: Vec<Learned> = report.map_or(Vec::new(), |r| {
+            r.classes
+                .iter()
+                .map(|c| Learned {
+                    ran: c.items > 0,
+                    workers: c.workers,
+                    a: c.model_a_s,
+                    b: c.model_b_items_per_s,
+                })
+                .collect()
+        });
+        lock(p).finished(t, &learned);
+    }
+}
+
+impl Drop for PlaceGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(p), Some(t)) = (self.placer, self.ticket.take()) {
+            lock(p).finished(t, &[]);
+        }
+    }
+}
+
 impl<M: Model> BatchJob<M> {
     /// The options of a batch of `size`: placed by the placer (its policy,
     /// its classes), or as configured.
@@ -611,25 +678,6 @@ impl<M: Model> BatchJob<M> {
             }
             None => (self.opts.clone(), None),
         }
-    }
-
-    /// Frees the batch's place and learns from its report (`None`: failed).
-    fn learn(&self, ticket: Option<u64>, report: Option<&crate::RunReport>) {
-        let (Some(p), Some(t)) = (&self.placer, ticket) else {
-            return;
-        };
-        let learned: Vec<Learned> = report.map_or(Vec::new(), |r| {
-            r.classes
-                .iter()
-                .map(|c| Learned {
-                    ran: c.items > 0,
-                    workers: c.workers,
-                    a: c.model_a_s,
-                    b: c.model_b_items_per_s,
-                })
-                .collect()
-        });
-        lock(p).finished(t, &learned);
     }
 
     async fn run(self, batch: Vec<Request<M>>, backlog: usize) {
@@ -657,18 +705,28 @@ impl<M: Model> BatchJob<M> {
         }
         let size = replies.len();
         let (opts, ticket) = self.place(size, backlog);
-        let kernel = self.model.build(inputs);
+        // Frees the batch's place on every path, a panic's included: a place
+        // never given back would count as a batch running on its classes
+        // for good, and the placer would pass them over.
+        let place = PlaceGuard {
+            placer: self.placer.as_deref(),
+            ticket,
+        };
+        // The model is user code: a panic in it fails this batch, not the
+        // stream.
+        let kernel = KernelError::catch(|| self.model.build(inputs));
         let started = Instant::now();
         let (outputs, run, delivering) = match kernel {
             Ok(k) => {
                 let done = self.rt.run_with(k, opts).await;
                 let (run, delivering) = (started.elapsed(), Instant::now());
-                self.learn(ticket, done.as_ref().ok().map(|d| &d.report));
-                let outs = done.and_then(|d| Ok(self.model.outputs(d.kernel)?));
+                place.learn(done.as_ref().ok().map(|d| &d.report));
+                let outs =
+                    done.and_then(|d| Ok(KernelError::catch(|| self.model.outputs(d.kernel))?));
                 (outs, run, delivering)
             }
             Err(e) => {
-                self.learn(ticket, None);
+                place.learn(None);
                 (Err(e.into()), Duration::ZERO, Instant::now())
             }
         };
@@ -676,10 +734,13 @@ impl<M: Model> BatchJob<M> {
             if o.len() == size {
                 Ok(o)
             } else {
-                Err(Error::Config {
-                    what: "model outputs",
-                    why: format!("{} outputs for a batch of {size} inputs", o.len()),
-                })
+                Err(Error::Kernel(KernelError::invalid(
+                    "model outputs",
+                    format!(
+                        "Model::outputs gave {} outputs for a batch of {size} inputs",
+                        o.len()
+                    ),
+                )))
             }
         });
         match outputs {
@@ -696,14 +757,22 @@ impl<M: Model> BatchJob<M> {
             }
         }
         if let Some(f) = &self.on_batch {
-            f(&BatchTiming {
+            let timing = BatchTiming {
                 size,
                 oldest_wait,
                 total_wait,
                 prepare: started - closed,
                 run,
                 deliver: delivering.elapsed(),
-            });
+            };
+            // Answers are out already; a panicking observer loses only its
+            // own record of this batch.
+            if let Err(e) = KernelError::catch(|| {
+                f(&timing);
+                Ok(())
+            }) {
+                tracing::warn!("the stream's on_batch observer: {e}");
+            }
         }
     }
 }
