@@ -39,6 +39,20 @@ fn misuse_exits_2_with_one_line() {
         err.contains(bad) && err.contains(":2:"),
         "names the file and line: {err}"
     );
+    // The one line says what is missing or allowed (before, clap's first
+    // line alone: "the following required arguments were not provided:").
+    for (args, says) in [
+        (vec!["run"], "<WORKLOAD>"),
+        (
+            vec!["serve", "--policy", "cpu-only"],
+            "[possible values: hybrid, greedy]",
+        ),
+    ] {
+        let (code, _, err) = coexec(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }
 
 #[test]

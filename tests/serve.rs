@@ -215,6 +215,12 @@ fn every_answer_good_and_bad() {
         let e = r.json()["error"].as_str().unwrap().to_string();
         assert!(e.contains(says), "{e:?} should say {says:?}");
     }
+    // The request's fields as a JSON array, which serde's derive would take
+    // (before, a 200, with `[[[...]], 100]` read as a deadline of 100 ms).
+    let array = format!("[{}]", serde_json::json!([rows_of(&t, 0)]));
+    let r = http(a, "POST", "/v1/infer", array.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("not a JSON object"), "{}", r.body);
     let too_many: Vec<&[f32]> = (0..65).map(|i| rows_of(&t, i)).collect();
     let r = http(a, "POST", "/v1/infer", &request(&too_many));
     assert_eq!(r.status, 400, "{}", r.body);

@@ -564,6 +564,15 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     {
         return svc.overloaded();
     }
+    // serde's derived structs also take a JSON array of their fields
+    // (`[[[...]], 100]`): only an object is the documented form.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        outcome("invalid");
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {EXPECTED}: the body is not a JSON object"),
+        );
+    }
     let req: InferRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

@@ -49,7 +49,7 @@ impl Dataset {
         Self::from_bytes(path, &bytes)
     }
 
-    fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, DataError> {
+    pub(crate) fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, DataError> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| DataError::Format {
             path: path.to_path_buf(),
             detail: e.to_string(),

@@ -17,6 +17,8 @@ mod dataset;
 mod openloop;
 mod report;
 mod target;
+#[path = "../shared/usage.rs"]
+mod usage;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,13 +66,18 @@ struct Args {
     #[arg(long, default_value_t = 1024)]
     max_in_flight: usize,
     /// The rows and labels: a safetensors file with `x`, `y` (and optionally
-    /// `pred`).
-    #[arg(long, default_value = "examples/models/digits_test.safetensors")]
-    data: PathBuf,
+    /// `pred`). Default: the committed digits test split, built in.
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
+
+/// The committed digits test split, built in so that the generator runs
+/// from any directory.
+const BUILT_IN_DATA: &[u8] = include_bytes!("../../../../examples/models/digits_test.safetensors");
+const BUILT_IN_DATA_NAME: &str = "built-in examples/models/digits_test.safetensors";
 
 /// The JSON report.
 #[derive(Serialize)]
@@ -129,7 +136,11 @@ async fn run(a: Args) -> Result<(), Failure> {
     let target = target::resolve(&a.target)
         .await
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let data = Dataset::load(&a.data).map_err(|e| Failure::Usage(e.to_string()))?;
+    let data = match &a.data {
+        Some(path) => Dataset::load(path),
+        None => Dataset::from_bytes(std::path::Path::new(BUILT_IN_DATA_NAME), BUILT_IN_DATA),
+    }
+    .map_err(|e| Failure::Usage(e.to_string()))?;
     let (target, data) = (Arc::new(target), Arc::new(data));
     let client = openloop::client(a.max_in_flight);
     let mut reports = Vec::with_capacity(a.rate.len());
@@ -144,9 +155,14 @@ async fn run(a: Args) -> Result<(), Failure> {
         };
         let r = openloop::run(&client, &target, &data, &plan).await;
         if !a.json {
+            let p99 = if r.latency_ok.count == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2} ms", r.latency_ok.p99_ms)
+            };
             eprintln!(
-                "coexec-load: rate {rate}/s: {} sent, {} answered, p99 {:.2} ms",
-                r.sent, r.latency_all.count, r.latency_all.p99_ms
+                "coexec-load: rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {p99}",
+                r.sent, r.latency_all.count, r.ok
             );
         }
         reports.push(r);
@@ -158,7 +174,10 @@ async fn run(a: Args) -> Result<(), Failure> {
             timeout_s: a.timeout,
             duration_limit_s: a.duration_limit,
             max_in_flight: a.max_in_flight,
-            data: a.data.display().to_string(),
+            data: a
+                .data
+                .as_ref()
+                .map_or_else(|| BUILT_IN_DATA_NAME.into(), |p| p.display().to_string()),
             rates: &reports,
         };
         let mut s = serde_json::to_string_pretty(&report)
@@ -196,12 +215,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            let text = e.to_string();
-            let line = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            eprintln!("coexec-load: {}", line.trim_start_matches("error: "));
+            eprintln!("coexec-load: {}", usage::one_line(&e));
             return ExitCode::from(2);
         }
     };

@@ -310,8 +310,17 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
         let acc = r
             .accuracy
             .map_or_else(|| "-".to_string(), |a| format!("{a:.4}"));
+        // No answers, no latency: `-`, not a 0 that reads as fast.
+        let ms = |l: &Latency, v: f64| {
+            if l.count == 0 {
+                "-".to_string()
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        let ok = &r.latency_ok;
         s.push_str(&format!(
-            "{:>8.1} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2}\n",
+            "{:>8.1} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
             r.rate,
             r.sent,
             r.ok,
@@ -323,11 +332,11 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
             format!("{}/{}", r.duplicated, r.malformed + r.crossed),
             acc,
             r.throughput,
-            r.latency_ok.p50_ms,
-            r.latency_ok.p95_ms,
-            r.latency_ok.p99_ms,
-            r.latency_ok.max_ms,
-            r.latency_all.p99_ms,
+            ms(ok, ok.p50_ms),
+            ms(ok, ok.p95_ms),
+            ms(ok, ok.p99_ms),
+            ms(ok, ok.max_ms),
+            ms(&r.latency_all, r.latency_all.p99_ms),
         ));
     }
     s
@@ -337,6 +346,12 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
 pub(crate) fn notes(reports: &[RateReport]) -> Vec<String> {
     let mut v = Vec::new();
     for r in reports {
+        if r.sent > 0 && r.latency_all.count == 0 {
+            v.push(format!(
+                "rate {}: no request was answered ({} refused, {} lost): is the server up?",
+                r.rate, r.refused, r.lost
+            ));
+        }
         if r.unsent > 0 {
             v.push(format!(
                 "rate {}: time limit reached, {} of {} requests never sent",
@@ -442,5 +457,28 @@ mod tests {
         assert!((r.throughput - 10.0).abs() < 1e-9);
         assert_eq!(table(std::slice::from_ref(&r)).lines().count(), 2);
         assert!(notes(&[r]).len() >= 3);
+    }
+
+    /// Nothing answered (no server): the latency columns say `-`, not 0.00,
+    /// and a note says so.
+    #[test]
+    fn a_run_with_no_answer_shows_no_latency() {
+        let mut t = Tally::new(10.0, 2);
+        for i in 0..2 {
+            t.sent(Duration::ZERO);
+            t.record(Outcome::Refused { index: i });
+        }
+        let r = t.finish();
+        let table = table(std::slice::from_ref(&r));
+        let row = table.lines().nth(1).unwrap();
+        assert!(!row.contains("0.00"), "{row}");
+        assert!(row.trim_end().ends_with('-'), "{row}");
+        let notes = notes(&[r]);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("no request was answered (2 refused")),
+            "{notes:?}"
+        );
     }
 }

@@ -116,6 +116,12 @@ pub(crate) async fn bench(
         })
         .collect();
     let classes: Vec<String> = rt.classes().iter().map(|c| c.name.clone()).collect();
+    let devices = rt
+        .classes()
+        .iter()
+        .map(|c| format!("{}x{}", c.name, c.workers))
+        .collect::<Vec<_>>()
+        .join(",");
     if rt.gpus().is_empty()
         && !rt
             .classes()
@@ -123,15 +129,9 @@ pub(crate) async fn bench(
             .any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. }))
     {
         if let Err(e) = coexec_actors::gpus() {
-            eprintln!("no CUDA device ({e}): benchmarking the CPU classes");
+            eprintln!("no CUDA device ({e}): benchmarking {devices}");
         }
     }
-    let devices = rt
-        .classes()
-        .iter()
-        .map(|c| format!("{}x{}", c.name, c.workers))
-        .collect::<Vec<_>>()
-        .join(",");
     let mut report = BenchReport {
         machine: machine(&rt),
         command: std::env::args().collect::<Vec<_>>().join(" "),

@@ -15,6 +15,8 @@ mod progress;
 mod report;
 mod serve;
 mod stats;
+#[path = "../shared/usage.rs"]
+mod usage;
 mod workload;
 
 use std::io::Write;
@@ -171,12 +173,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            let text = e.to_string();
-            let line = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            eprintln!("coexec: {}", line.trim_start_matches("error: "));
+            eprintln!("coexec: {}", usage::one_line(&e));
             return ExitCode::from(2);
         }
     };

@@ -13,11 +13,9 @@ use coexec::Runtime;
 
 use crate::Failure;
 
-/// The committed model, beside the sources.
-const DEFAULT_MODEL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../examples/models/digits_mlp.safetensors"
-);
+/// The committed model, built into the binary so that `coexec serve` runs
+/// from any directory and after the checkout has moved.
+const BUILT_IN_MODEL: &[u8] = include_bytes!("../../../../examples/models/digits_mlp.safetensors");
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
@@ -44,9 +42,9 @@ pub(crate) struct ServeArgs {
     /// Requests (input rows) waiting at most; more get 503.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
-    /// The model (safetensors).
-    #[arg(long, default_value = DEFAULT_MODEL)]
-    model: PathBuf,
+    /// The model (safetensors; default: the committed digits model, built in).
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir).
     #[arg(long)]
     profile_dir: Option<PathBuf>,
@@ -64,7 +62,13 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
-    let weights = Arc::new(MlpWeights::load(&a.model)?);
+    let weights = Arc::new(match &a.model {
+        Some(path) => MlpWeights::load(path)?,
+        None => MlpWeights::from_bytes(
+            BUILT_IN_MODEL,
+            std::path::Path::new("built-in examples/models/digits_mlp.safetensors"),
+        )?,
+    });
     let mut b = Runtime::builder();
     if let Some(d) = &a.devices {
         b = b.devices(d)?;
