@@ -118,7 +118,8 @@ def balance(out):
             "(X = 2500: `--work 100000 --size 5000000`, where the CPU alone "
             "would take minutes and `bench` reports its time from the learned "
             "model, marked \"predicted\"). T ± the 95% interval of its median; "
-            "E = T*/T with the interval that T's and the classes' alone give:",
+            "E = T*/T with the interval that T's and the classes' alone give "
+            "(guided and eft are in `docs/results/cpu-balance-x*.txt`):",
             "",
             "| X | T cpu alone | T sim alone | T* | hybrid T | **hybrid E** | δ "
             "| split cpu/sim | static E | static+dynamic E | dynamic E |",
@@ -211,9 +212,10 @@ def section():
             f"Machine: {machine['cpu_model']}, {machine['cores']} cores, "
             f"{', '.join(machine['gpus']) or 'no GPU'}; {machine['date'][:10]}. "
             "Every bench interleaves its configurations round by round, so "
-            "drift on a shared machine shifts them all alike, and repeats "
-            "until each median's 95% interval is within ±2% or its time "
-            "budget runs out.",
+            "drift on a shared machine shifts them all alike, and repeats, "
+            "at least 6 rounds (the fewest that give a median a 95% interval), "
+            "until each median's interval is within ±2% or its time budget "
+            "runs out.",
             "",
         ]
     balance(out)
