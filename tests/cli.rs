@@ -227,3 +227,32 @@ fn the_default_bench_runs_without_the_kmeans_input() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("/nonexistent/coexec-data/kdd_cup.xz"), "{err}");
 }
+
+/// `bench --metrics` on a fixed port: the learning pairs' runtimes share the
+/// one exporter. Before, each pair's runtime started its own on the same
+/// port, and the bench exited 2 with "Address already in use".
+#[test]
+fn bench_serves_its_metrics_on_a_fixed_port() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let (code, _, err) = coexec(&[
+        "bench",
+        "synthetic",
+        "--devices",
+        "cpu:1,sim:1@2",
+        "--size",
+        "20000",
+        "--repeat",
+        "1",
+        "--pairs",
+        "1",
+        "--quiet",
+        "--metrics",
+        &addr,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("metrics at").count(), 1, "one exporter: {err}");
+}

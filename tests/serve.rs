@@ -306,8 +306,30 @@ fn every_answer_good_and_bad() {
         "coexec_requests_total{outcome=\"deadline\"}",
         "coexec_items_total",
         "coexec_worker_busy_seconds{",
+        // Latency by outcome, with a bucket at a 50 ms bound; every
+        // outcome counted from the start, at 0 until it happens.
+        "coexec_request_duration_seconds_bucket{outcome=\"success\",le=\"0.05\"}",
+        "coexec_request_duration_seconds_bucket{outcome=\"overloaded\",",
+        "coexec_requests_total{outcome=\"failed\"} 0",
+        "coexec_requests_total{outcome=\"unavailable\"} 0",
     ] {
         assert!(m.body.contains(name), "{name} missing from /metrics");
+    }
+    let value = |line_start: &str| -> f64 {
+        m.body
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{line_start} missing from /metrics"))
+    };
+    for o in ["success", "invalid", "overloaded", "deadline"] {
+        assert_eq!(
+            value(&format!(
+                "coexec_request_duration_seconds_count{{outcome=\"{o}\"}}"
+            )),
+            value(&format!("coexec_requests_total{{outcome=\"{o}\"}}")),
+            "{o}: the latency histogram and the counter disagree"
+        );
     }
     // The workers started before the service installed its recorder; their
     // chunk durations still reach it (they went nowhere before).

@@ -327,7 +327,10 @@ async fn a_panicking_model_fails_its_batch_and_frees_its_place() {
     );
     let cfg = StreamConfig::new().max_batch(4).in_flight(1);
     let stream = Stream::start(rt.clone(), Panicky::default(), cfg).unwrap();
-    for (id, said) in [(999, "build refuses 999"), (998, "outputs refuses 998")] {
+    for (id, said) in [
+        (999, "in Model::build: build refuses 999"),
+        (998, "in Model::outputs: outputs refuses 998"),
+    ] {
         match ask(&stream, id).await {
             Err(coexec::Error::Stream(StreamError::Failed(e))) => match &*e {
                 coexec::Error::Kernel(KernelError::Panicked(m)) => assert_eq!(m, said),
@@ -350,4 +353,63 @@ async fn a_panicking_model_fails_its_batch_and_frees_its_place() {
         .unwrap()
         .shutdown()
         .await;
+}
+
+/// Gives one output too few.
+#[derive(Default)]
+struct Short(TaggedModel);
+
+impl Model for Short {
+    type Input = Req;
+    type Output = u64;
+    type Kernel = Tagged;
+    fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
+        self.0.build(reqs)
+    }
+    fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
+        let mut v = self.0.outputs(k)?;
+        v.pop();
+        Ok(v)
+    }
+}
+
+/// A model that gives the wrong number of outputs fails its whole batch (no
+/// caller gets another's output), with an error that names `Model::outputs`;
+/// and an `on_batch` observer that panics loses no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_output_count_fails_the_batch_and_an_observer_panic_loses_nothing() {
+    let cfg = StreamConfig::new()
+        .max_batch(4)
+        .max_wait(Duration::from_millis(20));
+    let stream = Stream::start(runtime(), Short::default(), cfg).unwrap();
+    let req = |id| Req {
+        id,
+        poison: false,
+        flaky: false,
+    };
+    let pending: Vec<_> = (0..4)
+        .map(|id| stream.try_infer(req(id)).unwrap())
+        .collect();
+    for p in pending {
+        match p.await {
+            Err(StreamError::Failed(e)) => {
+                assert!(e.to_string().contains("Model::outputs gave"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    stream.shutdown().await;
+
+    let seen = Arc::new(Mutex::new(0usize));
+    let counted = seen.clone();
+    let cfg = StreamConfig::new().max_batch(1).on_batch(move |_| {
+        *counted.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        panic!("observer fails");
+    });
+    let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
+    for id in 0..5 {
+        assert_eq!(stream.infer(req(id)).await.unwrap(), answer(id));
+    }
+    stream.shutdown().await;
+    assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), 5);
 }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KernelError {
-    /// The kernel was built with parameters it cannot run with.
+    /// Parameters a kernel cannot run with, or results that cannot be right
+    /// (a stream model's outputs that do not match its batch).
     #[error("invalid {what}: {why}")]
     Invalid {
         /// The parameter or input at fault.
@@ -66,8 +67,10 @@ pub enum KernelError {
         /// Device kind.
         device: &'static str,
     },
-    /// The kernel panicked while running a chunk.
-    #[error("kernel panicked: {0}")]
+    /// User code panicked: a kernel's method (a chunk's run among them), or
+    /// a stream model's `build` or `outputs`. The message says which, where
+    /// the caller knows.
+    #[error("panicked: {0}")]
     Panicked(String),
     /// The runtime took the chunk back from a device that ran far past its
     /// predicted time; it runs elsewhere (the attempt wrote nothing the

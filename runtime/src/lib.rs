@@ -112,6 +112,5 @@ pub mod policy {
 /// The few names most programs need.
 pub mod prelude {
     pub use crate::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
-    pub use crate::stream::{Model, Stream, StreamConfig, StreamError};
     pub use crate::{Done, Error, JobOptions, RunReport, Runtime};
 }

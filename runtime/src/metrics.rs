@@ -48,9 +48,18 @@ const MAX_CONNECTIONS: usize = 512;
 /// way to).
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Buckets of `coexec_batch_size` (requests per batch).
+/// Buckets of `coexec_batch_size` (input rows per batch).
 const BATCH_BUCKETS: [f64; 12] = [
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+];
+
+/// Buckets of the service's request latencies (`coexec_request_*_seconds`):
+/// finer than the chunks' 1-3-10 steps where a service's bounds lie, and
+/// with 50 ms among them, so the share of requests within a 50 ms bound is
+/// one bucket's count.
+const REQUEST_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0,
+    5.0,
 ];
 
 /// Everything the process records, in Prometheus' text format.
@@ -70,6 +79,9 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
         .set_buckets(&CHUNK_BUCKETS)
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full("coexec_batch_size".into()), &BATCH_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Prefix("coexec_request_".into()), &REQUEST_BUCKETS)
         })
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();

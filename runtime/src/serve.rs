@@ -314,8 +314,32 @@ struct InferResponse<'a> {
     outputs: Vec<Output<'a>>,
 }
 
-fn outcome(o: &'static str) {
-    counter!("coexec_requests_total", "outcome" => o).increment(1);
+/// The outcomes of `coexec_requests_total` and
+/// `coexec_request_duration_seconds`.
+const OUTCOMES: [&str; 6] = [
+    "success",
+    "invalid",
+    "overloaded",
+    "deadline",
+    "failed",
+    "unavailable",
+];
+
+/// A `/v1/infer` answer's outcome, read from the answer itself so that the
+/// counter and the latency histogram cannot disagree: a 503 with
+/// `Retry-After` is a full queue, one without it a draining or closed
+/// service.
+fn outcome_of(r: &Response) -> &'static str {
+    match r.status() {
+        StatusCode::OK => "success",
+        StatusCode::GATEWAY_TIMEOUT => "deadline",
+        StatusCode::SERVICE_UNAVAILABLE if r.headers().contains_key(header::RETRY_AFTER) => {
+            "overloaded"
+        }
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_client_error() => "invalid",
+        _ => "failed",
+    }
 }
 
 impl Service {
@@ -402,7 +426,6 @@ impl Service {
             .rate(self.now());
         let backlog = i.in_flight.load(Ordering::Relaxed) as usize;
         let secs = retry_after(backlog, rate, i.cfg.max_retry_after);
-        outcome("overloaded");
         let mut r = error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -421,7 +444,7 @@ fn describe() {
     describe_histogram!(
         "coexec_request_duration_seconds",
         Unit::Seconds,
-        "Inference requests, arrival to answer (all outcomes)."
+        "Inference requests, arrival to answer, by outcome (as coexec_requests_total)."
     );
     describe_histogram!(
         "coexec_request_queue_duration_seconds",
@@ -433,17 +456,26 @@ fn describe() {
         Unit::Seconds,
         "Time of an input row's batch job and delivery (one sample per row; a request of n rows counts n times)."
     );
-    describe_histogram!("coexec_batch_size", Unit::Count, "Requests per batch.");
+    describe_histogram!(
+        "coexec_batch_size",
+        Unit::Count,
+        "Input rows per batch (a request of n rows brings n)."
+    );
     describe_gauge!(
         "coexec_queue_size",
         Unit::Count,
-        "Requests waiting in the stream's queue."
+        "Input rows waiting in the stream's queue, not yet in a batch."
     );
     describe_counter!(
         "coexec_requests_total",
         Unit::Count,
         "Inference requests by outcome: success, invalid, overloaded, deadline, failed, unavailable."
     );
+    // Every outcome from the start, at 0: `rate()` and `increase()` then
+    // see a series' first requests, and an alert its first burst.
+    for o in OUTCOMES {
+        counter!("coexec_requests_total", "outcome" => o).increment(0);
+    }
 }
 
 async fn ready(State(svc): State<Service>) -> Response {
@@ -471,7 +503,10 @@ async fn scrape(State(svc): State<Service>) -> Response {
 async fn infer(State(svc): State<Service>, headers: HeaderMap, body: Body) -> Response {
     let t0 = Instant::now();
     let r = infer_inner(&svc, &headers, body).await;
-    histogram!("coexec_request_duration_seconds").record(t0.elapsed().as_secs_f64());
+    let o = outcome_of(&r);
+    counter!("coexec_requests_total", "outcome" => o).increment(1);
+    histogram!("coexec_request_duration_seconds", "outcome" => o)
+        .record(t0.elapsed().as_secs_f64());
     r
 }
 
@@ -525,7 +560,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     let body = match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
         Ok(b) => b,
         Err(fault) => {
-            outcome("invalid");
             let (status, why) = match fault {
                 BodyFault::TooLarge => (
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -567,7 +601,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     // serde's derived structs also take a JSON array of their fields
     // (`[[[...]], 100]`): only an object is the documented form.
     if body.trim_ascii_start().first() != Some(&b'{') {
-        outcome("invalid");
         return error(
             StatusCode::BAD_REQUEST,
             format!("expected {EXPECTED}: the body is not a JSON object"),
@@ -576,13 +609,11 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     let req: InferRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            outcome("invalid");
             return error(StatusCode::BAD_REQUEST, format!("expected {EXPECTED}: {e}"));
         }
     };
     let f = i.weights.inputs();
     if req.inputs.is_empty() {
-        outcome("invalid");
         return error(
             StatusCode::BAD_REQUEST,
             format!("expected {EXPECTED}: `inputs` is empty"),
@@ -590,14 +621,12 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     }
     // More rows than the queue holds could never be accepted.
     if req.inputs.len() > most {
-        outcome("invalid");
         return error(
             StatusCode::BAD_REQUEST,
             format!("{} inputs in one request; at most {most}", req.inputs.len()),
         );
     }
     if let Some((k, row)) = req.inputs.iter().enumerate().find(|(_, r)| r.len() != f) {
-        outcome("invalid");
         return error(
             StatusCode::BAD_REQUEST,
             format!(
@@ -607,7 +636,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
         );
     }
     if let Some((k, j)) = first_non_finite(&req.inputs) {
-        outcome("invalid");
         return error(
             StatusCode::BAD_REQUEST,
             format!(
@@ -616,7 +644,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
         );
     }
     if i.draining.load(Ordering::Acquire) {
-        outcome("unavailable");
         return draining();
     }
     let rows = req.inputs.len();
@@ -639,11 +666,9 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
             // Dropping `pending` abandons the rows already queued.
             Err(StreamError::Overloaded { .. }) => return svc.overloaded(),
             Err(StreamError::DeadlinePassed) => {
-                outcome("deadline");
                 return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
             }
             Err(_) => {
-                outcome("unavailable");
                 return draining();
             }
         }
@@ -669,7 +694,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     // arithmetic: such a row has no meaningful answer, not a `null` one.
     if failure.is_none() {
         if let Some((k, _)) = first_non_finite(&outputs) {
-            outcome("invalid");
             return error(
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -681,7 +705,6 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
     }
     match failure {
         None => {
-            outcome("success");
             let outputs = outputs
                 .iter()
                 .map(|p| Output {
@@ -694,17 +717,10 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             }
         }
-        Some(StreamError::DeadlinePassed) => {
-            outcome("deadline");
-            error(StatusCode::GATEWAY_TIMEOUT, "deadline passed")
-        }
+        Some(StreamError::DeadlinePassed) => error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"),
         Some(StreamError::Overloaded { .. }) => svc.overloaded(),
-        Some(StreamError::Closed) => {
-            outcome("unavailable");
-            error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed")
-        }
+        Some(StreamError::Closed) => error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"),
         Some(e) => {
-            outcome("failed");
             tracing::error!("inference failed: {e}");
             error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }

@@ -91,6 +91,11 @@ use place::{Learned, Placer};
 /// back exactly one output per input, in the same order (a batch whose
 /// `outputs` has another length fails as a whole, so no caller ever receives
 /// another's output).
+///
+/// An error or a panic in either fails its batch alone
+/// ([`StreamError::Failed`]); the stream goes on, and calls the same model
+/// for the next batches. A model with state of its own (a cache, a `Mutex`)
+/// must leave it usable when it panics.
 pub trait Model: Send + Sync + 'static {
     /// One request's input.
     type Input: Send + 'static;
@@ -626,6 +631,15 @@ fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs user code named `what`; a panic in it becomes
+/// [`KernelError::Panicked`] with `what` in its message.
+fn catch_in<T>(what: &str, f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
+    KernelError::catch(f).map_err(|e| match e {
+        KernelError::Panicked(m) => KernelError::Panicked(format!("in {what}: {m}")),
+        e => e,
+    })
+}
+
 /// A batch's place with the placer, given back exactly once: by
 /// [`PlaceGuard::learn`] with what the batch's report teaches, or on drop
 /// (a panic, a cancelled task) with nothing learned.
@@ -714,15 +728,15 @@ impl<M: Model> BatchJob<M> {
         };
         // The model is user code: a panic in it fails this batch, not the
         // stream.
-        let kernel = KernelError::catch(|| self.model.build(inputs));
+        let kernel = catch_in("Model::build", || self.model.build(inputs));
         let started = Instant::now();
         let (outputs, run, delivering) = match kernel {
             Ok(k) => {
                 let done = self.rt.run_with(k, opts).await;
                 let (run, delivering) = (started.elapsed(), Instant::now());
                 place.learn(done.as_ref().ok().map(|d| &d.report));
-                let outs =
-                    done.and_then(|d| Ok(KernelError::catch(|| self.model.outputs(d.kernel))?));
+                let outs = done
+                    .and_then(|d| Ok(catch_in("Model::outputs", || self.model.outputs(d.kernel))?));
                 (outs, run, delivering)
             }
             Err(e) => {
@@ -767,11 +781,11 @@ impl<M: Model> BatchJob<M> {
             };
             // Answers are out already; a panicking observer loses only its
             // own record of this batch.
-            if let Err(e) = KernelError::catch(|| {
+            if let Err(e) = catch_in("the stream's on_batch observer", || {
                 f(&timing);
                 Ok(())
             }) {
-                tracing::warn!("the stream's on_batch observer: {e}");
+                tracing::warn!("{e}");
             }
         }
     }

@@ -347,8 +347,13 @@ pub(crate) fn notes(reports: &[RateReport]) -> Vec<String> {
     let mut v = Vec::new();
     for r in reports {
         if r.sent > 0 && r.latency_all.count == 0 {
+            let hint = if r.refused == r.sent {
+                ": is the server up?"
+            } else {
+                ""
+            };
             v.push(format!(
-                "rate {}: no request was answered ({} refused, {} lost): is the server up?",
+                "rate {}: no request was answered ({} refused, {} lost){hint}",
                 r.rate, r.refused, r.lost
             ));
         }

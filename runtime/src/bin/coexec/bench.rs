@@ -349,9 +349,14 @@ async fn bench_one(
     let mut learning = Vec::new();
     if classes.len() > 1 {
         for pair in 0..pairs {
+            // No exporter of its own: `--metrics`'s, started with the first
+            // runtime, serves the process's one recorder, this runtime's
+            // metrics included (a second one failed on a fixed port, and on
+            // port 0 served the same series twice).
             let fresh = build(
                 &Common {
                     profile_dir: None,
+                    metrics: None,
                     ..common.clone()
                 },
                 None,

@@ -1,7 +1,7 @@
 //! One line for a command-line misuse, shared by the binaries: clap's error
-//! without its usage block, its tips or its help pointer, but with what it
-//! says is missing or allowed (`[possible values: …]`, the arguments not
-//! given), which clap puts on lines of their own.
+//! without its usage block or its help pointer, but with what it says is
+//! missing or allowed (`[possible values: …]`, the arguments not given, a
+//! similar argument's name), which clap puts on lines of their own.
 
 /// `e` as one line (no `error: ` prefix).
 pub(crate) fn one_line(e: &clap::Error) -> String {
@@ -11,7 +11,9 @@ pub(crate) fn one_line(e: &clap::Error) -> String {
         if l.starts_with("Usage:") || l.starts_with("For more information") {
             break;
         }
-        if l.is_empty() || l.starts_with("tip:") {
+        // A tip naming a similar argument or value is the hint a typo needs;
+        // the others (how to pass a value starting with `-`) are noise here.
+        if l.is_empty() || (l.starts_with("tip:") && !l.contains("similar")) {
             continue;
         }
         parts.push(l.trim_start_matches("error: "));
@@ -62,5 +64,13 @@ mod tests {
             .try_get_matches_from(["t", "w", "--bogus"])
             .unwrap_err();
         assert_eq!(one_line(&e), "unexpected argument '--bogus' found");
+        let e = cmd()
+            .try_get_matches_from(["t", "w", "--polcy", "x"])
+            .unwrap_err();
+        let line = one_line(&e);
+        assert!(
+            line.contains("a similar argument exists: '--policy'"),
+            "{line}"
+        );
     }
 }
