@@ -221,7 +221,9 @@ impl StreamConfig {
         self
     }
 
-    /// Longest a batch waits for more requests after its oldest arrived.
+    /// Longest a batch waits for more requests after its oldest arrived,
+    /// kept to within tens of µs (not tokio's 1 ms timer tick); zero sends a
+    /// batch with whatever is queued when it forms.
     pub fn max_wait(mut self, d: Duration) -> Self {
         self.max_wait = d;
         self
