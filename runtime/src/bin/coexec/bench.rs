@@ -129,7 +129,16 @@ pub(crate) async fn bench(
             .any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. }))
     {
         if let Err(e) = coexec_actors::gpus() {
-            eprintln!("no CUDA device ({e}): benchmarking {devices}");
+            let what = rt
+                .classes()
+                .iter()
+                .map(|c| {
+                    let s = if c.workers == 1 { "" } else { "s" };
+                    format!("{} ({} worker{s})", c.name, c.workers)
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            eprintln!("no CUDA device ({e}): benchmarking {what}");
         }
     }
     let mut report = BenchReport {
