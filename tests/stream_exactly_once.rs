@@ -282,26 +282,44 @@ async fn shutdown_does_not_wait_out_a_forming_batch() {
     .unwrap_or_else(|_| panic!("shutdown still waiting after {:?}", t.elapsed()));
 }
 
-/// Panics on request 999 in `build` and on 998 in `outputs`.
+/// What a [`Faulty`] model does wrong.
 #[derive(Default)]
-struct Panicky(TaggedModel);
+enum Fault {
+    /// Panics on request 999 in `build` and on 998 in `outputs`.
+    #[default]
+    Panics,
+    /// Gives one output too few.
+    Short,
+}
 
-impl Model for Panicky {
+/// A [`TaggedModel`] with a fault of its own.
+#[derive(Default)]
+struct Faulty(TaggedModel, Fault);
+
+impl Model for Faulty {
     type Input = Req;
     type Output = u64;
     type Kernel = Tagged;
     fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
-        assert!(reqs.iter().all(|r| r.id != 999), "build refuses 999");
+        if let Fault::Panics = self.1 {
+            assert!(reqs.iter().all(|r| r.id != 999), "build refuses 999");
+        }
         self.0.build(reqs)
     }
     fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
-        assert!(k.reqs.iter().all(|r| r.id != 998), "outputs refuses 998");
-        self.0.outputs(k)
+        if let Fault::Panics = self.1 {
+            assert!(k.reqs.iter().all(|r| r.id != 998), "outputs refuses 998");
+        }
+        let mut v = self.0.outputs(k)?;
+        if let Fault::Short = self.1 {
+            v.pop();
+        }
+        Ok(v)
     }
 }
 
 /// `?` takes a stream's error into `coexec::Error`.
-async fn ask(stream: &Stream<Panicky>, id: u64) -> Result<u64, coexec::Error> {
+async fn ask(stream: &Stream<Faulty>, id: u64) -> Result<u64, coexec::Error> {
     let req = Req {
         id,
         poison: false,
@@ -326,7 +344,7 @@ async fn a_panicking_model_fails_its_batch_and_frees_its_place() {
             .unwrap(),
     );
     let cfg = StreamConfig::new().max_batch(4).in_flight(1);
-    let stream = Stream::start(rt.clone(), Panicky::default(), cfg).unwrap();
+    let stream = Stream::start(rt.clone(), Faulty::default(), cfg).unwrap();
     for (id, said) in [
         (999, "in Model::build: build refuses 999"),
         (998, "in Model::outputs: outputs refuses 998"),
@@ -355,24 +373,6 @@ async fn a_panicking_model_fails_its_batch_and_frees_its_place() {
         .await;
 }
 
-/// Gives one output too few.
-#[derive(Default)]
-struct Short(TaggedModel);
-
-impl Model for Short {
-    type Input = Req;
-    type Output = u64;
-    type Kernel = Tagged;
-    fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
-        self.0.build(reqs)
-    }
-    fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
-        let mut v = self.0.outputs(k)?;
-        v.pop();
-        Ok(v)
-    }
-}
-
 /// A model that gives the wrong number of outputs fails its whole batch (no
 /// caller gets another's output), with an error that names `Model::outputs`;
 /// and an `on_batch` observer that panics loses no answer.
@@ -381,7 +381,8 @@ async fn a_wrong_output_count_fails_the_batch_and_an_observer_panic_loses_nothin
     let cfg = StreamConfig::new()
         .max_batch(4)
         .max_wait(Duration::from_millis(20));
-    let stream = Stream::start(runtime(), Short::default(), cfg).unwrap();
+    let stream =
+        Stream::start(runtime(), Faulty(TaggedModel::default(), Fault::Short), cfg).unwrap();
     let req = |id| Req {
         id,
         poison: false,
