@@ -28,6 +28,14 @@ fn misuse_exits_2_with_one_line() {
         vec!["bench", "nosuch"],
         vec!["frobnicate"],
         vec!["run", "synthetic", "--size", "ten"],
+        vec!["run", "synthetic", "--metrics-linger", "5"],
+        vec![
+            "bench",
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-linger",
+            "9999",
+        ],
     ] {
         let (code, _, err) = coexec(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -390,3 +390,73 @@ fn a_scrape_answers_while_idle_and_slow_clients_hold_connections(
     );
     Ok(())
 }
+
+/// `coexec run --metrics ADDR --metrics-linger S`: once the run has printed
+/// its results the exporter is still up, and a scrape shows the finished
+/// job (before, the exporter stopped with the run, so a scrape every 15 s
+/// never saw a short one); SIGTERM ends the wait, exit 0.
+#[test]
+fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let addr = free_loopback_port()?;
+    let profiles = std::env::temp_dir().join(format!("coexec-linger-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args([
+            "run",
+            "synthetic",
+            "--devices",
+            "cpu:1",
+            "--size",
+            "20000",
+            "--quiet",
+        ])
+        .args(["--metrics", &addr.to_string(), "--metrics-linger", "60"])
+        .arg("--profile-dir")
+        .arg(&profiles)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    // The last line the run prints: the job is over when it comes.
+    let ended = within(Duration::from_secs(60), move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.starts_with("time:") => return Ok(lines),
+                Some(Ok(_)) => {}
+                other => return Err(format!("the run ended without its time line: {other:?}")),
+            }
+        }
+    });
+    let result = ended.and_then(|_lines| {
+        let (code, body) = get(addr, "/metrics").map_err(|e| e.to_string())?;
+        if code != 200 {
+            return Err(format!("scrape: {code}"));
+        }
+        let m = Exposition::parse(&body)?;
+        if m.sum("coexec_jobs_completed_total") < 1.0 {
+            return Err(format!("no finished job in the scrape:\n{body}"));
+        }
+        Ok(())
+    });
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            return Err("still lingering 10 s after SIGTERM".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_dir_all(&profiles);
+    result?;
+    assert!(killed.success());
+    assert!(status.success(), "{status}");
+    Ok(())
+}

@@ -183,6 +183,7 @@ pub(crate) async fn bench(
                 .unwrap_or_default()
         );
     }
+    crate::linger(common, &rt).await;
     if let Ok(rt) = std::sync::Arc::try_unwrap(rt) {
         rt.shutdown().await;
     }

@@ -121,6 +121,11 @@ struct Common {
     /// Serve Prometheus metrics at this address while running (`/metrics`).
     #[arg(long)]
     metrics: Option<std::net::SocketAddr>,
+    /// With --metrics: keep serving them this many seconds after the work
+    /// ends, so that a scrape sees the finished jobs (at most 3600;
+    /// SIGTERM or Ctrl-C ends the wait early).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=3600))]
+    metrics_linger: Option<u64>,
     /// Less output: no progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -286,6 +291,28 @@ pub(crate) fn build(
     Ok(rt)
 }
 
+/// `--metrics-linger` needs `--metrics`.
+fn check_common(c: &Common) -> Result<(), Failure> {
+    if c.metrics_linger.is_some() && c.metrics.is_none() {
+        return Err(Failure::Usage(
+            "--metrics-linger needs --metrics ADDR".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Keeps `rt`'s exporter up for `--metrics-linger` seconds after the work.
+pub(crate) async fn linger(common: &Common, rt: &Runtime) {
+    let (Some(secs), Some(addr)) = (common.metrics_linger, rt.metrics_addr()) else {
+        return;
+    };
+    eprintln!("coexec: metrics stay at http://{addr}/metrics for {secs} s (Ctrl-C ends it)");
+    tokio::select! {
+        () = tokio::time::sleep(std::time::Duration::from_secs(secs)) => {}
+        () = serve::shutdown_signal() => {}
+    }
+}
+
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Devices { json } => devices(json),
@@ -302,7 +329,10 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             print,
             trace,
-        } => run(&workload, &common, &args, json, print, trace).await,
+        } => {
+            check_common(&common)?;
+            run(&workload, &common, &args, json, print, trace).await
+        }
         Cmd::Bench {
             workloads,
             common,
@@ -314,6 +344,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             plot,
         } => {
+            check_common(&common)?;
             for (flag, p) in [("--json", &json), ("--plot", &plot)] {
                 if let Some(p) = p {
                     check_output(flag, p)?;
@@ -431,6 +462,7 @@ async fn run(
             t_output.elapsed().as_secs_f64()
         );
     }
+    linger(common, &rt).await;
     match std::sync::Arc::try_unwrap(rt) {
         Ok(rt) => rt.shutdown().await,
         Err(_) => {

@@ -124,7 +124,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
 }
 
 /// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
