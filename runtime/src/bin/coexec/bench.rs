@@ -183,10 +183,6 @@ pub(crate) async fn bench(
                 .unwrap_or_default()
         );
     }
-    crate::linger(common, &rt).await;
-    if let Ok(rt) = std::sync::Arc::try_unwrap(rt) {
-        rt.shutdown().await;
-    }
     if let Some(path) = plot {
         if report.workloads.is_empty() {
             eprintln!("nothing to plot: no workload was benchmarked");
@@ -199,6 +195,11 @@ pub(crate) async fn bench(
             serde_json::to_string_pretty(&report).map_err(|e| Failure::Run(e.to_string()))?;
         std::fs::write(&path, text)
             .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+    }
+    // The files are written first: lingering only keeps the exporter up.
+    crate::linger(common, &rt).await;
+    if let Ok(rt) = std::sync::Arc::try_unwrap(rt) {
+        rt.shutdown().await;
     }
     Ok(())
 }
