@@ -155,14 +155,12 @@ async fn run(a: Args) -> Result<(), Failure> {
         };
         let r = openloop::run(&client, &target, &data, &plan).await;
         if !a.json {
-            let p99 = if r.latency_ok.count == 0 {
-                "-".to_string()
-            } else {
-                format!("{:.2} ms", r.latency_ok.p99_ms)
-            };
             eprintln!(
-                "coexec-load: rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {p99}",
-                r.sent, r.latency_all.count, r.ok
+                "coexec-load: rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {} ms",
+                r.sent,
+                r.latency_all.count,
+                r.ok,
+                r.latency_ok.show(r.latency_ok.p99_ms)
             );
         }
         reports.push(r);

@@ -66,6 +66,16 @@ pub(crate) struct Latency {
 }
 
 impl Latency {
+    /// `v` (one of these percentiles) in ms for a table, or `-` with no
+    /// answers: not a 0 that reads as fast.
+    pub(crate) fn show(&self, v: f64) -> String {
+        if self.count == 0 {
+            "-".to_string()
+        } else {
+            format!("{v:.2}")
+        }
+    }
+
     fn of(h: &Histogram<u64>) -> Self {
         let ms = |us: u64| us as f64 / 1000.0;
         Self {
@@ -310,15 +320,7 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
         let acc = r
             .accuracy
             .map_or_else(|| "-".to_string(), |a| format!("{a:.4}"));
-        // No answers, no latency: `-`, not a 0 that reads as fast.
-        let ms = |l: &Latency, v: f64| {
-            if l.count == 0 {
-                "-".to_string()
-            } else {
-                format!("{v:.2}")
-            }
-        };
-        let ok = &r.latency_ok;
+        let (ok, all) = (&r.latency_ok, &r.latency_all);
         s.push_str(&format!(
             "{:>8.1} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
             r.rate,
@@ -332,11 +334,11 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
             format!("{}/{}", r.duplicated, r.malformed + r.crossed),
             acc,
             r.throughput,
-            ms(ok, ok.p50_ms),
-            ms(ok, ok.p95_ms),
-            ms(ok, ok.p99_ms),
-            ms(ok, ok.max_ms),
-            ms(&r.latency_all, r.latency_all.p99_ms),
+            ok.show(ok.p50_ms),
+            ok.show(ok.p95_ms),
+            ok.show(ok.p99_ms),
+            ok.show(ok.max_ms),
+            all.show(all.p99_ms),
         ));
     }
     s

@@ -124,7 +124,8 @@ struct Common {
     /// With --metrics: keep serving them this many seconds after the work
     /// ends, so that a scrape sees the finished jobs (at most 3600;
     /// SIGTERM or Ctrl-C ends the wait early).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=3600))]
+    #[arg(long, value_name = "SECS", requires = "metrics",
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
     metrics_linger: Option<u64>,
     /// Less output: no progress bars.
     #[arg(long, short)]
@@ -291,16 +292,6 @@ pub(crate) fn build(
     Ok(rt)
 }
 
-/// `--metrics-linger` needs `--metrics`.
-fn check_common(c: &Common) -> Result<(), Failure> {
-    if c.metrics_linger.is_some() && c.metrics.is_none() {
-        return Err(Failure::Usage(
-            "--metrics-linger needs --metrics ADDR".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// Keeps `rt`'s exporter up for `--metrics-linger` seconds after the work.
 pub(crate) async fn linger(common: &Common, rt: &Runtime) {
     let (Some(secs), Some(addr)) = (common.metrics_linger, rt.metrics_addr()) else {
@@ -329,10 +320,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             print,
             trace,
-        } => {
-            check_common(&common)?;
-            run(&workload, &common, &args, json, print, trace).await
-        }
+        } => run(&workload, &common, &args, json, print, trace).await,
         Cmd::Bench {
             workloads,
             common,
@@ -344,7 +332,6 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             json,
             plot,
         } => {
-            check_common(&common)?;
             for (flag, p) in [("--json", &json), ("--plot", &plot)] {
                 if let Some(p) = p {
                     check_output(flag, p)?;
