@@ -116,12 +116,6 @@ pub(crate) async fn bench(
         })
         .collect();
     let classes: Vec<String> = rt.classes().iter().map(|c| c.name.clone()).collect();
-    let devices = rt
-        .classes()
-        .iter()
-        .map(|c| format!("{}x{}", c.name, c.workers))
-        .collect::<Vec<_>>()
-        .join(",");
     if rt.gpus().is_empty()
         && !rt
             .classes()
@@ -141,6 +135,12 @@ pub(crate) async fn bench(
             eprintln!("no CUDA device ({e}): benchmarking {what}");
         }
     }
+    let devices = rt
+        .classes()
+        .iter()
+        .map(|c| format!("{}x{}", c.name, c.workers))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut report = BenchReport {
         machine: machine(&rt),
         command: std::env::args().collect::<Vec<_>>().join(" "),
