@@ -185,6 +185,12 @@ fn load(args: &[&str]) -> (i32, String, String, Duration) {
 
 /// Runs against `addr` with `--json` and returns the rates' reports.
 fn run_json(addr: SocketAddr, extra: &[&str]) -> (Vec<Value>, Duration) {
+    run_json_failing(addr, extra, None)
+}
+
+/// As [`run_json`], for a run that must exit 1 (the report printed first)
+/// with `why` in its one stderr line; `None` expects exit 0.
+fn run_json_failing(addr: SocketAddr, extra: &[&str], why: Option<&str>) -> (Vec<Value>, Duration) {
     let data = data_file();
     let target = format!("http://{addr}");
     let mut args = vec![
@@ -196,7 +202,17 @@ fn run_json(addr: SocketAddr, extra: &[&str]) -> (Vec<Value>, Duration) {
     ];
     args.extend_from_slice(extra);
     let (rc, out, err, took) = load(&args);
-    assert_eq!(rc, 0, "stderr: {err}");
+    match why {
+        None => assert_eq!(rc, 0, "stderr: {err}"),
+        Some(why) => {
+            assert_eq!(rc, 1, "stderr: {err}");
+            assert!(
+                err.starts_with("coexec-load: ") && err.contains(why),
+                "{err}"
+            );
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+    }
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     (v["rates"].as_array().unwrap().clone(), took)
 }
@@ -312,7 +328,8 @@ fn counts_503_504_and_lost_where_they_belong() {
 #[test]
 fn stops_by_itself_at_the_time_limit() {
     let addr = stub(Behavior::Hang);
-    let (rates, took) = run_json(
+    // Nothing answered: the report, then exit 1.
+    let (rates, took) = run_json_failing(
         addr,
         &[
             "--rate",
@@ -324,6 +341,7 @@ fn stops_by_itself_at_the_time_limit() {
             "--duration-limit",
             "1",
         ],
+        Some("rate 20: no request was answered"),
     );
     let r = &rates[0];
     let sent = n(r, "sent");
@@ -355,8 +373,9 @@ fn crossed_up_answers_show() {
     assert_eq!(r["agreement"].as_f64(), Some(0.0));
 
     // Wrong output counts are malformed; another request's id is crossed.
+    // A broken contract fails the run, after its report.
     let addr = stub(Behavior::Broken);
-    let (rates, _) = run_json(
+    let (rates, _) = run_json_failing(
         addr,
         &[
             "--rate",
@@ -366,6 +385,7 @@ fn crossed_up_answers_show() {
             "--rows-per-request",
             "2",
         ],
+        Some("0 duplicated, 10 malformed, 5 crossed answers"),
     );
     let r = &rates[0];
     assert_eq!(
@@ -382,6 +402,77 @@ fn crossed_up_answers_show() {
             .contains("3 outputs for 2 inputs"),
         "{r}"
     );
+}
+
+/// `--record`: one CSV line per request, in index order, with each one's
+/// outcome and latency, across rates.
+#[test]
+fn records_every_requests_fate() {
+    let addr = stub(Behavior::Mixed);
+    let file = std::env::temp_dir().join(format!("coexec-load-record-{}.csv", std::process::id()));
+    let record = file.to_str().unwrap();
+    let (rates, _) = run_json(
+        addr,
+        &[
+            "--rate",
+            "200,400",
+            "--requests",
+            "20",
+            "--timeout",
+            "0.3",
+            "--record",
+            record,
+        ],
+    );
+    assert_eq!(rates.len(), 2);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("rate,index,scheduled_ms,send_lag_ms,outcome,latency_ms")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 40, "{text}");
+    for (k, row) in rows.iter().enumerate() {
+        let (rate, i) = if k < 20 { (200.0, k) } else { (400.0, k - 20) };
+        assert_eq!(row.len(), 6, "{row:?}");
+        assert_eq!(row[0].parse::<f64>().unwrap(), rate);
+        assert_eq!(row[1], i.to_string());
+        let scheduled: f64 = row[2].parse().unwrap();
+        assert!(
+            (scheduled - i as f64 * 1000.0 / rate).abs() < 1e-3,
+            "{row:?}"
+        );
+        assert!(row[3].parse::<f64>().unwrap() >= 0.0, "{row:?}");
+        // The stub answers by id modulo 4: 200, 503, 504, never.
+        let (outcome, answered) = match i % 4 {
+            0 => ("200", true),
+            1 => ("503", true),
+            2 => ("504", true),
+            _ => ("timeout", false),
+        };
+        assert_eq!(row[4], outcome, "{row:?}");
+        assert_eq!(row[5].parse::<f64>().is_ok(), answered, "{row:?}");
+    }
+}
+
+#[test]
+fn a_record_file_that_cannot_be_written_exits_2_before_the_run() {
+    let (rc, out, err, took) = load(&[
+        "--target",
+        "http://127.0.0.1:9",
+        "--rate",
+        "1",
+        "--requests",
+        "100",
+        "--record",
+        "/nonexistent/dir/trace.csv",
+    ]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("--record /nonexistent/dir/trace.csv"), "{err}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
 #[test]

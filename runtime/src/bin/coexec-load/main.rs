@@ -15,6 +15,7 @@
 
 mod dataset;
 mod openloop;
+mod record;
 mod report;
 mod target;
 #[path = "../shared/usage.rs"]
@@ -72,6 +73,11 @@ struct Args {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write every request's fate to this CSV file, one line each:
+    /// rate, index, scheduled_ms, send_lag_ms, outcome (HTTP status,
+    /// refused, timeout, cut, closed or unsent), latency_ms.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 /// The committed digits test split, built in so that the generator runs
@@ -142,6 +148,18 @@ async fn run(a: Args) -> Result<(), Failure> {
     }
     .map_err(|e| Failure::Usage(e.to_string()))?;
     let (target, data) = (Arc::new(target), Arc::new(data));
+    // Opened before the run, so a bad path costs no load.
+    let mut record = match &a.record {
+        Some(path) => {
+            let mut f = std::fs::File::create(path)
+                .map(std::io::BufWriter::new)
+                .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
+            f.write_all(record::HEADER.as_bytes())
+                .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
+            Some((path, f))
+        }
+        None => None,
+    };
     let client = openloop::client(a.max_in_flight);
     let mut reports = Vec::with_capacity(a.rate.len());
     for &rate in &a.rate {
@@ -153,7 +171,16 @@ async fn run(a: Args) -> Result<(), Failure> {
             duration_limit: Duration::from_secs_f64(a.duration_limit),
             max_in_flight: a.max_in_flight,
         };
-        let r = openloop::run(&client, &target, &data, &plan).await;
+        let trace = match record {
+            Some(_) => Some(record::Trace::new(rate, a.requests).map_err(Failure::Run)?),
+            None => None,
+        };
+        let (r, trace) = openloop::run(&client, &target, &data, &plan, trace).await;
+        if let (Some((path, f)), Some(t)) = (&mut record, trace) {
+            t.write(f)
+                .and_then(|()| f.flush())
+                .map_err(|e| Failure::Run(format!("--record {}: {e}", path.display())))?;
+        }
         if !a.json {
             eprintln!(
                 "coexec-load: rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {} ms",
@@ -198,9 +225,13 @@ async fn run(a: Args) -> Result<(), Failure> {
         .write_all(out.as_bytes())
         .and_then(|_| stdout.flush())
     {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+    }
+    match report::broken(&reports) {
+        Some(why) => Err(Failure::Run(why)),
+        None => Ok(()),
     }
 }
 

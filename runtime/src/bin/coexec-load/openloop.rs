@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::dataset::Dataset;
+use crate::record::Trace;
 use crate::report::{Check, Lost, Outcome, RateReport, Tally};
 use crate::target::Target;
 
@@ -195,14 +196,19 @@ async fn one(
     }
 }
 
-/// Runs one rate to its end and reports it.
+/// Runs one rate to its end and reports it, with every request's fate in
+/// `trace` if one is given.
 pub(crate) async fn run(
     client: &HttpClient,
     target: &Arc<Target>,
     data: &Arc<Dataset>,
     plan: &Plan,
-) -> RateReport {
+    trace: Option<Trace>,
+) -> (RateReport, Option<Trace>) {
     let mut tally = Tally::new(plan.rate, plan.requests);
+    if let Some(t) = trace {
+        tally = tally.with_trace(t);
+    }
     let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
     let mut tasks = JoinSet::new();
     // A little lead so the first sends are not late by the setup.
@@ -225,7 +231,7 @@ pub(crate) async fn run(
             _ = tokio::time::sleep_until(deadline) => break,
         };
         let Ok(slot) = slot else { break };
-        tally.sent(Instant::now().saturating_duration_since(scheduled));
+        tally.sent(i, Instant::now().saturating_duration_since(scheduled));
         let timeout_at = scheduled + plan.timeout;
         let give_up = if timeout_at < deadline {
             (timeout_at, Lost::Timeout)

@@ -6,6 +6,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::record::Trace;
+
 /// Why a sent request never got an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lost {
@@ -158,6 +160,8 @@ pub(crate) struct Tally {
     last_answer: Duration,
     hist_ok: Histogram<u64>,
     hist_all: Histogram<u64>,
+    /// Every request's fate, with `--record`.
+    trace: Option<Trace>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -208,11 +212,21 @@ impl Tally {
             last_answer: Duration::ZERO,
             hist_ok: histogram(),
             hist_all: histogram(),
+            trace: None,
         }
     }
 
-    /// A request went out `lag` after its scheduled time.
-    pub(crate) fn sent(&mut self, lag: Duration) {
+    /// Keeps every request's fate too (`--record`).
+    pub(crate) fn with_trace(mut self, trace: Trace) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// Request `index` went out `lag` after its scheduled time.
+    pub(crate) fn sent(&mut self, index: u64, lag: Duration) {
+        if let Some(t) = &mut self.trace {
+            t.sent(index, lag);
+        }
         self.report.sent += 1;
         if lag > LATE {
             self.report.late_sends += 1;
@@ -224,6 +238,18 @@ impl Tally {
     }
 
     pub(crate) fn record(&mut self, o: Outcome) {
+        if let Some(t) = &mut self.trace {
+            match &o {
+                Outcome::Refused { index } => t.refused(*index),
+                Outcome::Lost { index, why } => t.lost(*index, *why),
+                Outcome::Answered {
+                    index,
+                    status,
+                    latency,
+                    ..
+                } => t.answered(*index, *status, *latency),
+            }
+        }
         let r = &mut self.report;
         match o {
             Outcome::Refused { .. } => r.refused += 1,
@@ -290,7 +316,8 @@ impl Tally {
         }
     }
 
-    pub(crate) fn finish(mut self) -> RateReport {
+    /// The report, and the trace if one was kept.
+    pub(crate) fn finish(mut self) -> (RateReport, Option<Trace>) {
         let r = &mut self.report;
         debug_assert_eq!(r.rate, self.rate);
         r.unsent = self.requests - r.sent;
@@ -305,7 +332,7 @@ impl Tally {
         }
         r.latency_ok = Latency::of(&self.hist_ok);
         r.latency_all = Latency::of(&self.hist_all);
-        self.report
+        (self.report, self.trace)
     }
 }
 
@@ -342,6 +369,27 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
         ));
     }
     s
+}
+
+/// Why the run fails (exit 1, after the report): a rate whose sends got no
+/// answer at all, or a service that broke its contract: an answer
+/// duplicated, malformed, or meant for another request. Timeouts, 503s and
+/// 504s are answers a service may give under load, so they alone do not
+/// fail a run.
+pub(crate) fn broken(reports: &[RateReport]) -> Option<String> {
+    reports.iter().find_map(|r| {
+        let bad = r.duplicated + r.malformed + r.crossed;
+        if r.sent > 0 && r.latency_all.count == 0 {
+            Some(format!("rate {}: no request was answered", r.rate))
+        } else if bad > 0 {
+            Some(format!(
+                "rate {}: {} duplicated, {} malformed, {} crossed answers",
+                r.rate, r.duplicated, r.malformed, r.crossed
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// Warnings worth a line under the table.
@@ -414,10 +462,10 @@ mod tests {
     #[test]
     fn tallies_every_kind_of_outcome() {
         let mut t = Tally::new(10.0, 10);
-        for _ in 0..8 {
-            t.sent(Duration::ZERO);
+        for i in 0..8 {
+            t.sent(i, Duration::ZERO);
         }
-        t.sent(Duration::from_millis(20));
+        t.sent(8, Duration::from_millis(20));
         let valid = |c| {
             Some(Check::Valid {
                 rows: 2,
@@ -441,7 +489,7 @@ mod tests {
             why: Lost::Cut,
         });
         t.record(Outcome::Refused { index: 8 });
-        let r = t.finish();
+        let (r, _) = t.finish();
         assert_eq!((r.sent, r.unsent), (9, 1));
         assert_eq!((r.ok, r.status_503, r.status_504, r.other), (3, 1, 1, 1));
         assert_eq!(r.status_503_without_retry_after, 1);
@@ -463,6 +511,10 @@ mod tests {
         assert!((r.elapsed_s - 0.6).abs() < 1e-9);
         assert!((r.throughput - 10.0).abs() < 1e-9);
         assert_eq!(table(std::slice::from_ref(&r)).lines().count(), 2);
+        assert_eq!(
+            broken(std::slice::from_ref(&r)).as_deref(),
+            Some("rate 10: 1 duplicated, 1 malformed, 0 crossed answers")
+        );
         assert!(notes(&[r]).len() >= 3);
     }
 
@@ -472,20 +524,21 @@ mod tests {
     fn a_run_with_no_answer_shows_no_latency() {
         let mut t = Tally::new(10.0, 2);
         for i in 0..2 {
-            t.sent(Duration::ZERO);
+            t.sent(i, Duration::ZERO);
             t.record(Outcome::Refused { index: i });
         }
-        let r = t.finish();
+        let (r, _) = t.finish();
         let table = table(std::slice::from_ref(&r));
         let row = table.lines().nth(1).unwrap();
         assert!(!row.contains("0.00"), "{row}");
         assert!(row.trim_end().ends_with('-'), "{row}");
-        let notes = notes(&[r]);
+        let notes = notes(std::slice::from_ref(&r));
         assert!(
             notes
                 .iter()
                 .any(|n| n.contains("no request was answered (2 refused")),
             "{notes:?}"
         );
+        assert!(broken(&[r]).is_some());
     }
 }
