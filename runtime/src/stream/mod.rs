@@ -16,7 +16,8 @@
 //!
 //! Batches are too short to probe: each runs on the speed models the
 //! profiler learned from earlier batches, on the class predicted to finish it
-//! first or split across classes when that is sooner
+//! first, or split across classes when that is sooner by more than the
+//! split's added fixed cost is worth at the current load
 //! ([`Placement::Hybrid`]; [`Placement::Greedy`] for Triton's whole batches
 //! to the first free class).
 //!
