@@ -373,8 +373,10 @@ fn crossed_up_answers_show() {
     assert_eq!(r["agreement"].as_f64(), Some(0.0));
 
     // Wrong output counts are malformed; another request's id is crossed.
-    // A broken contract fails the run, after its report.
+    // A broken contract fails the run, after its report; the record names
+    // each broken answer.
     let addr = stub(Behavior::Broken);
+    let file = std::env::temp_dir().join(format!("coexec-load-broken-{}.csv", std::process::id()));
     let (rates, _) = run_json_failing(
         addr,
         &[
@@ -384,8 +386,23 @@ fn crossed_up_answers_show() {
             "20",
             "--rows-per-request",
             "2",
+            "--record",
+            file.to_str().unwrap(),
         ],
         Some("0 duplicated, 10 malformed, 5 crossed answers"),
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let outcomes: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(5).unwrap())
+        .collect();
+    let count = |o: &str| outcomes.iter().filter(|x| **x == o).count();
+    assert_eq!(
+        (count("200"), count("200-malformed"), count("200-crossed")),
+        (5, 10, 5),
+        "{text}"
     );
     let r = &rates[0];
     assert_eq!(
@@ -430,13 +447,18 @@ fn records_every_requests_fate() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("rate,index,scheduled_ms,send_lag_ms,outcome,latency_ms")
+        Some("rate,index,scheduled_ms,scheduled_unix_ms,send_lag_ms,outcome,latency_ms")
     );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1000.0;
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 40, "{text}");
     for (k, row) in rows.iter().enumerate() {
         let (rate, i) = if k < 20 { (200.0, k) } else { (400.0, k - 20) };
-        assert_eq!(row.len(), 6, "{row:?}");
+        assert_eq!(row.len(), 7, "{row:?}");
         assert_eq!(row[0].parse::<f64>().unwrap(), rate);
         assert_eq!(row[1], i.to_string());
         let scheduled: f64 = row[2].parse().unwrap();
@@ -444,7 +466,10 @@ fn records_every_requests_fate() {
             (scheduled - i as f64 * 1000.0 / rate).abs() < 1e-3,
             "{row:?}"
         );
-        assert!(row[3].parse::<f64>().unwrap() >= 0.0, "{row:?}");
+        // The wall clock of the scheduled send: within the last minute.
+        let unix: f64 = row[3].parse().unwrap();
+        assert!(unix <= now_ms && unix > now_ms - 60_000.0, "{row:?}");
+        assert!(row[4].parse::<f64>().unwrap() >= 0.0, "{row:?}");
         // The stub answers by id modulo 4: 200, 503, 504, never.
         let (outcome, answered) = match i % 4 {
             0 => ("200", true),
@@ -452,8 +477,8 @@ fn records_every_requests_fate() {
             2 => ("504", true),
             _ => ("timeout", false),
         };
-        assert_eq!(row[4], outcome, "{row:?}");
-        assert_eq!(row[5].parse::<f64>().is_ok(), answered, "{row:?}");
+        assert_eq!(row[5], outcome, "{row:?}");
+        assert_eq!(row[6].parse::<f64>().is_ok(), answered, "{row:?}");
     }
 }
 

@@ -38,6 +38,11 @@ use crate::report::RateReport;
 ///
 /// Request i of each rate is sent at start + i/rate whatever the earlier
 /// ones are doing, and its latency counts from that scheduled time.
+///
+/// Exit status: 0 when the run went through, whatever the server answered;
+/// 2 for a usage error; 1 after the report when a rate got no answer at all,
+/// the server broke its contract (a duplicated, malformed or crossed
+/// answer), or the --record file could not be written.
 #[derive(Debug, Parser)]
 #[command(name = "coexec-load", version, about)]
 struct Args {
@@ -74,8 +79,8 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Also write every request's fate to this CSV file, one line each:
-    /// rate, index, scheduled_ms, send_lag_ms, outcome (HTTP status,
-    /// refused, timeout, cut, closed or unsent), latency_ms.
+    /// rate, index, scheduled_ms, scheduled_unix_ms, send_lag_ms, outcome
+    /// (HTTP status, refused, timeout, cut, closed or unsent), latency_ms.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
 }
@@ -148,18 +153,27 @@ async fn run(a: Args) -> Result<(), Failure> {
     }
     .map_err(|e| Failure::Usage(e.to_string()))?;
     let (target, data) = (Arc::new(target), Arc::new(data));
-    // Opened before the run, so a bad path costs no load.
+    // Opened, its header written and its rows allocated before the run, so
+    // a bad path or a size this machine cannot hold costs no load.
     let mut record = match &a.record {
         Some(path) => {
-            let mut f = std::fs::File::create(path)
+            let trace = record::Trace::new(a.requests, coexec::kernels::workloads::memory_limit())
+                .map_err(Failure::Usage)?;
+            let f = std::fs::File::create(path)
                 .map(std::io::BufWriter::new)
+                .and_then(|mut f| {
+                    f.write_all(record::HEADER.as_bytes())?;
+                    f.flush()?;
+                    Ok(f)
+                })
                 .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
-            f.write_all(record::HEADER.as_bytes())
-                .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
-            Some((path, f))
+            Some((path, f, Some(trace)))
         }
         None => None,
     };
+    // A failed write stops the recording, not the run: the report still
+    // comes, then exit 1.
+    let mut record_error = None;
     let client = openloop::client(a.max_in_flight);
     let mut reports = Vec::with_capacity(a.rate.len());
     for &rate in &a.rate {
@@ -171,15 +185,16 @@ async fn run(a: Args) -> Result<(), Failure> {
             duration_limit: Duration::from_secs_f64(a.duration_limit),
             max_in_flight: a.max_in_flight,
         };
-        let trace = match record {
-            Some(_) => Some(record::Trace::new(rate, a.requests).map_err(Failure::Run)?),
-            None => None,
-        };
+        let trace = record.as_mut().and_then(|r| r.2.take());
         let (r, trace) = openloop::run(&client, &target, &data, &plan, trace).await;
-        if let (Some((path, f)), Some(t)) = (&mut record, trace) {
-            t.write(f)
-                .and_then(|()| f.flush())
-                .map_err(|e| Failure::Run(format!("--record {}: {e}", path.display())))?;
+        if let (Some((path, f, slot)), Some(t)) = (&mut record, trace) {
+            match t.write(f).and_then(|()| f.flush()) {
+                Ok(()) => *slot = Some(t),
+                Err(e) => {
+                    record_error = Some(format!("--record {}: {e}", path.display()));
+                    record = None;
+                }
+            }
         }
         if !a.json {
             eprintln!(
@@ -229,7 +244,7 @@ async fn run(a: Args) -> Result<(), Failure> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(e) => return Err(Failure::Run(format!("cannot write to stdout: {e}"))),
     }
-    match report::broken(&reports) {
+    match record_error.or_else(|| report::broken(&reports)) {
         Some(why) => Err(Failure::Run(why)),
         None => Ok(()),
     }

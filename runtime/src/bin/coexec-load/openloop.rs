@@ -205,14 +205,17 @@ pub(crate) async fn run(
     plan: &Plan,
     trace: Option<Trace>,
 ) -> (RateReport, Option<Trace>) {
+    // A little lead so the first sends are not late by the setup.
+    let lead = Duration::from_millis(5);
+    let (start, wall) = (Instant::now() + lead, std::time::SystemTime::now() + lead);
     let mut tally = Tally::new(plan.rate, plan.requests);
-    if let Some(t) = trace {
+    if let Some(mut t) = trace {
+        t.reset(plan.rate);
+        t.started(wall);
         tally = tally.with_trace(t);
     }
     let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
     let mut tasks = JoinSet::new();
-    // A little lead so the first sends are not late by the setup.
-    let start = Instant::now() + Duration::from_millis(5);
     let deadline = start + plan.duration_limit;
     for i in 0..plan.requests {
         let scheduled = start + plan.due(i);

@@ -246,8 +246,9 @@ impl Tally {
                     index,
                     status,
                     latency,
+                    check,
                     ..
-                } => t.answered(*index, *status, *latency),
+                } => t.answered(*index, *status, *latency, check.as_ref()),
             }
         }
         let r = &mut self.report;
