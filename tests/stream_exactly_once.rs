@@ -148,7 +148,12 @@ proptest! {
                         Call::Infer => s.infer(req).await,
                         Call::TryInfer => match s.try_infer(req) {
                             Ok(p) => p.await,
-                            Err(e) => Err(e),
+                            Err(rejected) => {
+                                // The input comes back, and it is this request's.
+                                let (back, e) = rejected.into_parts();
+                                assert_eq!(back.id, i as u64);
+                                Err(e)
+                            }
                         },
                         Call::Deadline(us) => s.infer_by(req, Instant::now() + Duration::from_micros(us)).await,
                         Call::Cancel(us) => {
@@ -217,11 +222,15 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
             flaky: false,
         }) {
             Ok(p) => pending.push((id, p)),
-            Err(StreamError::Overloaded { capacity }) => {
-                assert_eq!(capacity, 2);
-                overloaded += 1;
-            }
-            Err(e) => panic!("{e}"),
+            Err(rejected) => match rejected.into_parts() {
+                (back, StreamError::Overloaded { capacity }) => {
+                    assert_eq!(capacity, 2);
+                    // The caller gets its input back, to retry or reroute.
+                    assert_eq!(back.id, id);
+                    overloaded += 1;
+                }
+                (_, e) => panic!("{e}"),
+            },
         }
     }
     assert!(overloaded > 0, "50 at once into a queue of 2");
@@ -231,6 +240,32 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
         assert_eq!(p.await.unwrap(), answer(id));
     }
     drained.await.unwrap();
+    // Shut down: `Closed`, and the input again comes back.
+    let closed = stream
+        .try_infer(Req {
+            id: 77,
+            poison: false,
+            flaky: false,
+        })
+        .unwrap_err();
+    assert!(matches!(closed.error(), StreamError::Closed), "{closed:?}");
+    assert_eq!(closed.into_input().id, 77);
+    // A deadline already past: `DeadlinePassed`, input back, nothing queued.
+    let late = stream
+        .try_infer_by(
+            Req {
+                id: 78,
+                poison: false,
+                flaky: false,
+            },
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(late.error(), StreamError::DeadlinePassed),
+        "{late:?}"
+    );
+    assert_eq!(late.into_input().id, 78);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

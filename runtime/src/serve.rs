@@ -664,13 +664,13 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
         match p {
             Ok(p) => pending.push(p),
             // Dropping `pending` abandons the rows already queued.
-            Err(StreamError::Overloaded { .. }) => return svc.overloaded(),
-            Err(StreamError::DeadlinePassed) => {
-                return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
-            }
-            Err(_) => {
-                return draining();
-            }
+            Err(rejected) => match rejected.error() {
+                StreamError::Overloaded { .. } => return svc.overloaded(),
+                StreamError::DeadlinePassed => {
+                    return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+                }
+                _ => return draining(),
+            },
         }
     }
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);

@@ -132,6 +132,71 @@ pub enum StreamError {
     Closed,
 }
 
+/// A request that [`Stream::try_infer`] did not enqueue, with its input given
+/// back: a caller can retry it later or send it elsewhere without a copy.
+///
+/// ```
+/// # use coexec::stream::{Rejected, StreamError};
+/// let r = Rejected::new(vec![1.0_f32; 64], StreamError::Overloaded { capacity: 8 });
+/// assert!(matches!(r.error(), StreamError::Overloaded { capacity: 8 }));
+/// let input: Vec<f32> = r.into_input(); // the same allocation, unchanged
+/// assert_eq!(input.len(), 64);
+/// ```
+pub struct Rejected<I> {
+    input: I,
+    error: StreamError,
+}
+
+impl<I> Rejected<I> {
+    /// A rejection of `input` for `error`.
+    pub fn new(input: I, error: StreamError) -> Self {
+        Rejected { input, error }
+    }
+
+    /// Why the request was not enqueued: [`StreamError::Overloaded`],
+    /// [`StreamError::DeadlinePassed`] or [`StreamError::Closed`].
+    pub fn error(&self) -> &StreamError {
+        &self.error
+    }
+
+    /// The input, as it was passed in.
+    pub fn into_input(self) -> I {
+        self.input
+    }
+
+    /// The input and the error.
+    pub fn into_parts(self) -> (I, StreamError) {
+        (self.input, self.error)
+    }
+}
+
+// Not derived: the input need not be `Debug`, and may be large.
+impl<I> std::fmt::Debug for Rejected<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rejected")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I> std::fmt::Display for Rejected<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<I> std::error::Error for Rejected<I> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<I> From<Rejected<I>> for StreamError {
+    fn from(r: Rejected<I>) -> Self {
+        r.error
+    }
+}
+
 /// Timings of one batch, given to [`StreamConfig::on_batch`].
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -324,6 +389,9 @@ impl StreamConfig {
     }
 }
 
+/// A request ready for the queue, and its caller's end.
+type Enqueued<M> = (Request<M>, Pending<<M as Model>::Output>);
+
 struct Request<M: Model> {
     input: M::Input,
     enqueued: Instant,
@@ -421,18 +489,66 @@ impl<M: Model> Stream<M> {
         }
     }
 
-    /// Enqueues `input` at once, or answers [`StreamError::Overloaded`] when
-    /// the queue is full. Await the [`Pending`] for the output.
-    pub fn try_infer(&self, input: M::Input) -> Result<Pending<M::Output>, StreamError> {
+    /// Enqueues `input` at once, or gives it back with
+    /// [`StreamError::Overloaded`] when the queue is full
+    /// ([`StreamError::Closed`] once the stream is shut down). Await the
+    /// [`Pending`] for the output.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use coexec::stream::{Model, Stream, StreamConfig, StreamError};
+    /// # use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+    /// # struct Echo;
+    /// # struct EchoKernel { x: Vec<u64>, out: DisjointBuf<u64> }
+    /// # impl Kernel for EchoKernel {
+    /// #     fn name(&self) -> &str { "echo" }
+    /// #     fn items(&self) -> usize { self.x.len() }
+    /// #     fn run_cpu(&self, c: &Chunk) -> Result<(), KernelError> {
+    /// #         self.out.chunk_mut(c).copy_from_slice(&self.x[c.range()]); Ok(())
+    /// #     }
+    /// # }
+    /// # impl Model for Echo {
+    /// #     type Input = u64; type Output = u64; type Kernel = EchoKernel;
+    /// #     fn build(&self, x: Vec<u64>) -> Result<EchoKernel, KernelError> {
+    /// #         let out = DisjointBuf::new(x.len(), 1); Ok(EchoKernel { x, out })
+    /// #     }
+    /// #     fn outputs(&self, k: EchoKernel) -> Result<Vec<u64>, KernelError> { Ok(k.out.into_vec()) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?);
+    /// let stream = Stream::start(rt, Echo, StreamConfig::new().queue(4))?;
+    /// let (mut pending, mut later) = (Vec::new(), Vec::new());
+    /// for x in 0..100 {
+    ///     match stream.try_infer(x) {
+    ///         Ok(p) => pending.push(p),
+    ///         // Full: the input comes back, to retry later or send elsewhere.
+    ///         Err(rejected) => later.push(rejected.into_input()),
+    ///     }
+    /// }
+    /// let mut answers = Vec::new();
+    /// for p in pending {
+    ///     answers.push(p.await?);
+    /// }
+    /// for x in later {
+    ///     answers.push(stream.infer(x).await?); // waits for room
+    /// }
+    /// answers.sort();
+    /// assert_eq!(answers, (0..100).collect::<Vec<_>>()); // none lost
+    /// # stream.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn try_infer(&self, input: M::Input) -> Result<Pending<M::Output>, Rejected<M::Input>> {
         self.try_infer_inner(input, None)
     }
 
-    /// [`Stream::try_infer`] with a deadline.
+    /// [`Stream::try_infer`] with a deadline; an input whose deadline has
+    /// already passed comes back with [`StreamError::DeadlinePassed`].
     pub fn try_infer_by(
         &self,
         input: M::Input,
         deadline: Instant,
-    ) -> Result<Pending<M::Output>, StreamError> {
+    ) -> Result<Pending<M::Output>, Rejected<M::Input>> {
         self.try_infer_inner(input, Some(deadline))
     }
 
@@ -462,10 +578,10 @@ impl<M: Model> Stream<M> {
     fn request(
         input: M::Input,
         deadline: Option<Instant>,
-    ) -> Result<(Request<M>, Pending<M::Output>), StreamError> {
+    ) -> Result<Enqueued<M>, Rejected<M::Input>> {
         let now = Instant::now();
         if deadline.is_some_and(|d| d <= now) {
-            return Err(StreamError::DeadlinePassed);
+            return Err(Rejected::new(input, StreamError::DeadlinePassed));
         }
         let (reply, rx) = oneshot::channel();
         let pending = Pending {
@@ -495,14 +611,19 @@ impl<M: Model> Stream<M> {
         &self,
         input: M::Input,
         deadline: Option<Instant>,
-    ) -> Result<Pending<M::Output>, StreamError> {
+    ) -> Result<Pending<M::Output>, Rejected<M::Input>> {
         let (req, pending) = Self::request(input, deadline)?;
         match self.tx.try_send(req) {
             Ok(()) => Ok(pending),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(StreamError::Overloaded {
-                capacity: self.shared.capacity,
-            }),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(StreamError::Closed),
+            Err(mpsc::error::TrySendError::Full(req)) => Err(Rejected::new(
+                req.input,
+                StreamError::Overloaded {
+                    capacity: self.shared.capacity,
+                },
+            )),
+            Err(mpsc::error::TrySendError::Closed(req)) => {
+                Err(Rejected::new(req.input, StreamError::Closed))
+            }
         }
     }
 }

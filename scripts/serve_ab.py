@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Side-by-side runs of `coexec serve` builds or settings at fixed rates.
+
+Each configuration is a name and a server command (a template: `{profile_dir}`
+becomes a fresh profile folder per run; the server must print its
+`listening on` line, so give it `--addr 127.0.0.1:0`). For every round, rate
+and configuration, in that order, with the configurations rotated each round
+so that none always runs first: a fresh server, a warm-up, then one open-loop
+`coexec-load` run; the server is stopped with SIGTERM. Prints one line per run
+and a table of medians, and writes every run's command and full report as JSON.
+
+    python3 scripts/serve_ab.py --rates 2900,3100 --rounds 4 --requests 9000 \\
+        --config 'old=/tmp/old/coexec serve --addr 127.0.0.1:0 --devices cpu:1,sim:1@0.5 --profile-dir {profile_dir}' \\
+        --config 'new=target/release/coexec serve --addr 127.0.0.1:0 --devices cpu:1,sim:1@0.5 --profile-dir {profile_dir}' \\
+        --out /tmp/knee
+
+Loopback only (coexec-load refuses anything else); stdlib only.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+
+from serve_sweep import ROOT, Server, die, load, log, machine, now_utc
+
+
+def parse_config(text):
+    name, sep, cmd = text.partition("=")
+    if not sep or not name or not cmd.strip():
+        die(f"--config wants NAME=COMMAND, got {text!r}")
+    if "{profile_dir}" not in cmd:
+        die(f"--config {name}: the command has no {{profile_dir}}, so runs would share a profile")
+    return name, cmd
+
+
+def one_run(args, name, cmd, rate, tag):
+    profile_dir = tempfile.mkdtemp(prefix=f"coexec-ab-{tag}-")
+    argv = [a.format(profile_dir=profile_dir) for a in shlex.split(cmd)]
+    server = Server(argv, os.path.join(args.log_dir, f"server-{tag}.log"), args.ready_timeout)
+    try:
+        if args.warmup_requests > 0:
+            n = args.warmup_requests
+            load(args, server.url, args.warmup_rate, n, n / args.warmup_rate + args.timeout + 5, args.timeout)
+        n = args.requests
+        load_argv, report = load(args, server.url, rate, n, n / rate + args.timeout + 5, args.timeout)
+    finally:
+        code = server.terminate()
+    return dict(config=name, rate=rate, server=shlex.join(argv),
+                load=shlex.join(load_argv), server_exit=code, report=report)
+
+
+def ms(report, q):
+    v = report["latency_ok"].get(q + "_ms")
+    return float("nan") if v is None else v
+
+
+def line(run):
+    r = run["report"]
+    return (f"{run['config']:>10} {run['rate']:>7g}/s  200 {r['ok']:>6}  503 {r['status_503']:>5}  "
+            f"504 {r['status_504']:>4}  lost {r['lost']}  dup {r['duplicated']}  p50 {ms(r, 'p50'):7.2f}  "
+            f"p95 {ms(r, 'p95'):7.2f}  p99 {ms(r, 'p99'):7.2f} ms")
+
+
+def table(runs, names, rates, rounds):
+    out = ["| rate, req/s | config | 200s per round | median 200s | median p50 / p95 / p99 of 200s, ms |",
+           "| ---: | --- | --- | ---: | --- |"]
+    for rate in rates:
+        for name in names:
+            mine = [r["report"] for r in runs if r["config"] == name and r["rate"] == rate]
+            if not mine:
+                continue
+            oks = [r["ok"] for r in mine]
+            lat = " / ".join(f"{statistics.median(ms(r, q) for r in mine):.2f}" for q in ("p50", "p95", "p99"))
+            out.append(f"| {rate:g} | {name} | {', '.join(map(str, oks))} | "
+                       f"{statistics.median(oks):g} | {lat} |")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", action="append", required=True, metavar="NAME=COMMAND")
+    p.add_argument("--rates", required=True, help="comma-separated requests/s")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=9000)
+    p.add_argument("--rows-per-request", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=2.0)
+    p.add_argument("--warmup-requests", type=int, default=600)
+    p.add_argument("--warmup-rate", type=float, default=500.0)
+    p.add_argument("--ready-timeout", type=float, default=60.0)
+    p.add_argument("--load", default=os.path.join(ROOT, "target/release/coexec-load"))
+    p.add_argument("--load-cpus", default=None, help="taskset the generator to these CPUs")
+    p.add_argument("--data", default=os.path.join(ROOT, "examples/models/digits_test.safetensors"))
+    p.add_argument("--out", required=True, help="writes OUT.json and OUT.md")
+    args = p.parse_args()
+
+    configs = [parse_config(c) for c in args.config]
+    names = [n for n, _ in configs]
+    if len(set(names)) != len(names):
+        die("--config names must differ")
+    try:
+        rates = [float(x) for x in args.rates.split(",")]
+    except ValueError:
+        die(f"--rates wants numbers, got {args.rates!r}")
+    if args.rounds < 1 or args.requests < 1 or any(r <= 0 for r in rates):
+        die("--rounds, --requests and every rate must be positive")
+    args.log_dir = tempfile.mkdtemp(prefix="coexec-ab-logs-")
+    log(f"server logs in {args.log_dir}")
+
+    started = now_utc()
+    runs = []
+    for rnd in range(args.rounds):
+        order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+        for rate in rates:
+            for name, cmd in order:
+                run = one_run(args, name, cmd, rate, f"{name}-{rate:g}-r{rnd + 1}")
+                run["round"] = rnd + 1
+                runs.append(run)
+                log(f"round {rnd + 1}: {line(run)}")
+    md = table(runs, names, rates, args.rounds)
+    print(md)
+
+    report = dict(started=started, ended=now_utc(), machine=machine(), argv=sys.argv,
+                  configs=dict(configs), runs=runs)
+    with open(args.out + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(args.out + ".md", "w") as f:
+        f.write(f"Measured {started} to {report['ended']} by `{shlex.join(sys.argv)}`.\n\n{md}\n")
+
+
+if __name__ == "__main__":
+    main()
