@@ -25,7 +25,12 @@ import statistics
 import sys
 import tempfile
 
-from serve_sweep import ROOT, Server, die, load, log, machine, now_utc
+from serve_sweep import ROOT, Server, load, log, machine, now_utc
+
+
+def die(msg, code=2):
+    print(f"serve_ab: {msg}", file=sys.stderr)
+    sys.exit(code)
 
 
 def parse_config(text):
