@@ -268,6 +268,86 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
     assert_eq!(late.into_input().id, 78);
 }
 
+/// `try_infer_many` queues all of a call's inputs or none of them: with many
+/// callers racing for a small queue, no input of a refused call reaches the
+/// model, each comes back to its caller, and every admitted input is
+/// answered once, with its own output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_infer_many_queues_all_of_a_call_or_none() {
+    let model = TaggedModel::default();
+    let delivered = model.delivered.clone();
+    let cfg = StreamConfig::new()
+        .max_batch(2)
+        .max_wait(Duration::ZERO)
+        .queue(5)
+        .in_flight(1);
+    let stream = Stream::start(runtime(), model, cfg).unwrap();
+    let mut tasks = Vec::new();
+    for call in 0..64u64 {
+        // Every eighth call asks for more places than the queue has.
+        let n = if call % 8 == 7 { 6 } else { 3 };
+        let ids: Vec<u64> = (0..n).map(|k| call * 10 + k).collect();
+        let s = stream.clone();
+        tasks.push(tokio::spawn(async move {
+            let reqs = ids
+                .iter()
+                .map(|&id| Req {
+                    id,
+                    poison: false,
+                    flaky: false,
+                })
+                .collect();
+            match s.try_infer_many(reqs) {
+                Ok(pending) => {
+                    let mut got = Vec::new();
+                    for p in pending {
+                        got.push(p.await.unwrap());
+                    }
+                    assert_eq!(got, ids.iter().map(|&id| answer(id)).collect::<Vec<_>>());
+                    Some(ids)
+                }
+                Err(rejected) => {
+                    assert!(
+                        matches!(rejected.error(), StreamError::Overloaded { capacity: 5 }),
+                        "{rejected:?}"
+                    );
+                    let back: Vec<u64> = rejected.into_input().iter().map(|r| r.id).collect();
+                    assert_eq!(back, ids, "a refused call gets all its inputs back");
+                    None
+                }
+            }
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut refused_that_could_fit = 0;
+    for (call, t) in tasks.into_iter().enumerate() {
+        let got = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("answered")
+            .unwrap();
+        match got {
+            Some(ids) => {
+                assert_ne!(call % 8, 7, "6 inputs admitted into a queue of 5");
+                admitted.extend(ids);
+            }
+            None if call % 8 != 7 => refused_that_could_fit += 1,
+            None => {}
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(30), stream.shutdown())
+        .await
+        .expect("drains");
+    // 192 inputs at once into a queue of 5: the race happened.
+    assert!(refused_that_could_fit > 0, "no call of 3 was refused");
+    let mut delivered = delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    admitted.sort_unstable();
+    assert_eq!(
+        delivered, admitted,
+        "the model saw exactly the admitted calls' inputs, each once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_limits_are_refused() {
     for cfg in [

@@ -647,32 +647,27 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
         return draining();
     }
     let rows = req.inputs.len();
-    if i.stream.queued() + rows > i.stream.capacity() {
-        return svc.overloaded();
-    }
     let deadline = req
         .deadline_ms
         .map(Duration::from_millis)
         .or(i.cfg.deadline)
         .map(|d| Instant::now() + d);
-    let mut pending: Vec<Pending<Vec<f32>>> = Vec::with_capacity(rows);
-    for row in req.inputs {
-        let p = match deadline {
-            Some(d) => i.stream.try_infer_by(row, d),
-            None => i.stream.try_infer(row),
-        };
-        match p {
-            Ok(p) => pending.push(p),
-            // Dropping `pending` abandons the rows already queued.
-            Err(rejected) => match rejected.error() {
-                StreamError::Overloaded { .. } => return svc.overloaded(),
-                StreamError::DeadlinePassed => {
-                    return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
-                }
-                _ => return draining(),
-            },
-        }
-    }
+    // All the request's rows are queued, or none: a refused request costs
+    // the model nothing.
+    let admitted = match deadline {
+        Some(d) => i.stream.try_infer_many_by(req.inputs, d),
+        None => i.stream.try_infer_many(req.inputs),
+    };
+    let pending: Vec<Pending<Vec<f32>>> = match admitted {
+        Ok(pending) => pending,
+        Err(rejected) => match rejected.error() {
+            StreamError::Overloaded { .. } => return svc.overloaded(),
+            StreamError::DeadlinePassed => {
+                return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+            }
+            _ => return draining(),
+        },
+    };
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);
     let _counted = Counted::new(&i.in_flight, rows as u64);
     let mut outputs = Vec::with_capacity(rows);

@@ -114,7 +114,8 @@ pub trait Model: Send + Sync + 'static {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamError {
-    /// The queue was full ([`Stream::try_infer`]); nothing was enqueued.
+    /// The queue was full ([`Stream::try_infer`], [`Stream::try_infer_many`]);
+    /// nothing was enqueued.
     #[error("overloaded: the queue of {capacity} requests is full")]
     Overloaded {
         /// The queue's capacity.
@@ -132,8 +133,8 @@ pub enum StreamError {
     Closed,
 }
 
-/// A request that [`Stream::try_infer`] did not enqueue, with its input given
-/// back: a caller can retry it later or send it elsewhere without a copy.
+/// A request that [`Stream::try_infer`] (or [`Stream::try_infer_many`]) did
+/// not enqueue, with its input given back: a caller can retry it later or send it elsewhere without a copy.
 ///
 /// ```
 /// # use coexec::stream::{Rejected, StreamError};
@@ -552,6 +553,68 @@ impl<M: Model> Stream<M> {
         self.try_infer_inner(input, Some(deadline))
     }
 
+    /// Enqueues all of `inputs`, in order, or none of them: one request of
+    /// many rows is admitted whole or given back whole
+    /// ([`StreamError::Overloaded`] when the queue has fewer free places than
+    /// `inputs` — always when there are more inputs than its
+    /// [`capacity`](Stream::capacity) — or [`StreamError::Closed`]). Nothing
+    /// of a rejected call reaches the model, so no capacity is spent on rows
+    /// whose request was refused, and an admitted call's inputs enter the
+    /// queue back to back, so they tend to share a batch. One [`Pending`] per
+    /// input, in order.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use coexec::stream::{Model, Stream, StreamConfig, StreamError};
+    /// # use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+    /// # struct Echo;
+    /// # struct EchoKernel { x: Vec<u64>, out: DisjointBuf<u64> }
+    /// # impl Kernel for EchoKernel {
+    /// #     fn name(&self) -> &str { "echo" }
+    /// #     fn items(&self) -> usize { self.x.len() }
+    /// #     fn run_cpu(&self, c: &Chunk) -> Result<(), KernelError> {
+    /// #         self.out.chunk_mut(c).copy_from_slice(&self.x[c.range()]); Ok(())
+    /// #     }
+    /// # }
+    /// # impl Model for Echo {
+    /// #     type Input = u64; type Output = u64; type Kernel = EchoKernel;
+    /// #     fn build(&self, x: Vec<u64>) -> Result<EchoKernel, KernelError> {
+    /// #         let out = DisjointBuf::new(x.len(), 1); Ok(EchoKernel { x, out })
+    /// #     }
+    /// #     fn outputs(&self, k: EchoKernel) -> Result<Vec<u64>, KernelError> { Ok(k.out.into_vec()) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?);
+    /// let stream = Stream::start(rt, Echo, StreamConfig::new().queue(8))?;
+    /// let mut outputs = Vec::new();
+    /// for p in stream.try_infer_many(vec![1, 2, 3])? {
+    ///     outputs.push(p.await?);
+    /// }
+    /// assert_eq!(outputs, [1, 2, 3]);
+    /// // More rows than the queue can ever hold: all of them come back.
+    /// let rejected = stream.try_infer_many((0..9).collect()).unwrap_err();
+    /// assert!(matches!(rejected.error(), StreamError::Overloaded { capacity: 8 }));
+    /// assert_eq!(rejected.into_input().len(), 9);
+    /// # stream.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn try_infer_many(
+        &self,
+        inputs: Vec<M::Input>,
+    ) -> Result<Vec<Pending<M::Output>>, Rejected<Vec<M::Input>>> {
+        self.try_infer_many_inner(inputs, None)
+    }
+
+    /// [`Stream::try_infer_many`] with one deadline for all the inputs.
+    pub fn try_infer_many_by(
+        &self,
+        inputs: Vec<M::Input>,
+        deadline: Instant,
+    ) -> Result<Vec<Pending<M::Output>>, Rejected<Vec<M::Input>>> {
+        self.try_infer_many_inner(inputs, Some(deadline))
+    }
+
     /// Requests waiting in the queue (not yet in a batch).
     pub fn queued(&self) -> usize {
         self.shared.capacity - self.tx.capacity()
@@ -583,6 +646,11 @@ impl<M: Model> Stream<M> {
         if deadline.is_some_and(|d| d <= now) {
             return Err(Rejected::new(input, StreamError::DeadlinePassed));
         }
+        Ok(Self::request_at(input, deadline, now))
+    }
+
+    /// A request enqueued at `now` (its deadline already checked).
+    fn request_at(input: M::Input, deadline: Option<Instant>, now: Instant) -> Enqueued<M> {
         let (reply, rx) = oneshot::channel();
         let pending = Pending {
             rx,
@@ -594,7 +662,7 @@ impl<M: Model> Stream<M> {
             deadline,
             reply,
         };
-        Ok((req, pending))
+        (req, pending)
     }
 
     async fn enqueue(
@@ -625,6 +693,35 @@ impl<M: Model> Stream<M> {
                 Err(Rejected::new(req.input, StreamError::Closed))
             }
         }
+    }
+
+    fn try_infer_many_inner(
+        &self,
+        inputs: Vec<M::Input>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Pending<M::Output>>, Rejected<Vec<M::Input>>> {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| d <= now) {
+            return Err(Rejected::new(inputs, StreamError::DeadlinePassed));
+        }
+        // All the places at once, or none: the queue never holds part of a call.
+        let permits = match self.tx.try_reserve_many(inputs.len()) {
+            Ok(permits) => permits,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let capacity = self.shared.capacity;
+                return Err(Rejected::new(inputs, StreamError::Overloaded { capacity }));
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => {
+                return Err(Rejected::new(inputs, StreamError::Closed));
+            }
+        };
+        let mut pending = Vec::with_capacity(inputs.len());
+        for (permit, input) in permits.zip(inputs) {
+            let (req, p) = Self::request_at(input, deadline, now);
+            permit.send(req);
+            pending.push(p);
+        }
+        Ok(pending)
     }
 }
 
