@@ -7,7 +7,10 @@ becomes a fresh profile folder per run; the server must print its
 and configuration, in that order, with the configurations rotated each round
 so that none always runs first: a fresh server, a warm-up, then one open-loop
 `coexec-load` run; the server is stopped with SIGTERM. Prints one line per run
-and a table of medians, and writes every run's command and full report as JSON.
+and a table of medians, and writes every run's command and full report as JSON
+(rewritten after each run, so an interrupted comparison keeps what it ran).
+Exits 1 when a run broke the service's contract: a request lost, duplicated,
+malformed or crossed, or a server that did not exit 0 on SIGTERM.
 
     python3 scripts/serve_ab.py --rates 2900,3100 --rounds 4 --requests 9000 \\
         --config 'old=/tmp/old/coexec serve --addr 127.0.0.1:0 --devices cpu:1,sim:1@0.5 --profile-dir {profile_dir}' \\
@@ -19,24 +22,24 @@ Loopback only (coexec-load refuses anything else); stdlib only.
 
 import argparse
 import json
+import math
 import os
+import re
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
 
-from serve_sweep import ROOT, Server, load, log, machine, now_utc
-
-
-def die(msg, code=2):
-    print(f"serve_ab: {msg}", file=sys.stderr)
-    sys.exit(code)
+from serve_sweep import ROOT, Server, die, load, log, machine, now_utc
 
 
 def parse_config(text):
     name, sep, cmd = text.partition("=")
     if not sep or not name or not cmd.strip():
         die(f"--config wants NAME=COMMAND, got {text!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        die(f"--config name {name!r}: letters, digits, '_', '.' and '-' only")
     if "{profile_dir}" not in cmd:
         die(f"--config {name}: the command has no {{profile_dir}}, so runs would share a profile")
     return name, cmd
@@ -44,7 +47,7 @@ def parse_config(text):
 
 def one_run(args, name, cmd, rate, tag):
     profile_dir = tempfile.mkdtemp(prefix=f"coexec-ab-{tag}-")
-    argv = [a.format(profile_dir=profile_dir) for a in shlex.split(cmd)]
+    argv = [a.replace("{profile_dir}", profile_dir) for a in shlex.split(cmd)]
     server = Server(argv, os.path.join(args.log_dir, f"server-{tag}.log"), args.ready_timeout)
     try:
         if args.warmup_requests > 0:
@@ -54,13 +57,30 @@ def one_run(args, name, cmd, rate, tag):
         load_argv, report = load(args, server.url, rate, n, n / rate + args.timeout + 5, args.timeout)
     finally:
         code = server.terminate()
+        shutil.rmtree(profile_dir, ignore_errors=True)
     return dict(config=name, rate=rate, server=shlex.join(argv),
                 load=shlex.join(load_argv), server_exit=code, report=report)
 
 
+def broken(run):
+    """What a run did against the service's contract ([] when nothing)."""
+    r = run["report"]
+    bad = [f"{k} {r[k]}" for k in ("lost", "duplicated", "malformed", "crossed") if r.get(k)]
+    if run["server_exit"] != 0:
+        bad.append(f"server exit {run['server_exit']} on SIGTERM")
+    return bad
+
+
 def ms(report, q):
-    v = report["latency_ok"].get(q + "_ms")
-    return float("nan") if v is None else v
+    """A latency percentile of the 200s; NaN when there were none."""
+    lat = report["latency_ok"]
+    return lat[q + "_ms"] if lat.get("count") else float("nan")
+
+
+def median(values):
+    """The median of the values that are numbers (NaN when none is)."""
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else float("nan")
 
 
 def line(run):
@@ -70,7 +90,7 @@ def line(run):
             f"p95 {ms(r, 'p95'):7.2f}  p99 {ms(r, 'p99'):7.2f} ms")
 
 
-def table(runs, names, rates, rounds):
+def table(runs, names, rates):
     out = ["| rate, req/s | config | 200s per round | median 200s | median p50 / p95 / p99 of 200s, ms |",
            "| ---: | --- | --- | ---: | --- |"]
     for rate in rates:
@@ -79,7 +99,7 @@ def table(runs, names, rates, rounds):
             if not mine:
                 continue
             oks = [r["ok"] for r in mine]
-            lat = " / ".join(f"{statistics.median(ms(r, q) for r in mine):.2f}" for q in ("p50", "p95", "p99"))
+            lat = " / ".join(f"{median([ms(r, q) for r in mine]):.2f}" for q in ("p50", "p95", "p99"))
             out.append(f"| {rate:g} | {name} | {', '.join(map(str, oks))} | "
                        f"{statistics.median(oks):g} | {lat} |")
     return "\n".join(out)
@@ -112,28 +132,38 @@ def main():
         die(f"--rates wants numbers, got {args.rates!r}")
     if args.rounds < 1 or args.requests < 1 or any(r <= 0 for r in rates):
         die("--rounds, --requests and every rate must be positive")
+    if args.warmup_requests > 0 and args.warmup_rate <= 0:
+        die("--warmup-rate must be positive")
     args.log_dir = tempfile.mkdtemp(prefix="coexec-ab-logs-")
     log(f"server logs in {args.log_dir}")
 
-    started = now_utc()
-    runs = []
+    report = dict(started=now_utc(), ended=None, machine=machine(), argv=sys.argv,
+                  configs=dict(configs), runs=[])
+
+    def save():
+        report["ended"] = now_utc()
+        with open(args.out + ".json", "w") as f:
+            json.dump(report, f, indent=1)
+
+    failures = []
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for rate in rates:
             for name, cmd in order:
                 run = one_run(args, name, cmd, rate, f"{name}-{rate:g}-r{rnd + 1}")
                 run["round"] = rnd + 1
-                runs.append(run)
+                report["runs"].append(run)
+                save()
                 log(f"round {rnd + 1}: {line(run)}")
-    md = table(runs, names, rates, args.rounds)
+                failures += [f"round {rnd + 1}, {name} at {rate:g}/s: {b}" for b in broken(run)]
+    md = table(report["runs"], names, rates)
     print(md)
-
-    report = dict(started=started, ended=now_utc(), machine=machine(), argv=sys.argv,
-                  configs=dict(configs), runs=runs)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
     with open(args.out + ".md", "w") as f:
-        f.write(f"Measured {started} to {report['ended']} by `{shlex.join(sys.argv)}`.\n\n{md}\n")
+        f.write(f"Measured {report['started']} to {report['ended']} by `{shlex.join(sys.argv)}`.\n\n{md}\n")
+    for f in failures:
+        log(f"FAILED {f}")
+    if failures:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def die(msg, code=2):
-    print(f"serve_sweep: {msg}", file=sys.stderr)
+    # Named after the script that runs, which may be one importing this.
+    prog = os.path.splitext(os.path.basename(sys.argv[0]))[0] or "serve_sweep"
+    print(f"{prog}: {msg}", file=sys.stderr)
     sys.exit(code)
 
 

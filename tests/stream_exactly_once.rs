@@ -4,7 +4,8 @@
 //! their whole batch).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
@@ -307,8 +308,19 @@ async fn try_infer_many_queues_all_of_a_call_or_none() {
                     Some(ids)
                 }
                 Err(rejected) => {
+                    let why = rejected.error();
                     assert!(
-                        matches!(rejected.error(), StreamError::Overloaded { capacity: 5 }),
+                        if n > 5 {
+                            matches!(
+                                why,
+                                StreamError::TooMany {
+                                    inputs: 6,
+                                    capacity: 5
+                                }
+                            )
+                        } else {
+                            matches!(why, StreamError::Overloaded { capacity: 5 })
+                        },
                         "{rejected:?}"
                     );
                     let back: Vec<u64> = rejected.into_input().iter().map(|r| r.id).collect();
@@ -346,6 +358,156 @@ async fn try_infer_many_queues_all_of_a_call_or_none() {
         delivered, admitted,
         "the model saw exactly the admitted calls' inputs, each once"
     );
+}
+
+/// Holds every chunk in its kernel until opened.
+#[derive(Default)]
+struct Gate {
+    entered: AtomicBool,
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn pass(&self) {
+        self.entered.store(true, Ordering::SeqCst);
+        let open = self.open.lock().unwrap();
+        // Bounded, so a failing test cannot hang the run.
+        let _ = self
+            .opened
+            .wait_timeout_while(open, Duration::from_secs(30), |open| !*open)
+            .unwrap();
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+
+    async fn entered(&self) {
+        let t = Instant::now();
+        while !self.entered.load(Ordering::SeqCst) {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no chunk reached the kernel"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+struct GatedKernel(Tagged, Arc<Gate>);
+
+impl Kernel for GatedKernel {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn items(&self) -> usize {
+        self.0.items()
+    }
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        self.1.pass();
+        self.0.run_cpu(chunk)
+    }
+}
+
+struct Gated(TaggedModel, Arc<Gate>);
+
+impl Model for Gated {
+    type Input = Req;
+    type Output = u64;
+    type Kernel = GatedKernel;
+    fn build(&self, reqs: Vec<Req>) -> Result<GatedKernel, KernelError> {
+        Ok(GatedKernel(self.0.build(reqs)?, self.1.clone()))
+    }
+    fn outputs(&self, k: GatedKernel) -> Result<Vec<u64>, KernelError> {
+        self.0.outputs(k.0)
+    }
+}
+
+/// With the only batch slot held by a batch stuck in its kernel, the queue's
+/// places can be counted: `try_infer_many` takes all the places a call needs
+/// or none, tells a call too large to ever fit from a full queue, and a
+/// closed stream from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_infer_many_takes_every_place_it_needs_or_none() {
+    let gate = Arc::new(Gate::default());
+    let model = Gated(TaggedModel::default(), gate.clone());
+    let delivered = model.0.delivered.clone();
+    let cfg = StreamConfig::new()
+        .max_batch(8)
+        .max_wait(Duration::ZERO)
+        .queue(5)
+        .in_flight(1);
+    let stream = Stream::start(runtime(), model, cfg).unwrap();
+    let req = |id| Req {
+        id,
+        poison: false,
+        flaky: false,
+    };
+    let ids = |reqs: Vec<Req>| reqs.iter().map(|r| r.id).collect::<Vec<_>>();
+    let first = stream.try_infer(req(0)).unwrap();
+    gate.entered().await;
+    assert_eq!(stream.queued(), 0);
+
+    let a = stream.try_infer_many(vec![req(1), req(2), req(3)]).unwrap();
+    assert_eq!(stream.queued(), 3);
+    let full = stream
+        .try_infer_many(vec![req(4), req(5), req(6)])
+        .unwrap_err();
+    assert!(
+        matches!(full.error(), StreamError::Overloaded { capacity: 5 }),
+        "{full:?}"
+    );
+    assert_eq!(ids(full.into_input()), [4, 5, 6]);
+    assert_eq!(stream.queued(), 3, "a refused call takes no place");
+    let huge = stream
+        .try_infer_many((10..16).map(req).collect())
+        .unwrap_err();
+    assert!(
+        matches!(
+            huge.error(),
+            StreamError::TooMany {
+                inputs: 6,
+                capacity: 5
+            }
+        ),
+        "{huge:?}"
+    );
+    assert_eq!(ids(huge.into_input()), [10, 11, 12, 13, 14, 15]);
+    let late = stream
+        .try_infer_many_by(vec![req(7)], Instant::now())
+        .unwrap_err();
+    assert!(
+        matches!(late.error(), StreamError::DeadlinePassed),
+        "{late:?}"
+    );
+    assert!(stream.try_infer_many(Vec::new()).unwrap().is_empty());
+    let b = stream.try_infer_many(vec![req(8), req(9)]).unwrap();
+    assert_eq!(stream.queued(), 5);
+
+    gate.open();
+    assert_eq!(first.await.unwrap(), answer(0));
+    for (p, id) in a
+        .into_iter()
+        .zip([1, 2, 3])
+        .chain(b.into_iter().zip([8, 9]))
+    {
+        assert_eq!(p.await.unwrap(), answer(id));
+    }
+    tokio::time::timeout(Duration::from_secs(30), stream.shutdown())
+        .await
+        .expect("drains");
+    // Closed wins over a call that could never fit, and over no inputs.
+    let closed = stream
+        .try_infer_many((10..16).map(req).collect())
+        .unwrap_err();
+    assert!(matches!(closed.error(), StreamError::Closed), "{closed:?}");
+    let closed = stream.try_infer_many(Vec::new()).unwrap_err();
+    assert!(matches!(closed.error(), StreamError::Closed), "{closed:?}");
+    let mut delivered = delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    assert_eq!(delivered, [0, 1, 2, 3, 8, 9]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

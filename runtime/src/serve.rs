@@ -2,7 +2,7 @@
 //! [`MlpWeights`]) behind axum, as `coexec serve` runs it.
 //!
 //! ```text
-//!  POST /v1/infer {"inputs": [[64 numbers], ...]} ──try_infer_by──▶ Stream ──batches──▶ Runtime
+//!  POST /v1/infer {"inputs": [[64 numbers], ...]} ──try_infer_many_by──▶ Stream ──batches──▶ Runtime
 //!       ◀── {"outputs": [{"label": L, "probs": [10 numbers]}, ...]} (one per input, in order)
 //!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus)
 //! ```
@@ -652,8 +652,9 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
         .map(Duration::from_millis)
         .or(i.cfg.deadline)
         .map(|d| Instant::now() + d);
-    // All the request's rows are queued, or none: a refused request costs
-    // the model nothing.
+    // All the request's rows are queued, or none: a refused request leaves
+    // nothing in the queue. (A deadline already past is checked first: 504
+    // before 503.)
     let admitted = match deadline {
         Some(d) => i.stream.try_infer_many_by(req.inputs, d),
         None => i.stream.try_infer_many(req.inputs),
@@ -664,6 +665,10 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
             StreamError::Overloaded { .. } => return svc.overloaded(),
             StreamError::DeadlinePassed => {
                 return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+            }
+            // Not reached: more rows than `most` got their 400 above.
+            e @ StreamError::TooMany { .. } => {
+                return error(StatusCode::BAD_REQUEST, e.to_string())
             }
             _ => return draining(),
         },

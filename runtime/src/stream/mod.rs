@@ -115,9 +115,18 @@ pub trait Model: Send + Sync + 'static {
 #[non_exhaustive]
 pub enum StreamError {
     /// The queue was full ([`Stream::try_infer`], [`Stream::try_infer_many`]);
-    /// nothing was enqueued.
+    /// nothing was enqueued. Worth trying again later.
     #[error("overloaded: the queue of {capacity} requests is full")]
     Overloaded {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// More inputs in one [`Stream::try_infer_many`] call than the queue
+    /// can ever hold; nothing was enqueued, and trying again cannot help.
+    #[error("{inputs} inputs in one call; the queue holds at most {capacity}")]
+    TooMany {
+        /// The inputs in the call.
+        inputs: usize,
         /// The queue's capacity.
         capacity: usize,
     },
@@ -134,28 +143,26 @@ pub enum StreamError {
 }
 
 /// A request that [`Stream::try_infer`] (or [`Stream::try_infer_many`]) did
-/// not enqueue, with its input given back: a caller can retry it later or send it elsewhere without a copy.
+/// not enqueue, with its input given back: a caller can retry it later or
+/// send it elsewhere without a copy (see [`Stream::try_infer`]'s example).
 ///
-/// ```
-/// # use coexec::stream::{Rejected, StreamError};
-/// let r = Rejected::new(vec![1.0_f32; 64], StreamError::Overloaded { capacity: 8 });
-/// assert!(matches!(r.error(), StreamError::Overloaded { capacity: 8 }));
-/// let input: Vec<f32> = r.into_input(); // the same allocation, unchanged
-/// assert_eq!(input.len(), 64);
-/// ```
+/// `?` turns it into its [`StreamError`] and drops the input. Into other
+/// error types (`Box<dyn Error + Send + Sync>`, `anyhow::Error`) `?` carries
+/// the input along and needs it to be `Sync`; `.map_err(StreamError::from)?`
+/// keeps only the error.
 pub struct Rejected<I> {
     input: I,
     error: StreamError,
 }
 
 impl<I> Rejected<I> {
-    /// A rejection of `input` for `error`.
-    pub fn new(input: I, error: StreamError) -> Self {
+    pub(crate) fn new(input: I, error: StreamError) -> Self {
         Rejected { input, error }
     }
 
     /// Why the request was not enqueued: [`StreamError::Overloaded`],
-    /// [`StreamError::DeadlinePassed`] or [`StreamError::Closed`].
+    /// [`StreamError::TooMany`], [`StreamError::DeadlinePassed`] or
+    /// [`StreamError::Closed`].
     pub fn error(&self) -> &StreamError {
         &self.error
     }
@@ -554,14 +561,23 @@ impl<M: Model> Stream<M> {
     }
 
     /// Enqueues all of `inputs`, in order, or none of them: one request of
-    /// many rows is admitted whole or given back whole
-    /// ([`StreamError::Overloaded`] when the queue has fewer free places than
-    /// `inputs` — always when there are more inputs than its
-    /// [`capacity`](Stream::capacity) — or [`StreamError::Closed`]). Nothing
-    /// of a rejected call reaches the model, so no capacity is spent on rows
-    /// whose request was refused, and an admitted call's inputs enter the
-    /// queue back to back, so they tend to share a batch. One [`Pending`] per
-    /// input, in order.
+    /// many rows is admitted whole or given back whole, with
+    /// [`StreamError::Overloaded`] when the queue has fewer free places than
+    /// `inputs`, [`StreamError::TooMany`] when there are more inputs than its
+    /// [`capacity`](Stream::capacity), or [`StreamError::Closed`]; no place
+    /// in the queue is taken by a call it refuses. No inputs: `Ok` with no
+    /// [`Pending`] (while the stream is open).
+    ///
+    /// Only admission is all-or-nothing. The admitted inputs keep their
+    /// order, but other callers' requests may enter the queue between them,
+    /// so they may run in different batches and end differently (one
+    /// [`Pending`] per input, in order: some outputs, some
+    /// [`StreamError::Failed`] or [`StreamError::DeadlinePassed`]). A call
+    /// needs all its places free at one moment: under a steady stream of
+    /// single requests, or while [`Stream::infer`] callers wait for room
+    /// (they are served first), a large call may be refused again and again.
+    /// A deadline already past is checked first, so such a call gets
+    /// [`StreamError::DeadlinePassed`] whatever the queue holds.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -594,11 +610,13 @@ impl<M: Model> Stream<M> {
     /// assert_eq!(outputs, [1, 2, 3]);
     /// // More rows than the queue can ever hold: all of them come back.
     /// let rejected = stream.try_infer_many((0..9).collect()).unwrap_err();
-    /// assert!(matches!(rejected.error(), StreamError::Overloaded { capacity: 8 }));
+    /// assert!(matches!(rejected.error(), StreamError::TooMany { inputs: 9, capacity: 8 }));
     /// assert_eq!(rejected.into_input().len(), 9);
     /// # stream.shutdown().await;
     /// # Ok(()) }
     /// ```
+    // The whole type in the signature reads better than an alias would.
+    #[allow(clippy::type_complexity)]
     pub fn try_infer_many(
         &self,
         inputs: Vec<M::Input>,
@@ -607,6 +625,8 @@ impl<M: Model> Stream<M> {
     }
 
     /// [`Stream::try_infer_many`] with one deadline for all the inputs.
+    // The whole type in the signature reads better than an alias would.
+    #[allow(clippy::type_complexity)]
     pub fn try_infer_many_by(
         &self,
         inputs: Vec<M::Input>,
@@ -695,6 +715,8 @@ impl<M: Model> Stream<M> {
         }
     }
 
+    // The whole type in the signature reads better than an alias would.
+    #[allow(clippy::type_complexity)]
     fn try_infer_many_inner(
         &self,
         inputs: Vec<M::Input>,
@@ -704,11 +726,26 @@ impl<M: Model> Stream<M> {
         if deadline.is_some_and(|d| d <= now) {
             return Err(Rejected::new(inputs, StreamError::DeadlinePassed));
         }
+        // tokio answers `Full` to a call larger than the queue even when it
+        // is closed: closed first, then a call that can never fit.
+        if self.tx.is_closed() {
+            return Err(Rejected::new(inputs, StreamError::Closed));
+        }
+        let capacity = self.shared.capacity;
+        if inputs.len() > capacity {
+            let n = inputs.len();
+            return Err(Rejected::new(
+                inputs,
+                StreamError::TooMany {
+                    inputs: n,
+                    capacity,
+                },
+            ));
+        }
         // All the places at once, or none: the queue never holds part of a call.
         let permits = match self.tx.try_reserve_many(inputs.len()) {
             Ok(permits) => permits,
             Err(mpsc::error::TrySendError::Full(())) => {
-                let capacity = self.shared.capacity;
                 return Err(Rejected::new(inputs, StreamError::Overloaded { capacity }));
             }
             Err(mpsc::error::TrySendError::Closed(())) => {
