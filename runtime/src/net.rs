@@ -1,11 +1,19 @@
 //! The accept loop's one step, shared by the metrics endpoint and the
-//! service: a connection slot, then a connection.
+//! service: a connection slot, then a connection; and the deadline on a
+//! service connection's request heads.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 
 /// How long to wait after a failed accept (out of descriptors and the like).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
@@ -28,5 +36,130 @@ pub(crate) async fn accept_bounded(
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
             }
         }
+    }
+}
+
+/// One HTTP/1.1 connection's request count, kept by the service that answers
+/// it and read by its [`HeadDeadline`] stream.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    /// Requests whose head was complete (the service was called).
+    started: AtomicU64,
+    /// Whether a request is being answered (its body may still be arriving).
+    running: AtomicBool,
+}
+
+impl Requests {
+    /// Marks a request started; it runs until the guard is dropped.
+    pub(crate) fn start(self: &Arc<Self>) -> Running {
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.running.store(true, Ordering::Release);
+        Running(self.clone())
+    }
+}
+
+/// A request being answered; dropping it (answered or cancelled) ends it.
+pub(crate) struct Running(Arc<Requests>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+    }
+}
+
+/// A connection whose request heads must arrive within `limit` of their
+/// first byte, while an idle keep-alive connection (no byte of a next
+/// request yet) is left to the server's longer idle timeout.
+///
+/// hyper's `header_read_timeout` starts as soon as it waits for a head, so
+/// it closes a keep-alive connection idle for that long; a client that
+/// sends its next request on it as the close is on its way loses that
+/// request (a client's pool commonly keeps idle connections for 90 s). Here
+/// a head's clock starts with its first byte, and a body's bytes (read while
+/// the service answers its request) never start it.
+pub(crate) struct HeadDeadline<S> {
+    io: S,
+    requests: Arc<Requests>,
+    limit: Duration,
+    /// The head being read: the count of requests started before it, and
+    /// when it must be complete.
+    head: Option<(u64, Pin<Box<Sleep>>)>,
+}
+
+impl<S> HeadDeadline<S> {
+    pub(crate) fn new(io: S, requests: Arc<Requests>, limit: Duration) -> Self {
+        HeadDeadline {
+            io,
+            requests,
+            limit,
+            head: None,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let started = this.requests.started.load(Ordering::Acquire);
+        // A head whose request has started since is complete.
+        if this.head.as_ref().is_some_and(|(n, _)| *n != started) {
+            this.head = None;
+        }
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        if this.requests.running.load(Ordering::Acquire) {
+            return read; // a body: the handler bounds it
+        }
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before && this.head.is_none() => {
+                this.head = Some((started, Box::pin(tokio::time::sleep(this.limit))));
+            }
+            Poll::Pending => {
+                if let Some((_, at)) = &mut this.head {
+                    if at.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "request head not complete in time",
+                        )));
+                    }
+                }
+            }
+            _ => {}
+        }
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

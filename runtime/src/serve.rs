@@ -50,6 +50,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use coexec_kernels::workloads::{argmax, MlpWeights};
+use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use metrics::{counter, gauge, histogram};
@@ -57,11 +58,18 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
+use crate::net::{HeadDeadline, Requests};
 use crate::stream::{MlpModel, Pending, Stream, StreamConfig, StreamError};
 use crate::{Error, Runtime};
 
-/// Longest a client may take to send a request head.
+/// Longest a client may take to send a request head, from its first byte.
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest a keep-alive connection may sit idle, waiting for the first byte
+/// of its next request. Longer than the idle timeouts of common HTTP client
+/// pools (90 s for hyper's, reqwest's and Go's), so that the client, not
+/// the server, closes an idle connection: when the server does, a request
+/// sent on it as the close is on its way is lost.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest a client may take to send a request body once its head is in
 /// (then 408): a stalled upload holds a connection slot, and at shutdown
 /// the process, no longer than this.
@@ -750,11 +758,25 @@ pub async fn serve(
         let service = service.clone();
         let mut stop = stop.clone();
         conns.spawn(async move {
+            let requests = Arc::new(Requests::default());
+            let io = HeadDeadline::new(stream, requests.clone(), HEAD_DEADLINE);
+            let service = hyper::service::service_fn(move |req| {
+                let running = requests.start();
+                let answer = service.call(req);
+                async move {
+                    let answer = answer.await;
+                    drop(running);
+                    answer
+                }
+            });
+            // hyper's head timeout runs from when it starts waiting for a
+            // head, idle time included: here it is the idle timeout, and
+            // `HeadDeadline` times the head itself.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_DEADLINE)
+                .header_read_timeout(IDLE_TIMEOUT)
                 .max_buf_size(MAX_HEAD)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(io), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
