@@ -68,15 +68,20 @@ impl Drop for Running {
 }
 
 /// A connection whose request heads must arrive within `limit` of their
-/// first byte, while an idle keep-alive connection (no byte of a next
-/// request yet) is left to the server's longer idle timeout.
+/// first byte, and its first head within `limit` of the connection, while
+/// an idle keep-alive connection (no byte of a next request yet) is left to
+/// the server's longer idle timeout.
 ///
 /// hyper's `header_read_timeout` starts as soon as it waits for a head, so
 /// it closes a keep-alive connection idle for that long; a client that
 /// sends its next request on it as the close is on its way loses that
 /// request (a client's pool commonly keeps idle connections for 90 s). Here
-/// a head's clock starts with its first byte, and a body's bytes (read while
-/// the service answers its request) never start it.
+/// a head's clock starts with its first byte, and a body's bytes read while
+/// the service answers its request never start it. Two cases are left to the
+/// idle timeout: a head whose first bytes arrived together with the
+/// previous request (pipelined), and the rest of a body the service did not
+/// read (the service then answers with `Connection: close`, see
+/// [`WatchedBody`], so the connection does not outlive it).
 pub(crate) struct HeadDeadline<S> {
     io: S,
     requests: Arc<Requests>,
@@ -88,11 +93,14 @@ pub(crate) struct HeadDeadline<S> {
 
 impl<S> HeadDeadline<S> {
     pub(crate) fn new(io: S, requests: Arc<Requests>, limit: Duration) -> Self {
+        // The first head is timed from the connection: a client that
+        // connects and sends nothing gives its slot back after `limit`.
+        let first = (0, Box::pin(tokio::time::sleep(limit)));
         HeadDeadline {
             io,
             requests,
             limit,
-            head: None,
+            head: Some(first),
         }
     }
 }
@@ -161,5 +169,51 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A request body that records whether it was read to its end, so that a
+/// response to a request whose body the service left unread can close the
+/// connection (the rest of the body would otherwise be drained after the
+/// response, outside any request's deadline).
+pub(crate) struct WatchedBody<B> {
+    inner: B,
+    read: Arc<AtomicBool>,
+}
+
+impl<B: http_body::Body> WatchedBody<B> {
+    /// `inner`, and the flag set once it has been read to its end (at once
+    /// for an empty body).
+    pub(crate) fn new(inner: B) -> (Self, Arc<AtomicBool>) {
+        let read = Arc::new(AtomicBool::new(inner.is_end_stream()));
+        let body = WatchedBody {
+            inner,
+            read: read.clone(),
+        };
+        (body, read)
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for WatchedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -58,7 +58,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
-use crate::net::{HeadDeadline, Requests};
+use crate::net::{HeadDeadline, Requests, WatchedBody};
 use crate::stream::{MlpModel, Pending, Stream, StreamConfig, StreamError};
 use crate::{Error, Runtime};
 
@@ -760,12 +760,22 @@ pub async fn serve(
         conns.spawn(async move {
             let requests = Arc::new(Requests::default());
             let io = HeadDeadline::new(stream, requests.clone(), HEAD_DEADLINE);
-            let service = hyper::service::service_fn(move |req| {
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                 let running = requests.start();
-                let answer = service.call(req);
+                let (parts, body) = req.into_parts();
+                let (body, read) = WatchedBody::new(body);
+                let answer = service.call(hyper::Request::from_parts(parts, body));
                 async move {
-                    let answer = answer.await;
+                    let mut answer = answer.await;
                     drop(running);
+                    // A body left unread would be drained after the answer,
+                    // untimed: close instead (a wrong path or method).
+                    if let Ok(r) = &mut answer {
+                        if !read.load(Ordering::Acquire) {
+                            r.headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        }
+                    }
                     answer
                 }
             });
