@@ -26,6 +26,15 @@ fn answer(id: u64) -> u64 {
     id * 3 + 1
 }
 
+/// A request that neither fails nor is retried.
+fn healthy(id: u64) -> Req {
+    Req {
+        id,
+        poison: false,
+        flaky: false,
+    }
+}
+
 struct Tagged {
     reqs: Vec<Req>,
     out: DisjointBuf<u64>,
@@ -170,7 +179,7 @@ proptest! {
                 answers.push(tokio::time::timeout(Duration::from_secs(30), t).await.expect("answered").unwrap());
             }
             tokio::time::timeout(Duration::from_secs(30), stream.shutdown()).await.expect("drains");
-            let after = stream.infer(Req { id: 9999, poison: false, flaky: false }).await;
+            let after = stream.infer(healthy(9999)).await;
             (answers, after)
         });
         prop_assert!(matches!(after, Err(StreamError::Closed)), "{after:?}");
@@ -217,11 +226,7 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
     let mut pending = Vec::new();
     let mut overloaded = 0;
     for id in 0..50 {
-        match stream.try_infer(Req {
-            id,
-            poison: false,
-            flaky: false,
-        }) {
+        match stream.try_infer(healthy(id)) {
             Ok(p) => pending.push((id, p)),
             Err(rejected) => match rejected.into_parts() {
                 (back, StreamError::Overloaded { capacity }) => {
@@ -242,25 +247,12 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
     }
     drained.await.unwrap();
     // Shut down: `Closed`, and the input again comes back.
-    let closed = stream
-        .try_infer(Req {
-            id: 77,
-            poison: false,
-            flaky: false,
-        })
-        .unwrap_err();
+    let closed = stream.try_infer(healthy(77)).unwrap_err();
     assert!(matches!(closed.error(), StreamError::Closed), "{closed:?}");
     assert_eq!(closed.into_input().id, 77);
     // A deadline already past: `DeadlinePassed`, input back, nothing queued.
     let late = stream
-        .try_infer_by(
-            Req {
-                id: 78,
-                poison: false,
-                flaky: false,
-            },
-            Instant::now(),
-        )
+        .try_infer_by(healthy(78), Instant::now())
         .unwrap_err();
     assert!(
         matches!(late.error(), StreamError::DeadlinePassed),
@@ -290,14 +282,7 @@ async fn try_infer_many_queues_all_of_a_call_or_none() {
         let ids: Vec<u64> = (0..n).map(|k| call * 10 + k).collect();
         let s = stream.clone();
         tasks.push(tokio::spawn(async move {
-            let reqs = ids
-                .iter()
-                .map(|&id| Req {
-                    id,
-                    poison: false,
-                    flaky: false,
-                })
-                .collect();
+            let reqs = ids.iter().map(|&id| healthy(id)).collect();
             match s.try_infer_many(reqs) {
                 Ok(pending) => {
                     let mut got = Vec::new();
@@ -440,20 +425,17 @@ async fn try_infer_many_takes_every_place_it_needs_or_none() {
         .queue(5)
         .in_flight(1);
     let stream = Stream::start(runtime(), model, cfg).unwrap();
-    let req = |id| Req {
-        id,
-        poison: false,
-        flaky: false,
-    };
     let ids = |reqs: Vec<Req>| reqs.iter().map(|r| r.id).collect::<Vec<_>>();
-    let first = stream.try_infer(req(0)).unwrap();
+    let first = stream.try_infer(healthy(0)).unwrap();
     gate.entered().await;
     assert_eq!(stream.queued(), 0);
 
-    let a = stream.try_infer_many(vec![req(1), req(2), req(3)]).unwrap();
+    let a = stream
+        .try_infer_many(vec![healthy(1), healthy(2), healthy(3)])
+        .unwrap();
     assert_eq!(stream.queued(), 3);
     let full = stream
-        .try_infer_many(vec![req(4), req(5), req(6)])
+        .try_infer_many(vec![healthy(4), healthy(5), healthy(6)])
         .unwrap_err();
     assert!(
         matches!(full.error(), StreamError::Overloaded { capacity: 5 }),
@@ -462,7 +444,7 @@ async fn try_infer_many_takes_every_place_it_needs_or_none() {
     assert_eq!(ids(full.into_input()), [4, 5, 6]);
     assert_eq!(stream.queued(), 3, "a refused call takes no place");
     let huge = stream
-        .try_infer_many((10..16).map(req).collect())
+        .try_infer_many((10..16).map(healthy).collect())
         .unwrap_err();
     assert!(
         matches!(
@@ -476,14 +458,14 @@ async fn try_infer_many_takes_every_place_it_needs_or_none() {
     );
     assert_eq!(ids(huge.into_input()), [10, 11, 12, 13, 14, 15]);
     let late = stream
-        .try_infer_many_by(vec![req(7)], Instant::now())
+        .try_infer_many_by(vec![healthy(7)], Instant::now())
         .unwrap_err();
     assert!(
         matches!(late.error(), StreamError::DeadlinePassed),
         "{late:?}"
     );
     assert!(stream.try_infer_many(Vec::new()).unwrap().is_empty());
-    let b = stream.try_infer_many(vec![req(8), req(9)]).unwrap();
+    let b = stream.try_infer_many(vec![healthy(8), healthy(9)]).unwrap();
     assert_eq!(stream.queued(), 5);
 
     gate.open();
@@ -500,7 +482,7 @@ async fn try_infer_many_takes_every_place_it_needs_or_none() {
         .expect("drains");
     // Closed wins over a call that could never fit, and over no inputs.
     let closed = stream
-        .try_infer_many((10..16).map(req).collect())
+        .try_infer_many((10..16).map(healthy).collect())
         .unwrap_err();
     assert!(matches!(closed.error(), StreamError::Closed), "{closed:?}");
     let closed = stream.try_infer_many(Vec::new()).unwrap_err();
@@ -541,13 +523,7 @@ async fn shutdown_does_not_wait_out_a_forming_batch() {
         .max_batch(64)
         .max_wait(StreamConfig::MAX_WAIT_LIMIT);
     let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
-    let p = stream
-        .try_infer(Req {
-            id: 7,
-            poison: false,
-            flaky: false,
-        })
-        .unwrap();
+    let p = stream.try_infer(healthy(7)).unwrap();
     // The batch has its first request and waits for more.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let t = std::time::Instant::now();
@@ -597,11 +573,7 @@ impl Model for Faulty {
 
 /// `?` takes a stream's error into `coexec::Error`.
 async fn ask(stream: &Stream<Faulty>, id: u64) -> Result<u64, coexec::Error> {
-    let req = Req {
-        id,
-        poison: false,
-        flaky: false,
-    };
+    let req = healthy(id);
     Ok(stream.infer(req).await?)
 }
 
@@ -660,13 +632,8 @@ async fn a_wrong_output_count_fails_the_batch_and_an_observer_panic_loses_nothin
         .max_wait(Duration::from_millis(20));
     let stream =
         Stream::start(runtime(), Faulty(TaggedModel::default(), Fault::Short), cfg).unwrap();
-    let req = |id| Req {
-        id,
-        poison: false,
-        flaky: false,
-    };
     let pending: Vec<_> = (0..4)
-        .map(|id| stream.try_infer(req(id)).unwrap())
+        .map(|id| stream.try_infer(healthy(id)).unwrap())
         .collect();
     for p in pending {
         match p.await {
@@ -686,7 +653,7 @@ async fn a_wrong_output_count_fails_the_batch_and_an_observer_panic_loses_nothin
     });
     let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
     for id in 0..5 {
-        assert_eq!(stream.infer(req(id)).await.unwrap(), answer(id));
+        assert_eq!(stream.infer(healthy(id)).await.unwrap(), answer(id));
     }
     stream.shutdown().await;
     assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), 5);
