@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 
-from serve_sweep import ROOT, Server, die, load, log, machine, now_utc
+from serve_sweep import ROOT, Server, die, log, machine, now_utc, run_at
 
 
 def parse_config(text):
@@ -51,10 +51,8 @@ def one_run(args, name, cmd, rate, tag):
     server = Server(argv, os.path.join(args.log_dir, f"server-{tag}.log"), args.ready_timeout)
     try:
         if args.warmup_requests > 0:
-            n = args.warmup_requests
-            load(args, server.url, args.warmup_rate, n, n / args.warmup_rate + args.timeout + 5, args.timeout)
-        n = args.requests
-        load_argv, report = load(args, server.url, rate, n, n / rate + args.timeout + 5, args.timeout)
+            run_at(args, server.url, args.warmup_rate, args.warmup_requests)
+        load_argv, report = run_at(args, server.url, rate, args.requests)
     finally:
         code = server.terminate()
         shutil.rmtree(profile_dir, ignore_errors=True)
