@@ -86,21 +86,23 @@ pub(crate) struct HeadDeadline<S> {
     io: S,
     requests: Arc<Requests>,
     limit: Duration,
-    /// The head being read: the count of requests started before it, and
-    /// when it must be complete.
-    head: Option<(u64, Pin<Box<Sleep>>)>,
+    /// The head being read: the count of requests started before it.
+    head: Option<u64>,
+    /// When that head must be complete (one timer per connection, reset for
+    /// each head).
+    clock: Pin<Box<Sleep>>,
 }
 
 impl<S> HeadDeadline<S> {
     pub(crate) fn new(io: S, requests: Arc<Requests>, limit: Duration) -> Self {
         // The first head is timed from the connection: a client that
         // connects and sends nothing gives its slot back after `limit`.
-        let first = (0, Box::pin(tokio::time::sleep(limit)));
         HeadDeadline {
             io,
             requests,
             limit,
-            head: Some(first),
+            head: Some(0),
+            clock: Box::pin(tokio::time::sleep(limit)),
         }
     }
 }
@@ -114,7 +116,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
         let this = &mut *self;
         let started = this.requests.started.load(Ordering::Acquire);
         // A head whose request has started since is complete.
-        if this.head.as_ref().is_some_and(|(n, _)| *n != started) {
+        if this.head.is_some_and(|n| n != started) {
             this.head = None;
         }
         let before = buf.filled().len();
@@ -124,17 +126,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
         }
         match read {
             Poll::Ready(Ok(())) if buf.filled().len() > before && this.head.is_none() => {
-                this.head = Some((started, Box::pin(tokio::time::sleep(this.limit))));
+                this.head = Some(started);
+                let at = tokio::time::Instant::now() + this.limit;
+                this.clock.as_mut().reset(at);
             }
-            Poll::Pending => {
-                if let Some((_, at)) = &mut this.head {
-                    if at.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "request head not complete in time",
-                        )));
-                    }
-                }
+            Poll::Pending if this.head.is_some() && this.clock.as_mut().poll(cx).is_ready() => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "request head not complete in time",
+                )));
             }
             _ => {}
         }
