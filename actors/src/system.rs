@@ -200,6 +200,7 @@ impl Engine {
         };
         // Workers; a GPU stream is created on its own thread and says whether it came up.
         let (up_tx, up_rx) = std::sync::mpsc::channel::<Result<(), ActorError>>();
+        let watch_gpus = classes.len() > 1;
         for (w, &c) in worker_class.iter().enumerate() {
             let info = classes[c].clone();
             let k = w - worker_class.iter().position(|&x| x == c).unwrap_or(w);
@@ -222,7 +223,14 @@ impl Engine {
                             Some((reg.take_back.clone(), w)),
                         )),
                         DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
-                            Ok(stream) => Box::new(GpuExec::new(stream)),
+                            Ok(mut stream) => {
+                                // A chunk can be taken back only where another
+                                // class could run it instead.
+                                if watch_gpus {
+                                    stream.watch_take_back(reg.take_back.clone(), w);
+                                }
+                                Box::new(GpuExec::new(stream))
+                            }
                             Err(e) => {
                                 let _ = up.send(Err(ActorError::Device {
                                     device: format!("{}/s{k}", info.name),

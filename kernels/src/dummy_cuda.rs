@@ -61,6 +61,21 @@ impl StreamWorker {
         match self.never {}
     }
 
+    /// Lets the runtime take back this stream's chunk (unreachable: no
+    /// value exists).
+    pub fn watch_take_back(
+        &mut self,
+        _flags: std::sync::Arc<[std::sync::atomic::AtomicBool]>,
+        _index: usize,
+    ) {
+        match self.never {}
+    }
+
+    /// Waits for a taken-back chunk's work (unreachable: no value exists).
+    pub fn wait_idle(&mut self) {
+        match self.never {}
+    }
+
     /// The device's ordinal (unreachable).
     pub fn device(&self) -> usize {
         match self.never {}

@@ -12,7 +12,9 @@ use std::io::Write;
 
 use coexec_kernels::cuda::{self, CudaKernel, StreamWorker};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use coexec_kernels::workloads::{
     argmax, run_sequential, KmeansConfig, KmeansData, KmeansJob, LabeledRows, MatmulJob,
@@ -167,6 +169,102 @@ fn synthetic_cuda_equals_cpu() {
         return;
     }
     k.verify().unwrap();
+}
+
+/// Runs all of `k` as one chunk on `w`; the result and the seconds it took.
+fn run_whole(w: &mut StreamWorker, k: &mut Synthetic) -> (Result<(), KernelError>, f64) {
+    let n = k.items();
+    let (k, chunks) = claim_parts(k, &[0, n]);
+    let t = Instant::now();
+    let r = w.run(k, &chunks[0]);
+    (r, t.elapsed().as_secs_f64())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn a_long_chunk_is_taken_back_from_a_stream_that_then_runs_on() {
+    let test = "a_long_chunk_is_taken_back_from_a_stream_that_then_runs_on";
+    let Some([mut w, _]) = workers(test) else {
+        return;
+    };
+    let flags: Arc<[AtomicBool]> = (0..1).map(|_| AtomicBool::new(false)).collect();
+    w.watch_take_back(flags.clone(), 0);
+    // A chunk sized to take ~3 s, from a timed one (compiled first).
+    let n = 1 << 20;
+    let mut warm = Synthetic::new(n, 1);
+    run_whole(&mut w, &mut warm).0.unwrap();
+    let base = 20_000u32;
+    let (r, t) = run_whole(&mut w, &mut Synthetic::new(n, base));
+    r.unwrap();
+    let work = (base as f64 * 3.0 / t.max(1e-6)).clamp(1.0, u32::MAX as f64) as u32;
+    let mut long = Synthetic::new(n, work);
+
+    // Taken back 0.2 s in: the call returns then, having written nothing.
+    let f = flags.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        f[0].store(true, Ordering::Release);
+    });
+    let (r, took) = run_whole(&mut w, &mut long);
+    setter.join().unwrap();
+    say(&format!(
+        "{test}: {base} rounds took {t:.4} s; {work} rounds taken back after {took:.3} s: {r:?}"
+    ));
+    assert!(
+        matches!(r, Err(KernelError::TakenBack { .. })),
+        "expected TakenBack, got {r:?}"
+    );
+    assert!(
+        took < 1.5,
+        "the wait ended {took:.3} s in, not soon after 0.2 s"
+    );
+    assert!(
+        long.write_counts().iter().all(|&c| c == 0),
+        "a taken-back chunk wrote outputs"
+    );
+
+    // Still flagged, the next chunk is taken back while the stream is busy
+    // with the last one's work, without waiting for it.
+    let mut next = Synthetic::new(100_003, 200);
+    let (r, took) = run_whole(&mut w, &mut next);
+    assert!(
+        matches!(r, Err(KernelError::TakenBack { .. })) && took < 0.5,
+        "a busy stream's next chunk: {r:?} after {took:.3} s"
+    );
+
+    // Cleared, the stream waits for that work, then runs on, exactly once.
+    flags[0].store(false, Ordering::Release);
+    let (r, took) = run_whole(&mut w, &mut next);
+    say(&format!(
+        "{test}: the next chunk ran after {took:.3} s: {r:?}"
+    ));
+    r.unwrap();
+    next.verify().unwrap();
+
+    // Taken back again; `wait_idle` (what a runtime worker calls before it
+    // looks for a chunk) is what waits for the abandoned work this time.
+    let mut again = Synthetic::new(n, work);
+    flags[0].store(true, Ordering::Release);
+    let (r, took) = run_whole(&mut w, &mut again);
+    assert!(
+        matches!(r, Err(KernelError::TakenBack { .. })) && took < 0.5,
+        "flagged from the start: {r:?} after {took:.3} s"
+    );
+    flags[0].store(false, Ordering::Release);
+    let t = Instant::now();
+    w.wait_idle();
+    let idle = t.elapsed().as_secs_f64();
+    let mut last = Synthetic::new(100_003, 200);
+    let (r, took) = run_whole(&mut w, &mut last);
+    say(&format!(
+        "{test}: wait_idle took {idle:.3} s, the chunk after it {took:.3} s"
+    ));
+    r.unwrap();
+    last.verify().unwrap();
+    assert!(
+        idle > 1.0,
+        "wait_idle returned after {idle:.3} s, before the ~3 s of abandoned work"
+    );
 }
 
 #[test]

@@ -110,7 +110,8 @@ pub(crate) struct Registry {
     pub(crate) worker_class: Arc<[usize]>,
     /// Per worker: set when the job it runs a chunk of takes that chunk
     /// back (see `JobCore::take_back_overdue`); executors that can abandon
-    /// an attempt without a write in flight (the sim's modelled wait) look.
+    /// an attempt without a write in flight (the sim's modelled wait, a
+    /// CUDA stream's wait for its chunk) look.
     pub(crate) take_back: Arc<[AtomicBool]>,
     in_service: Vec<AtomicUsize>,
     /// Items computed per worker, each on its own cache line.

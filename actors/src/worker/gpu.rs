@@ -50,6 +50,10 @@ impl Executor for GpuExec {
         Ok(true)
     }
 
+    fn idle(&mut self) {
+        self.stream.wait_idle();
+    }
+
     fn run(&mut self, kernel: &dyn Kernel, chunk: &Chunk) -> Result<(), KernelError> {
         let k = twin(kernel)?;
         guarded(|| self.stream.run(k, chunk))

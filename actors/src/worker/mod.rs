@@ -34,6 +34,11 @@ pub(crate) trait Executor: Send {
         Ok(false)
     }
 
+    /// Before looking for a chunk: waits for anything the device still runs
+    /// for a chunk taken back from it, so that it holds no chunk while busy
+    /// with one it gave up.
+    fn idle(&mut self) {}
+
     /// The next chunk is of the kernel with this profile key (vetted at
     /// admission: no call into user code), and one CPU worker would take
     /// `cpu_secs` for it, where the CPU class is measured.
@@ -67,6 +72,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         let (job, claimed, t0) = match next.take() {
             Some(n) => n,
             None => {
+                exec.idle();
                 let g = reg.generation();
                 if g != generation {
                     reg.snapshot(&mut jobs);
@@ -117,10 +123,13 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         exec.begin(&job.profile_key, info.cpu_secs);
         let (t0, res) = match exec.prepare(&*kernel, job.id) {
             Ok(false) => (t0, exec.run(&*kernel, &chunk)),
-            Ok(true) => (
-                job.start.elapsed().as_secs_f64(),
-                exec.run(&*kernel, &chunk),
-            ),
+            Ok(true) => {
+                // Setup (compiling, a run's uploads) is not the chunk's time:
+                // its take-back clock starts now.
+                let t = job.start.elapsed().as_secs_f64();
+                job.core().watch_restart(w, t);
+                (t, exec.run(&*kernel, &chunk))
+            }
             Err(e) => (t0, Err(e)),
         };
         let t1 = job.start.elapsed().as_secs_f64();

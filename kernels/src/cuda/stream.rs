@@ -1,7 +1,9 @@
 //! One CUDA stream and its buffers, and the run cache its device shares.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::{
@@ -71,7 +73,21 @@ pub struct StreamWorker {
     /// input again (a run's inputs do not change while it runs); valid
     /// from [`StreamWorker::begin_run`] to the next one.
     run_memo: Option<Vec<(MemoKey, Arc<CudaSlice<u8>>)>>,
+    /// The runtime's take-back flags and this worker's index among them
+    /// ([`StreamWorker::watch_take_back`]).
+    watch: Option<(Arc<[AtomicBool]>, usize)>,
+    /// When the chunk in flight started, for [`KernelError::TakenBack`].
+    started: Instant,
+    /// A taken-back chunk's work is still in flight: it may read and write
+    /// this worker's buffers until the stream is settled.
+    unsettled: bool,
+    /// The run-cache buffers that work reads, kept until then.
+    unsettled_held: Vec<Arc<CudaSlice<u8>>>,
 }
+
+/// How often a watched wait looks at its take-back flag (it wakes at once
+/// when the stream's work is done).
+const TAKE_BACK_POLL: Duration = Duration::from_millis(2);
 
 /// A run input as this run's memo knows it: owner, tag, address, length.
 type MemoKey = (usize, u64, usize, usize);
@@ -112,7 +128,27 @@ impl StreamWorker {
             items: 0,
             held: Vec::new(),
             run_memo: None,
+            watch: None,
+            started: Instant::now(),
+            unsettled: false,
+            unsettled_held: Vec::new(),
         })
+    }
+
+    /// Lets the runtime take back the chunk this stream runs: while
+    /// `flags[index]` is set, waiting for the chunk's work ends with
+    /// [`KernelError::TakenBack`] instead of waiting on. The work stays in
+    /// flight and writes nothing outside this worker's own buffers (outputs
+    /// are copied out only after a wait succeeds); the next use of the
+    /// stream waits for it first, watched the same way. Whoever sets the
+    /// flag clears it before the next chunk.
+    ///
+    /// A watched wait sleeps until a host function the stream runs after
+    /// the chunk's work wakes it, and looks at the flag every 2 ms.
+    /// Unwatched (the default), waiting is `cuStreamSynchronize`.
+    pub fn watch_take_back(&mut self, flags: Arc<[AtomicBool]>, index: usize) {
+        assert!(index < flags.len(), "take-back flag {index} out of range");
+        self.watch = Some((flags, index));
     }
 
     /// Compiles (or finds compiled) what `kernel` launches on this device,
@@ -120,6 +156,7 @@ impl StreamWorker {
     pub fn prepare(&mut self, kernel: &dyn CudaKernel) -> Result<(), KernelError> {
         std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.bind()?;
+            self.settle()?;
             kernel.prepare(self)
         }))
         .unwrap_or_else(|p| {
@@ -139,6 +176,7 @@ impl StreamWorker {
         self.run_memo = Some(Vec::new());
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.bind()?;
+            self.settle()?;
             kernel.stage(self)
         }))
         .unwrap_or_else(|p| {
@@ -173,8 +211,10 @@ impl StreamWorker {
             return Ok(());
         }
         self.items = chunk.len();
+        self.started = Instant::now();
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.bind()?;
+            self.settle()?;
             kernel.run_cuda(self, chunk)
         }))
         .unwrap_or_else(|p| {
@@ -183,13 +223,87 @@ impl StreamWorker {
                 panic_message(&*p)
             )))
         });
-        // A chunk that failed halfway may have left copies in flight; let them
-        // finish before the buffers are reused (errors here repeat the first).
-        if r.is_err() {
-            let _ = self.stream.synchronize();
+        match &r {
+            // Taken back: the work stays in flight, and so do the buffers it
+            // reads; the next use of the stream settles it.
+            Err(KernelError::TakenBack { .. }) => {
+                self.unsettled = true;
+                self.unsettled_held.append(&mut self.held);
+            }
+            // A chunk that failed halfway may have left copies in flight; let
+            // them finish before the buffers are reused (errors here repeat
+            // the first).
+            Err(_) => {
+                let _ = self.stream.synchronize();
+                self.held.clear();
+            }
+            Ok(()) => self.held.clear(),
         }
-        self.held.clear();
         r
+    }
+
+    /// Waits for the work a taken-back chunk left in flight, if any: blocking
+    /// and unwatched. A worker calls this before it takes another chunk, so
+    /// a stream still busy with abandoned work holds no chunk meanwhile; an
+    /// error of that work shows again in the next chunk (CUDA errors of a
+    /// context are sticky).
+    pub fn wait_idle(&mut self) {
+        if self.unsettled {
+            let _ = self.stream.synchronize();
+            self.unsettled = false;
+            self.unsettled_held.clear();
+        }
+    }
+
+    /// Waits for the work a taken-back chunk left in flight, if any, before
+    /// its buffers are used again; watched like [`StreamWorker::finish`], so
+    /// a stream still busy with it can be taken back again.
+    fn settle(&mut self) -> Result<(), KernelError> {
+        if !self.unsettled {
+            return Ok(());
+        }
+        match self.wait() {
+            Err(e @ KernelError::TakenBack { .. }) => return Err(e),
+            // Done, or failed: either way nothing is in flight any more.
+            Ok(()) | Err(_) => {
+                let _ = self.stream.synchronize();
+            }
+        }
+        self.unsettled = false;
+        self.unsettled_held.clear();
+        Ok(())
+    }
+
+    /// Waits for everything enqueued on this stream: blocking, or, watched,
+    /// until the work is done or the take-back flag is set.
+    fn wait(&self) -> Result<(), KernelError> {
+        let err = self.err();
+        let Some((flags, index)) = &self.watch else {
+            return self.stream.synchronize().map_err(err);
+        };
+        let stream = self.stream.cu_stream();
+        let waker = Box::into_raw(Box::new(std::thread::current()));
+        // SAFETY: `stream` is this worker's live stream; `wake` takes back the
+        // box it is given, exactly once, and calls no CUDA function. Were the
+        // host function not enqueued, the box is taken back here instead. (It
+        // is never called, and its box leaks, if the context fails first.)
+        let enqueued = unsafe { cu::stream::launch_host_function(stream, wake, waker.cast()) };
+        if let Err(e) = enqueued {
+            // SAFETY: not enqueued, so `wake` will never see it.
+            drop(unsafe { Box::from_raw(waker) });
+            return Err(err(e));
+        }
+        let done = || {
+            // SAFETY: `stream` is this worker's live stream.
+            match unsafe { cudarc::driver::sys::cuStreamQuery(stream) }.result() {
+                Ok(()) => Ok(true),
+                Err(cu::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY)) => {
+                    Ok(false)
+                }
+                Err(e) => Err(err(e)),
+            }
+        };
+        wait_watched(done, &flags[*index], self.started, TAKE_BACK_POLL)
     }
 
     /// The device's ordinal.
@@ -325,9 +439,12 @@ impl StreamWorker {
     }
 
     /// Waits until everything enqueued on this stream (only this one) is done.
-    /// The thread sleeps meanwhile: the context uses blocking sync.
+    /// The thread sleeps meanwhile (the context uses blocking sync). Watched
+    /// ([`StreamWorker::watch_take_back`]), the wait may end in
+    /// [`KernelError::TakenBack`] with the work still in flight: a kernel
+    /// then returns that error before it copies anything out.
     pub(crate) fn finish(&self) -> Result<(), KernelError> {
-        self.stream.synchronize().map_err(self.err())
+        self.wait()
     }
 
     /// The first `len` elements of slot `slot`'s pinned buffer, as the last
@@ -511,6 +628,47 @@ impl StreamWorker {
     pub(crate) fn addr(&self, buf: &CudaSlice<u8>) -> DevPtr {
         let (ptr, _record) = buf.device_ptr(&self.stream);
         ptr
+    }
+}
+
+impl Drop for StreamWorker {
+    fn drop(&mut self) {
+        // A taken-back chunk's copies may still read and write the pinned
+        // buffers about to be freed.
+        if self.unsettled {
+            let _ = self.stream.synchronize();
+        }
+    }
+}
+
+/// The host function a watched wait enqueues: wakes the waiting thread.
+extern "C" fn wake(arg: *mut std::ffi::c_void) {
+    // SAFETY: `arg` is the `Box<Thread>` that `StreamWorker::wait` leaked for
+    // this one call.
+    let thread = unsafe { Box::from_raw(arg.cast::<std::thread::Thread>()) };
+    thread.unpark();
+}
+
+/// Waits until `done` says the work is done, sleeping between looks until
+/// woken (`Thread::unpark`) or `poll` passes; a set `flag` ends the wait with
+/// [`KernelError::TakenBack`] after the seconds since `t0`. Work found done
+/// is never taken back.
+fn wait_watched(
+    mut done: impl FnMut() -> Result<bool, KernelError>,
+    flag: &AtomicBool,
+    t0: Instant,
+    poll: Duration,
+) -> Result<(), KernelError> {
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        if flag.load(Ordering::Acquire) {
+            return Err(KernelError::TakenBack {
+                secs: t0.elapsed().as_secs_f64(),
+            });
+        }
+        std::thread::park_timeout(poll);
     }
 }
 

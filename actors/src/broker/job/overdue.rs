@@ -10,9 +10,13 @@
 //! measured (a cold probe), the fastest measured class's time for the chunk.
 //!
 //! Only executors that hold no write in flight while they wait honour the
-//! flag (the `sim` device writes its outputs before its modelled wait); a
-//! CPU worker inside `run_cpu` cannot be stopped, and its claim stays the
-//! only one on its range, so the exactly-once property holds either way.
+//! flag: the `sim` device writes its outputs before its modelled wait, and a
+//! CUDA stream copies a chunk's results out only after its wait for them
+//! succeeds, leaving a taken-back chunk's work in flight on its own buffers
+//! (the stream waits for it before its next chunk; see
+//! `StreamWorker::watch_take_back`). A CPU worker inside `run_cpu` cannot be
+//! stopped, and its claim stays the only one on its range, so the
+//! exactly-once property holds either way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,7 +49,10 @@ impl JobCore {
         self.watch.watched = (0..n)
             .filter(|&w| {
                 let c = self.worker_class[w];
-                matches!(self.classes[c].kind, crate::device::DeviceKind::Sim { .. })
+                matches!(
+                    self.classes[c].kind,
+                    crate::device::DeviceKind::Sim { .. } | crate::device::DeviceKind::Cuda { .. }
+                )
             })
             .collect();
         self.watch.started = vec![(0.0, 0); n];
@@ -62,6 +69,16 @@ impl JobCore {
         self.watch.started[w] = (now, items);
         self.watch.flagged[w] = false;
         flags[w].store(false, Ordering::Release);
+    }
+
+    /// Worker `w`'s chunk starts over at `now` (its setup is done): a flag
+    /// set meanwhile is cleared, and the chunk is watched from `now`.
+    pub(crate) fn watch_restart(&mut self, w: usize, now: f64) {
+        if self.watch.flags.is_none() || !self.running[w] {
+            return;
+        }
+        let items = self.watch.started[w].1;
+        self.watch_start(w, items, now);
     }
 
     /// Sets the flag of every watched worker whose chunk is overdue at `now`.

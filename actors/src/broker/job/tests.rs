@@ -595,3 +595,36 @@ fn a_job_of_zero_items_is_over_at_admission_and_holds_no_kernel() {
         }
     }
 }
+
+#[test]
+fn a_gpu_chunk_far_past_its_prediction_is_taken_back_but_not_for_its_setup() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sim = Sim::new(vec![(1, 0.0, 1e5, false), (1, 0.0, 1e6, true)]).known(true);
+    let (job, _) = sim.job("hybrid", 1_000_000, 1).unwrap();
+    let flags: Arc<[AtomicBool]> = (0..2).map(|_| AtomicBool::new(false)).collect();
+    let mut job = job.with_take_back(flags.clone());
+    let gpu = job.claim(1, 1, 0.0).expect("the GPU worker gets a chunk");
+    let predicted = gpu.info.range.len() as f64 / 1e6;
+    let overdue = overdue::OVERDUE_FACTOR * predicted + overdue::OVERDUE_SLACK_S;
+    // Compiling its code took longer than the chunk may: flagged...
+    job.take_back_overdue(overdue + 0.5);
+    assert!(flags[1].load(Ordering::Acquire), "a CUDA stream is watched");
+    // ...but the setup is not the chunk's time: its clock starts again.
+    let t = overdue + 0.6;
+    job.watch_restart(1, t);
+    assert!(
+        !flags[1].load(Ordering::Acquire),
+        "the restart clears the flag"
+    );
+    job.take_back_overdue(t + overdue * 0.9);
+    assert!(!flags[1].load(Ordering::Acquire), "not overdue yet");
+    job.take_back_overdue(t + overdue * 1.1);
+    assert!(
+        flags[1].load(Ordering::Acquire),
+        "overdue since its restart"
+    );
+    assert!(
+        !flags[0].load(Ordering::Acquire),
+        "a CPU worker is never flagged"
+    );
+}

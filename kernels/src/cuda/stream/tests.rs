@@ -50,3 +50,80 @@ fn run_cache_keeps_what_is_used_and_drops_the_least_recent() {
         "tag 1 was dropped"
     );
 }
+
+/// Runs `f` on its own thread and gives its result, or fails the test
+/// after `limit` (a hang is a failure, not a stuck test run).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("did not return within {limit:?}"))
+}
+
+#[test]
+fn a_watched_wait_wakes_when_the_work_is_done_not_at_its_next_poll() {
+    let took = within(Duration::from_secs(20), || {
+        let done = Arc::new(AtomicBool::new(false));
+        let me = std::thread::current();
+        let d = done.clone();
+        // The host function's part: mark the work done, wake the waiter.
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            d.store(true, Ordering::Release);
+            me.unpark();
+        });
+        let t0 = Instant::now();
+        let flag = AtomicBool::new(false);
+        let r = wait_watched(
+            || Ok(done.load(Ordering::Acquire)),
+            &flag,
+            t0,
+            Duration::from_secs(3600),
+        );
+        t.join().unwrap();
+        r.map(|()| t0.elapsed())
+    });
+    let took = took.expect("the work completed");
+    assert!(took < Duration::from_secs(10), "woke after {took:?}");
+}
+
+#[test]
+fn a_watched_wait_ends_in_taken_back_when_the_flag_is_set() {
+    let r = within(Duration::from_secs(20), || {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            f.store(true, Ordering::Release);
+        });
+        // The work never finishes (a hung kernel): only the flag ends it.
+        let r = wait_watched(
+            || Ok(false),
+            &flag,
+            Instant::now(),
+            Duration::from_millis(1),
+        );
+        t.join().unwrap();
+        r
+    });
+    match r {
+        Err(KernelError::TakenBack { secs }) => assert!(secs >= 0.03, "after {secs} s"),
+        other => panic!("expected TakenBack, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_watched_wait_prefers_done_work_and_reports_device_errors() {
+    let set = AtomicBool::new(true);
+    // Done and flagged at once: the result is kept, not thrown away.
+    assert!(wait_watched(|| Ok(true), &set, Instant::now(), TAKE_BACK_POLL).is_ok());
+    let e = wait_watched(
+        || Err(KernelError::Cuda("launch failed".into())),
+        &set,
+        Instant::now(),
+        TAKE_BACK_POLL,
+    );
+    assert!(matches!(e, Err(KernelError::Cuda(_))), "{e:?}");
+}
