@@ -265,6 +265,16 @@ fn a_long_chunk_is_taken_back_from_a_stream_that_then_runs_on() {
         idle > 1.0,
         "wait_idle returned after {idle:.3} s, before the ~3 s of abandoned work"
     );
+
+    // A kernel's setup is never taken back: the mlp's (compiling, opening
+    // cuBLAS, a warm-up GEMM it waits for) passes with the flag set.
+    let weights = Arc::new(MlpWeights::load(model_file("digits_mlp.safetensors")).unwrap());
+    let split = LabeledRows::load(model_file("digits_test.safetensors")).unwrap();
+    let mlp = Mlp::new(weights, split.x.clone()).unwrap();
+    flags[0].store(true, Ordering::Release);
+    w.prepare(&mlp).expect("setup is not taken back");
+    w.begin_run(&mlp)
+        .expect("a run's uploads are not taken back");
 }
 
 #[test]

@@ -78,6 +78,10 @@ pub struct StreamWorker {
     watch: Option<(Arc<[AtomicBool]>, usize)>,
     /// When the chunk in flight started, for [`KernelError::TakenBack`].
     started: Instant,
+    /// Inside a chunk's [`CudaKernel::run_cuda`] (and the settling before
+    /// it): only there are waits watched. A kernel's setup (`prepare`,
+    /// `stage`) waits blocking, whatever the flag says.
+    in_chunk: bool,
     /// A taken-back chunk's work is still in flight: it may read and write
     /// this worker's buffers until the stream is settled.
     unsettled: bool,
@@ -130,18 +134,23 @@ impl StreamWorker {
             run_memo: None,
             watch: None,
             started: Instant::now(),
+            in_chunk: false,
             unsettled: false,
             unsettled_held: Vec::new(),
         })
     }
 
     /// Lets the runtime take back the chunk this stream runs: while
-    /// `flags[index]` is set, waiting for the chunk's work ends with
-    /// [`KernelError::TakenBack`] instead of waiting on. The work stays in
-    /// flight and writes nothing outside this worker's own buffers (outputs
-    /// are copied out only after a wait succeeds); the next use of the
-    /// stream waits for it first, watched the same way. Whoever sets the
-    /// flag clears it before the next chunk.
+    /// `flags[index]` is set, a wait inside [`StreamWorker::run`] for the
+    /// chunk's work ends with [`KernelError::TakenBack`] instead of waiting
+    /// on. The work stays in flight and writes nothing outside this
+    /// worker's own buffers (a kernel copies results out only after its wait
+    /// for them succeeds; one that works in pieces may have copied earlier
+    /// pieces, which a retry writes again); the next use of the stream, or
+    /// [`StreamWorker::wait_idle`], waits for it first. Whoever sets the
+    /// flag clears it before the next chunk. A kernel's setup
+    /// ([`StreamWorker::prepare`], [`StreamWorker::begin_run`]) is never
+    /// taken back.
     ///
     /// A watched wait sleeps until a host function the stream runs after
     /// the chunk's work wakes it, and looks at the flag every 2 ms.
@@ -212,6 +221,7 @@ impl StreamWorker {
         }
         self.items = chunk.len();
         self.started = Instant::now();
+        self.in_chunk = true;
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.bind()?;
             self.settle()?;
@@ -239,6 +249,7 @@ impl StreamWorker {
             }
             Ok(()) => self.held.clear(),
         }
+        self.in_chunk = false;
         r
     }
 
@@ -278,22 +289,28 @@ impl StreamWorker {
     /// until the work is done or the take-back flag is set.
     fn wait(&self) -> Result<(), KernelError> {
         let err = self.err();
-        let Some((flags, index)) = &self.watch else {
+        let Some((flags, index)) = self.watch.as_ref().filter(|_| self.in_chunk) else {
             return self.stream.synchronize().map_err(err);
         };
         let stream = self.stream.cu_stream();
-        let waker = Box::into_raw(Box::new(std::thread::current()));
+        let signal = Arc::new(Signal {
+            done: AtomicBool::new(false),
+            thread: std::thread::current(),
+        });
+        let raw = Arc::into_raw(signal.clone());
         // SAFETY: `stream` is this worker's live stream; `wake` takes back the
-        // box it is given, exactly once, and calls no CUDA function. Were the
-        // host function not enqueued, the box is taken back here instead. (It
-        // is never called, and its box leaks, if the context fails first.)
-        let enqueued = unsafe { cu::stream::launch_host_function(stream, wake, waker.cast()) };
+        // reference it is given, exactly once, and calls no CUDA function.
+        // Were the host function not enqueued, the reference is taken back
+        // here instead. (It is never called, and one `Signal` leaks, if the
+        // context fails first.)
+        let enqueued =
+            unsafe { cu::stream::launch_host_function(stream, wake, raw.cast_mut().cast()) };
         if let Err(e) = enqueued {
             // SAFETY: not enqueued, so `wake` will never see it.
-            drop(unsafe { Box::from_raw(waker) });
+            drop(unsafe { Arc::from_raw(raw) });
             return Err(err(e));
         }
-        let done = || {
+        let query = || {
             // SAFETY: `stream` is this worker's live stream.
             match unsafe { cudarc::driver::sys::cuStreamQuery(stream) }.result() {
                 Ok(()) => Ok(true),
@@ -303,7 +320,7 @@ impl StreamWorker {
                 Err(e) => Err(err(e)),
             }
         };
-        wait_watched(done, &flags[*index], self.started, TAKE_BACK_POLL)
+        wait_watched(&signal, query, &flags[*index], self.started, TAKE_BACK_POLL)
     }
 
     /// The device's ordinal.
@@ -398,9 +415,10 @@ impl StreamWorker {
         let (ptr, _record) = dev.device_ptr(&stream);
         if total > 0 {
             // SAFETY: `staged` is pinned memory of this context that lives in
-            // this worker until the stream is synchronised (every chunk ends
-            // with `finish`, and a failed chunk is synchronised by `run`); the
-            // device buffer holds at least `total` bytes.
+            // this worker until the copy is done (every chunk ends with
+            // `finish`, a failed chunk is synchronised by `run`, a taken-back
+            // one is settled before the buffers are touched again, and `Drop`
+            // synchronises); the device buffer holds at least `total` bytes.
             unsafe { cu::memcpy_htod_async(ptr, &*staged, stream.cu_stream()) }.map_err(&err)?;
         }
         Ok(ptr)
@@ -641,26 +659,37 @@ impl Drop for StreamWorker {
     }
 }
 
-/// The host function a watched wait enqueues: wakes the waiting thread.
-extern "C" fn wake(arg: *mut std::ffi::c_void) {
-    // SAFETY: `arg` is the `Box<Thread>` that `StreamWorker::wait` leaked for
-    // this one call.
-    let thread = unsafe { Box::from_raw(arg.cast::<std::thread::Thread>()) };
-    thread.unpark();
+/// What a watched wait's host function tells its waiter: the stream ran
+/// everything enqueued before the host function.
+struct Signal {
+    done: AtomicBool,
+    thread: std::thread::Thread,
 }
 
-/// Waits until `done` says the work is done, sleeping between looks until
-/// woken (`Thread::unpark`) or `poll` passes; a set `flag` ends the wait with
-/// [`KernelError::TakenBack`] after the seconds since `t0`. Work found done
-/// is never taken back.
+/// The host function a watched wait enqueues: marks the work done and wakes
+/// the waiting thread. CUDA counts the stream as busy until this returns,
+/// so the waiter looks at `done`, not only at the stream.
+extern "C" fn wake(arg: *mut std::ffi::c_void) {
+    // SAFETY: `arg` is the reference to a `Signal` that `StreamWorker::wait`
+    // leaked for this one call.
+    let signal = unsafe { Arc::from_raw(arg.cast_const().cast::<Signal>()) };
+    signal.done.store(true, Ordering::Release);
+    signal.thread.unpark();
+}
+
+/// Waits until `signal` or `query` says the work is done, sleeping between
+/// looks until woken (`Thread::unpark`) or `poll` passes; a set `flag` ends
+/// the wait with [`KernelError::TakenBack`] after the seconds since `t0`.
+/// Work found done is never taken back; a `query` error ends the wait.
 fn wait_watched(
-    mut done: impl FnMut() -> Result<bool, KernelError>,
+    signal: &Signal,
+    mut query: impl FnMut() -> Result<bool, KernelError>,
     flag: &AtomicBool,
     t0: Instant,
     poll: Duration,
 ) -> Result<(), KernelError> {
     loop {
-        if done()? {
+        if signal.done.load(Ordering::Acquire) || query()? {
             return Ok(());
         }
         if flag.load(Ordering::Acquire) {

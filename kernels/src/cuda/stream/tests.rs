@@ -62,27 +62,31 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
         .unwrap_or_else(|_| panic!("did not return within {limit:?}"))
 }
 
+/// A signal as a watched wait enqueues it, for the calling thread.
+fn signal() -> Arc<Signal> {
+    Arc::new(Signal {
+        done: AtomicBool::new(false),
+        thread: std::thread::current(),
+    })
+}
+
 #[test]
-fn a_watched_wait_wakes_when_the_work_is_done_not_at_its_next_poll() {
+fn a_watched_wait_wakes_when_the_host_function_runs_not_at_its_next_poll() {
     let took = within(Duration::from_secs(20), || {
-        let done = Arc::new(AtomicBool::new(false));
-        let me = std::thread::current();
-        let d = done.clone();
-        // The host function's part: mark the work done, wake the waiter.
+        let s = signal();
+        let raw = Arc::into_raw(s.clone());
+        let addr = raw as usize;
+        // The host function, from a thread of its own, while the stream
+        // still counts as busy (CUDA ends its work only when it returns).
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            d.store(true, Ordering::Release);
-            me.unpark();
+            wake(addr as *mut std::ffi::c_void);
         });
         let t0 = Instant::now();
         let flag = AtomicBool::new(false);
-        let r = wait_watched(
-            || Ok(done.load(Ordering::Acquire)),
-            &flag,
-            t0,
-            Duration::from_secs(3600),
-        );
+        let r = wait_watched(&s, || Ok(false), &flag, t0, Duration::from_secs(3600));
         t.join().unwrap();
+        assert_eq!(Arc::strong_count(&s), 1, "wake took its reference back");
         r.map(|()| t0.elapsed())
     });
     let took = took.expect("the work completed");
@@ -100,6 +104,7 @@ fn a_watched_wait_ends_in_taken_back_when_the_flag_is_set() {
         });
         // The work never finishes (a hung kernel): only the flag ends it.
         let r = wait_watched(
+            &signal(),
             || Ok(false),
             &flag,
             Instant::now(),
@@ -118,11 +123,16 @@ fn a_watched_wait_ends_in_taken_back_when_the_flag_is_set() {
 fn a_watched_wait_prefers_done_work_and_reports_device_errors() {
     let set = AtomicBool::new(true);
     // Done and flagged at once: the result is kept, not thrown away.
-    assert!(wait_watched(|| Ok(true), &set, Instant::now(), TAKE_BACK_POLL).is_ok());
+    let now = Instant::now();
+    assert!(wait_watched(&signal(), || Ok(true), &set, now, TAKE_BACK_POLL).is_ok());
+    let s = signal();
+    s.done.store(true, Ordering::Release);
+    assert!(wait_watched(&s, || Ok(false), &set, now, TAKE_BACK_POLL).is_ok());
     let e = wait_watched(
+        &signal(),
         || Err(KernelError::Cuda("launch failed".into())),
         &set,
-        Instant::now(),
+        now,
         TAKE_BACK_POLL,
     );
     assert!(matches!(e, Err(KernelError::Cuda(_))), "{e:?}");
