@@ -28,9 +28,15 @@ pub(crate) async fn accept_bounded(
     what: &str,
 ) -> Option<(OwnedSemaphorePermit, TcpStream)> {
     let permit = slots.clone().acquire_owned().await.ok()?;
+    Some((permit, accept(listener, what).await))
+}
+
+/// The next connection on `listener`, backing off and trying again when an
+/// accept fails. Cancel-safe.
+pub(crate) async fn accept(listener: &TcpListener, what: &str) -> TcpStream {
     loop {
         match listener.accept().await {
-            Ok((s, _)) => return Some((permit, s)),
+            Ok((s, _)) => return s,
             Err(e) => {
                 tracing::debug!("{what} accept: {e}");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -39,14 +45,45 @@ pub(crate) async fn accept_bounded(
     }
 }
 
+/// `idle_since` of a connection that is not idle: a head or a request is
+/// in progress (or the connection's first head is awaited), or it was
+/// already asked to close.
+const BUSY: u64 = u64::MAX;
+
+/// Nanoseconds since a process-wide epoch: when connections went idle.
+fn now_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(BUSY - 1)
+}
+
 /// One HTTP/1.1 connection's request count, kept by the service that answers
-/// it and read by its [`HeadDeadline`] stream.
-#[derive(Debug, Default)]
+/// it and read by its [`HeadDeadline`] stream, and whether and since when it
+/// is idle (for [`Connections::evict_idlest`]).
+#[derive(Debug)]
 pub(crate) struct Requests {
     /// Requests whose head was complete (the service was called).
     started: AtomicU64,
     /// Whether a request is being answered (its body may still be arriving).
     running: AtomicBool,
+    /// Since when the connection has waited for its next request (see
+    /// [`now_ns`]), or [`BUSY`].
+    idle_since: AtomicU64,
+    /// Asks the connection to close once its request in progress, if any,
+    /// is answered.
+    pub(crate) evict: tokio::sync::Notify,
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Self {
+            started: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            // The first head is timed from the connection: not idle.
+            idle_since: AtomicU64::new(BUSY),
+            evict: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 impl Requests {
@@ -54,16 +91,88 @@ impl Requests {
     pub(crate) fn start(self: &Arc<Self>) -> Running {
         self.started.fetch_add(1, Ordering::AcqRel);
         self.running.store(true, Ordering::Release);
+        self.busy();
         Running(self.clone())
+    }
+
+    /// A head or request is in progress: not idle. One asked to close stays
+    /// marked busy, so that it is not picked again.
+    fn busy(&self) {
+        self.idle_since.store(BUSY, Ordering::Release);
     }
 }
 
-/// A request being answered; dropping it (answered or cancelled) ends it.
+/// A request being answered; dropping it (answered or cancelled) ends it,
+/// and the connection waits for its next request from then.
 pub(crate) struct Running(Arc<Requests>);
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.running.store(false, Ordering::Release);
+        self.0.idle_since.store(now_ns(), Ordering::Release);
+    }
+}
+
+/// A server's open connections, so that one out of connection slots can
+/// close the one idle longest for a new client (as nginx reuses keep-alive
+/// connections): otherwise idle keep-alive connections, each allowed to wait
+/// up to the idle timeout, could hold every slot while new clients wait.
+#[derive(Debug, Default)]
+pub(crate) struct Connections {
+    open: std::sync::Mutex<std::collections::HashMap<u64, Arc<Requests>>>,
+    next: AtomicU64,
+}
+
+impl Connections {
+    /// Registers a connection's state until the guard is dropped.
+    pub(crate) fn open(self: &Arc<Self>, requests: Arc<Requests>) -> Open {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, requests);
+        Open {
+            conns: self.clone(),
+            id,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Arc<Requests>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the connection idle longest to close; whether one was idle. A
+    /// request that reaches it as it closes is lost to its client, as on
+    /// any server that closes idle connections: this runs only when every
+    /// slot is taken and a new client waits.
+    pub(crate) fn evict_idlest(&self) -> bool {
+        let open = self.lock();
+        let mut idle: Vec<(u64, &Arc<Requests>)> = open
+            .values()
+            .map(|r| (r.idle_since.load(Ordering::Acquire), r))
+            .filter(|(t, _)| *t != BUSY)
+            .collect();
+        idle.sort_unstable_by_key(|(t, _)| *t);
+        for (t, r) in idle {
+            // Busy again since it was read: try the next.
+            if r.idle_since
+                .compare_exchange(t, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                r.evict.notify_one();
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// A registered connection; dropping it unregisters it.
+pub(crate) struct Open {
+    conns: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.conns.lock().remove(&self.id);
     }
 }
 
@@ -127,6 +236,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
         match read {
             Poll::Ready(Ok(())) if buf.filled().len() > before && this.head.is_none() => {
                 this.head = Some(started);
+                this.requests.busy();
                 let at = tokio::time::Instant::now() + this.limit;
                 this.clock.as_mut().reset(at);
             }

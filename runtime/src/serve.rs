@@ -56,9 +56,10 @@ use hyper_util::service::TowerToHyperService;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::net::{HeadDeadline, Requests, WatchedBody};
+use crate::net::{Connections, HeadDeadline, Requests, WatchedBody};
 use crate::stream::{MlpModel, Pending, Stream, StreamConfig, StreamError};
 use crate::{Error, Runtime};
 
@@ -80,8 +81,14 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
 /// Largest request head read (larger heads get 431).
 const MAX_HEAD: usize = 16 * 1024;
-/// Connections served at once; more wait in the kernel's accept queue.
+/// Connections served at once. A client past it takes the slot of the
+/// connection idle longest, which is asked to close; while every connection
+/// is busy with a request, it waits (and the ones after it wait in the
+/// kernel's accept queue).
 const MAX_CONNECTIONS: usize = 4096;
+/// How often a client waiting for a slot looks again for an idle
+/// connection to close, while every connection was busy.
+const EVICT_RETRY: Duration = Duration::from_millis(100);
 
 /// The service's limits. Build with [`ServeConfig::new`] and its setters.
 ///
@@ -743,22 +750,41 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
 /// answered.
 ///
 /// Each connection is its own task; request heads are bounded in size and
-/// time. Use a loopback address unless the service is meant to be reachable
+/// time. At most 4096 connections are served at once; a client past that
+/// takes the slot of the keep-alive connection idle longest, which is closed
+/// (a request its client sends just then is lost, as on any server that
+/// closes idle connections), so idle connections cannot lock new clients
+/// out. Use a loopback address unless the service is meant to be reachable
 /// from elsewhere.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     signal: impl Future<Output = ()> + Send,
 ) {
+    serve_bounded(listener, app, signal, MAX_CONNECTIONS).await;
+}
+
+/// [`serve`] with at most `max_connections` connections at once.
+async fn serve_bounded(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    signal: impl Future<Output = ()> + Send,
+    max_connections: usize,
+) {
     let (stop_tx, stop) = watch::channel(false);
     let service = TowerToHyperService::new(app);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let open = Arc::new(Connections::default());
     let mut conns = tokio::task::JoinSet::new();
-    let spawn = |conns: &mut tokio::task::JoinSet<()>, (permit, stream)| {
+    let spawn = |conns: &mut tokio::task::JoinSet<()>,
+                 (permit, stream): (Option<OwnedSemaphorePermit>, TcpStream)| {
         let service = service.clone();
         let mut stop = stop.clone();
+        let open = open.clone();
         conns.spawn(async move {
             let requests = Arc::new(Requests::default());
+            let _open = open.open(requests.clone());
+            let evicted = requests.clone();
             let io = HeadDeadline::new(stream, requests.clone(), HEAD_DEADLINE);
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                 let running = requests.start();
@@ -794,7 +820,12 @@ pub async fn serve(
                         tracing::debug!("connection: {e}");
                     }
                 }
-                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                () = async {
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => {}
+                        () = evicted.evict.notified() => {}
+                    }
+                } => {
                     // Finish the request in progress, then close.
                     conn.as_mut().graceful_shutdown();
                     if let Err(e) = conn.await {
@@ -806,27 +837,49 @@ pub async fn serve(
         });
     };
     let mut signal = std::pin::pin!(signal);
+    // A client accepted while every slot was taken: it gets the slot of the
+    // connection idle longest, asked to close, or the next one freed.
+    let mut waiting: Option<TcpStream> = None;
     loop {
         while conns.try_join_next().is_some() {}
         let c = tokio::select! {
             () = &mut signal => break,
-            c = crate::net::accept_bounded(&listener, &slots, "service") => match c {
-                Some(c) => c,
-                None => break,
+            s = crate::net::accept(&listener, "service"), if waiting.is_none() => {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => (Some(p), s),
+                    Err(_) => {
+                        open.evict_idlest();
+                        waiting = Some(s);
+                        continue;
+                    }
+                }
+            }
+            p = slots.clone().acquire_owned(), if waiting.is_some() => match (p, waiting.take()) {
+                (Ok(p), Some(s)) => (Some(p), s),
+                _ => break,
             },
+            // Every connection was busy: look again for one gone idle.
+            () = tokio::time::sleep(EVICT_RETRY), if waiting.is_some() => {
+                open.evict_idlest();
+                continue;
+            }
         };
         spawn(&mut conns, c);
+    }
+    // Accepted before the signal: answered, even one slot over the limit.
+    if let Some(s) = waiting.take() {
+        spawn(&mut conns, (slots.clone().try_acquire_owned().ok(), s));
     }
     // The kernel completed these connections' handshakes: closing the
     // listener would reset them, and a client that already sent its request
     // would lose it (seen under load: 1 request in 6900).
-    while let Ok(Some(c)) = tokio::time::timeout(
+    while let Ok(Some((p, c))) = tokio::time::timeout(
         Duration::ZERO,
         crate::net::accept_bounded(&listener, &slots, "service"),
     )
     .await
     {
-        spawn(&mut conns, c);
+        spawn(&mut conns, (Some(p), c));
     }
     drop(listener);
     let _ = tokio::time::timeout(DRAIN_GRACE, async {
@@ -892,6 +945,86 @@ mod tests {
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
             assert!(answer.ends_with("answered"), "{answer:?}");
         }
+    }
+
+    /// Past the connection limit, a new client takes the slot of the
+    /// keep-alive connection idle longest (never one with a head or a
+    /// request in progress), instead of waiting for it to time out.
+    #[test]
+    fn a_client_past_the_limit_takes_the_slot_of_the_connection_idle_longest() {
+        use std::io::{Read, Write};
+        use std::net::TcpStream;
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let tokio = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            tokio.block_on(async {
+                let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+                let app = Router::new().route("/x", get(|| async { "answered" }));
+                let signal = async {
+                    let _ = stopped.await;
+                };
+                serve_bounded(listener, app, signal, 2).await;
+            });
+        });
+        const HEAD: &[u8] = b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n";
+        let connect = || {
+            let c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c
+        };
+        // One answer on a keep-alive connection (a timeout fails the test).
+        let answer = |c: &mut TcpStream| {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !got.ends_with(b"answered") {
+                let n = c.read(&mut buf).expect("an answer in time");
+                assert!(n > 0, "closed before the answer: {got:?}");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got.starts_with(b"HTTP/1.1 200"), "{got:?}");
+        };
+        // Closed by the server: end of stream or a reset, not a timeout.
+        let closed = |c: &mut TcpStream| match c.read(&mut [0u8; 64]) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        let pause = || std::thread::sleep(Duration::from_millis(20));
+        let (mut a, mut b) = (connect(), connect());
+        a.write_all(HEAD).unwrap();
+        answer(&mut a);
+        pause();
+        b.write_all(HEAD).unwrap();
+        answer(&mut b);
+        pause();
+        // Both slots hold idle connections; a third client is answered.
+        let mut c = connect();
+        c.write_all(HEAD).unwrap();
+        answer(&mut c);
+        assert!(closed(&mut a), "the connection idle longest was closed");
+        b.write_all(HEAD).unwrap();
+        answer(&mut b);
+        pause();
+        // b is reading a head, c is idle: a fourth client takes c's slot.
+        b.write_all(b"GET /x HTTP/1.1\r\n").unwrap();
+        pause();
+        let mut d = connect();
+        d.write_all(HEAD).unwrap();
+        answer(&mut d);
+        assert!(closed(&mut c), "the idle connection was closed");
+        b.write_all(b"host: t\r\n\r\n").unwrap();
+        answer(&mut b);
+        let _ = stop.send(());
+        drop((b, d));
+        server.join().unwrap();
     }
 
     #[test]
