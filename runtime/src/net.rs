@@ -1,6 +1,7 @@
-//! The accept loop's one step, shared by the metrics endpoint and the
-//! service: a connection slot, then a connection; and the deadline on a
-//! service connection's request heads.
+//! The accept loop's steps, shared by the metrics endpoint and the service
+//! (a connection slot, then a connection; or, for the service, a connection,
+//! then a slot, freed by closing the connection idle longest when there is
+//! none); and the deadline on a service connection's request heads.
 
 use std::future::Future;
 use std::io;
@@ -72,6 +73,8 @@ pub(crate) struct Requests {
     /// Asks the connection to close once its request in progress, if any,
     /// is answered.
     pub(crate) evict: tokio::sync::Notify,
+    /// Asked to close: never idle again.
+    evicted: AtomicBool,
 }
 
 impl Default for Requests {
@@ -82,6 +85,7 @@ impl Default for Requests {
             // The first head is timed from the connection: not idle.
             idle_since: AtomicU64::new(BUSY),
             evict: tokio::sync::Notify::new(),
+            evicted: AtomicBool::new(false),
         }
     }
 }
@@ -95,8 +99,7 @@ impl Requests {
         Running(self.clone())
     }
 
-    /// A head or request is in progress: not idle. One asked to close stays
-    /// marked busy, so that it is not picked again.
+    /// A head or request is in progress: not idle.
     fn busy(&self) {
         self.idle_since.store(BUSY, Ordering::Release);
     }
@@ -109,7 +112,10 @@ pub(crate) struct Running(Arc<Requests>);
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.running.store(false, Ordering::Release);
-        self.0.idle_since.store(now_ns(), Ordering::Release);
+        // One asked to close stays busy, so that it is not picked again.
+        if !self.0.evicted.load(Ordering::Acquire) {
+            self.0.idle_since.store(now_ns(), Ordering::Release);
+        }
     }
 }
 
@@ -156,6 +162,7 @@ impl Connections {
                 .compare_exchange(t, BUSY, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                r.evicted.store(true, Ordering::Release);
                 r.evict.notify_one();
                 return true;
             }
