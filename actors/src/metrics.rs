@@ -45,7 +45,12 @@ pub fn describe() {
     describe_counter!(
         "coexec_chunk_retries_total",
         Unit::Count,
-        "Chunks that failed on a worker and went back to the broker."
+        "Chunks that went back to the broker: failed on a worker, or taken back."
+    );
+    describe_counter!(
+        "coexec_chunks_taken_back_total",
+        Unit::Count,
+        "Chunks taken back from a device far past its predicted time (a slow or stalled device; they ran elsewhere)."
     );
     describe_counter!(
         "coexec_device_failures_total",
@@ -108,6 +113,7 @@ pub(crate) struct WorkerLabels {
     busy: Gauge,
     idle: Gauge,
     retries: Counter,
+    taken_back: Counter,
     per_kernel: HashMap<String, KernelHandles>,
     pending: Pending,
     /// Whether coexec's exporter is on: chunk histograms are counted.
@@ -240,6 +246,10 @@ impl WorkerLabels {
             busy: gauge!("coexec_worker_busy_seconds", &labels),
             idle: gauge!("coexec_worker_idle_seconds", &labels),
             retries: counter!("coexec_chunk_retries_total", "device_class" => class.to_string()),
+            taken_back: counter!(
+                "coexec_chunks_taken_back_total",
+                "device_class" => class.to_string()
+            ),
             per_kernel: HashMap::new(),
             pending: Pending::default(),
             histograms: HISTOGRAMS_ON.load(Ordering::Acquire),
@@ -317,9 +327,14 @@ impl WorkerLabels {
         p.count = 0;
     }
 
-    pub(crate) fn chunk_failed(&mut self) {
+    /// A chunk went back to the broker; `taken_back` when it did not fail
+    /// but ran far past its prediction.
+    pub(crate) fn chunk_failed(&mut self, taken_back: bool) {
         self.refresh();
         self.retries.increment(1);
+        if taken_back {
+            self.taken_back.increment(1);
+        }
     }
 
     pub(crate) fn idle(&mut self, secs: f64) {
@@ -361,5 +376,31 @@ pub(crate) fn job_finished(kernel: &str, policy: &str, result: Result<&RunReport
         Err(()) => {
             counter!("coexec_jobs_failed_total", "kernel" => kernel.to_string(), "policy" => policy.to_string()).increment(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_back_chunk_counts_as_a_retry_and_as_taken_back() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let mut l = WorkerLabels::new("sim", 1);
+            l.chunk_failed(false);
+            l.chunk_failed(true);
+            l.chunk_failed(true);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("coexec_chunk_retries_total{device_class=\"sim\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("coexec_chunks_taken_back_total{device_class=\"sim\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -153,7 +153,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
             }
             Err(e) => {
                 tracing::warn!(worker = w, class = %class, items = ?range, error = %e, "chunk failed; it goes back to the broker");
-                labels.chunk_failed();
+                labels.chunk_failed(matches!(e, KernelError::TakenBack { .. }));
                 if matches!(e, KernelError::Cuda(_) | KernelError::CudaUnavailable(_)) {
                     strikes += 1;
                 }
