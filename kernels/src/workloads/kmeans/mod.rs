@@ -18,7 +18,7 @@
 //! # Steps, items and the summation order
 //!
 //! One run ([`KmeansStep`]) is one iteration; item = one point. The reduction
-//! is split into blocks of [`KmeansConfig::block`] points ([`Kernel::grain`]),
+//! is split into blocks of [`KmeansConfig::block`] points ([`Kernel::grain`](crate::Kernel::grain)),
 //! so chunks always cover whole blocks. For each block `b` a chunk writes
 //!
 //! * `sums[b][k][f]`: f32, from `+0.0`, adding `x[i][f]` for the block's points
