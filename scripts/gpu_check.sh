@@ -126,6 +126,19 @@ EOF2
   done
 fi
 
+# --- take-back of a CUDA chunk far past its prediction, end to end ----------------
+# The GPU's stored model is made 1000x too fast: the plan hands it the job, its
+# chunk is taken back and the CPUs finish; every item must be computed once.
+if [ -x .bin/coexec ]; then
+  # shellcheck disable=SC2086
+  timeout 90 python3 scripts/take_back_check.py --coexec .bin/coexec \
+    ${DEVICES:+--devices "$DEVICES"} --prefix cuda >"$TMP/take_back.json" 2>"$TMP/take_back.err"
+  rc=$?
+  # Into results.txt: at most eight files come back from the machine.
+  { echo "take-back (rc=$rc):"; cat "$TMP/take_back.json"; tail -20 "$TMP/take_back.err"; } >>"$OUT/results.txt"
+  row take_back "rc=$rc" "$(head -c 200 "$TMP/take_back.json")"
+fi
+
 # --- co-execution benchmark, one workload per call ------------------------------
 # Each writes its own JSON as soon as it ends, so a timeout costs one workload.
 if [ -x .bin/coexec ]; then
