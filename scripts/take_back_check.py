@@ -40,7 +40,10 @@ def run(args, size, profile_dir):
            "--profile-dir", profile_dir, "--quiet", "--json"]
     if args.devices:
         cmd += ["--devices", args.devices]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        fail({"cmd": cmd, "why": f"no answer within {args.timeout} s"})
     if p.returncode != 0:
         fail({"cmd": cmd, "rc": p.returncode, "stderr": p.stderr[-2000:]})
     return json.loads(p.stdout), p.stderr
@@ -68,7 +71,9 @@ def main():
             fail({"why": f"profiles found: {files}"})
         prof = json.load(open(files[0]))
         key = f"synthetic/w{args.work}"
-        models = prof["kernels"][key]["models"]
+        models = prof.get("kernels", {}).get(key, {}).get("models")
+        if not models:
+            fail({"why": f"no models of {key} in {files[0]}"})
         doctored = {}
         size = args.size
         for k, m in models.items():
