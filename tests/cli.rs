@@ -55,6 +55,7 @@ fn misuse_exits_2_with_one_line() {
             vec!["serve", "--policy", "cpu-only"],
             "[possible values: hybrid, greedy]",
         ),
+        (vec!["serve", "--max-connections", "0"], "1..=1048576"),
     ] {
         let (code, _, err) = coexec(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -476,6 +476,48 @@ fn an_idle_keep_alive_connection_outlives_the_head_deadline() {
     assert_eq!(again.ok(), Some(200), "the idle connection was closed");
 }
 
+/// Past `--max-connections`, a new client is answered on the slot of the
+/// keep-alive connection idle longest, which the server closes, instead of
+/// waiting out its idle timeout (120 s).
+#[test]
+fn a_client_past_max_connections_takes_the_slot_of_the_idlest() {
+    let s = Server::start(&["--devices", "cpu:1", "--max-connections", "2"]);
+    let t = test_rows();
+    let body = request(&[rows_of(&t, 0)]);
+    let open = || {
+        let mut c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(keep_alive_request(s.addr, &body).as_bytes())
+            .unwrap();
+        c
+    };
+    let mut first = open();
+    assert_eq!(read_response_head(&mut first).unwrap(), (200, false));
+    let mut second = open();
+    assert_eq!(read_response_head(&mut second).unwrap(), (200, false));
+    let t0 = std::time::Instant::now();
+    let mut third = open();
+    assert_eq!(
+        read_response(&mut third).ok(),
+        Some(200),
+        "the third client"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // Closed: end of stream or a reset, not the read timeout.
+    let closed = match first.read(&mut [0u8; 1]) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "the idlest connection was closed");
+    let again = second
+        .write_all(keep_alive_request(s.addr, &body).as_bytes())
+        .and_then(|()| read_response(&mut second));
+    assert_eq!(again.ok(), Some(200), "the other one still serves");
+}
+
 /// A request head has 5 s: from the connection for the first, from its
 /// first byte on a keep-alive connection. A client dripping it byte by byte,
 /// or connecting and sending nothing, is cut off.

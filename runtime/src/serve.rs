@@ -81,11 +81,12 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
 /// Largest request head read (larger heads get 431).
 const MAX_HEAD: usize = 16 * 1024;
-/// Connections served at once. A client past it takes the slot of the
-/// connection idle longest, which is asked to close; while every connection
-/// is busy with a request, it waits (and the ones after it wait in the
-/// kernel's accept queue).
-const MAX_CONNECTIONS: usize = 4096;
+/// Connections [`serve`] serves at once. A client past it takes the slot of
+/// the connection idle longest, which is asked to close; while every
+/// connection is busy with a request, it waits (and the ones after it wait
+/// in the kernel's accept queue). Keep it below the process's limit of open
+/// files (`ulimit -n`).
+pub const MAX_CONNECTIONS: usize = 4096;
 /// How often a client waiting for a slot looks again for an idle
 /// connection to close, while every connection was busy.
 const EVICT_RETRY: Duration = Duration::from_millis(100);
@@ -753,7 +754,7 @@ async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response
 /// answered.
 ///
 /// Each connection is its own task; request heads are bounded in size and
-/// time. At most 4096 connections are served at once (at shutdown, the
+/// time. At most [`MAX_CONNECTIONS`] are served at once (at shutdown, the
 /// ones still in the listen queue come on top): a client past that takes
 /// the slot of the keep-alive connection idle longest, which is closed (a
 /// request its client sends just then is lost, as on any server that
@@ -769,8 +770,9 @@ pub async fn serve(
     serve_bounded(listener, app, signal, MAX_CONNECTIONS).await;
 }
 
-/// [`serve`] with at most `max_connections` connections at once.
-async fn serve_bounded(
+/// [`serve`] with at most `max_connections` connections at once (at least
+/// one) instead of [`MAX_CONNECTIONS`].
+pub async fn serve_bounded(
     listener: tokio::net::TcpListener,
     app: Router,
     signal: impl Future<Output = ()> + Send,
@@ -778,7 +780,9 @@ async fn serve_bounded(
 ) {
     let (stop_tx, stop) = watch::channel(false);
     let service = TowerToHyperService::new(app);
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(
+        max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let open = Arc::new(Connections::default());
     let mut conns = tokio::task::JoinSet::new();
     let spawn = |conns: &mut tokio::task::JoinSet<()>,

@@ -55,6 +55,11 @@ pub(crate) struct ServeArgs {
     /// plus one under hybrid).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     in_flight: Option<u64>,
+    /// Connections served at once; past it, a new client takes the slot of
+    /// the keep-alive connection idle longest (keep it below `ulimit -n`).
+    #[arg(long, default_value_t = coexec::serve::MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    max_connections: u64,
     /// Bind each CPU worker to a core of its own and every other thread
     /// (handlers, sim and GPU workers, actors) to the cores left (Linux).
     #[arg(long)]
@@ -112,7 +117,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
             svc.start_draining();
         }
     };
-    coexec::serve::serve(listener, svc.router(), signal).await;
+    coexec::serve::serve_bounded(listener, svc.router(), signal, a.max_connections as usize).await;
     svc.shutdown().await;
     drop(svc);
     match Arc::try_unwrap(rt) {
