@@ -446,6 +446,23 @@ fn read_response(c: &mut TcpStream) -> std::io::Result<u16> {
     read_response_head(c).map(|(status, _)| status)
 }
 
+/// A connection to `addr` that has sent one keep-alive request of `body`,
+/// its reads bounded by `timeout`.
+fn keep_alive_connection(addr: SocketAddr, body: &[u8], timeout: Duration) -> TcpStream {
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(timeout)).unwrap();
+    c.write_all(keep_alive_request(addr, body).as_bytes())
+        .unwrap();
+    c
+}
+
+/// The status of one more keep-alive request on `c`, if it gets an answer.
+fn ask_again(c: &mut TcpStream, addr: SocketAddr, body: &[u8]) -> Option<u16> {
+    c.write_all(keep_alive_request(addr, body).as_bytes())
+        .and_then(|()| read_response(c))
+        .ok()
+}
+
 fn keep_alive_request(addr: SocketAddr, body: &[u8]) -> String {
     let mut head = format!(
         "POST /v1/infer HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -464,16 +481,11 @@ fn an_idle_keep_alive_connection_outlives_the_head_deadline() {
     let s = Server::start(&["--devices", "cpu:1"]);
     let t = test_rows();
     let body = request(&[rows_of(&t, 0)]);
-    let mut c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    c.write_all(keep_alive_request(s.addr, &body).as_bytes())
-        .unwrap();
+    let mut c = keep_alive_connection(s.addr, &body, Duration::from_secs(30));
     assert_eq!(read_response_head(&mut c).unwrap(), (200, false));
     std::thread::sleep(Duration::from_secs(6));
-    let again = c
-        .write_all(keep_alive_request(s.addr, &body).as_bytes())
-        .and_then(|()| read_response(&mut c));
-    assert_eq!(again.ok(), Some(200), "the idle connection was closed");
+    let again = ask_again(&mut c, s.addr, &body);
+    assert_eq!(again, Some(200), "the idle connection was closed");
 }
 
 /// Past `--max-connections`, a new client is answered on the slot of the
@@ -484,13 +496,7 @@ fn a_client_past_max_connections_takes_the_slot_of_the_idlest() {
     let s = Server::start(&["--devices", "cpu:1", "--max-connections", "2"]);
     let t = test_rows();
     let body = request(&[rows_of(&t, 0)]);
-    let open = || {
-        let mut c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(keep_alive_request(s.addr, &body).as_bytes())
-            .unwrap();
-        c
-    };
+    let open = || keep_alive_connection(s.addr, &body, Duration::from_secs(10));
     let mut first = open();
     assert_eq!(read_response_head(&mut first).unwrap(), (200, false));
     let mut second = open();
@@ -512,10 +518,8 @@ fn a_client_past_max_connections_takes_the_slot_of_the_idlest() {
         ),
     };
     assert!(closed, "the idlest connection was closed");
-    let again = second
-        .write_all(keep_alive_request(s.addr, &body).as_bytes())
-        .and_then(|()| read_response(&mut second));
-    assert_eq!(again.ok(), Some(200), "the other one still serves");
+    let again = ask_again(&mut second, s.addr, &body);
+    assert_eq!(again, Some(200), "the other one still serves");
 }
 
 /// A request head has 5 s: from the connection for the first, from its

@@ -273,15 +273,11 @@ impl StreamWorker {
         if !self.unsettled {
             return Ok(());
         }
-        match self.wait() {
-            Err(e @ KernelError::TakenBack { .. }) => return Err(e),
-            // Done, or failed: either way nothing is in flight any more.
-            Ok(()) | Err(_) => {
-                let _ = self.stream.synchronize();
-            }
+        if let Err(e @ KernelError::TakenBack { .. }) = self.wait() {
+            return Err(e);
         }
-        self.unsettled = false;
-        self.unsettled_held.clear();
+        // Done, or failed: either way nothing is in flight any more.
+        self.wait_idle();
         Ok(())
     }
 
