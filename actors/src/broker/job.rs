@@ -189,6 +189,16 @@ impl JobCore {
         self.claims = None;
     }
 
+    /// Per class, whether its workers can ever claim from this job: it may
+    /// run the kernel, the plan gives it a share, and it has workers.
+    /// Eligibility is fixed at admission, so this is too.
+    pub(crate) fn claimable(&self) -> Box<[bool]> {
+        self.st
+            .iter()
+            .map(|s| s.eligible && s.workers > 0)
+            .collect()
+    }
+
     /// Whether no worker needs to look at this job again.
     pub(crate) fn is_over(&self) -> bool {
         self.finished

@@ -286,6 +286,7 @@ impl Broker {
         )
         .with_take_back(self.reg.take_back.clone());
         self.next_id += 1;
+        let claimable = core.claimable();
         let job = Arc::new(Job {
             id: self.next_id,
             priority: m.opts.priority,
@@ -296,6 +297,7 @@ impl Broker {
             reply: Mutex::new(Some(m.reply)),
             service_ns: Default::default(),
             closed: Default::default(),
+            claimable,
         });
         self.reg.admit(job);
     }

@@ -45,6 +45,9 @@ pub(crate) struct Job {
     pub(crate) service_ns: AtomicU64,
     /// Set once the job has been handed back to the broker.
     pub(crate) closed: AtomicBool,
+    /// Per class, whether its workers can ever claim from this job (fixed at
+    /// admission, `JobCore::claimable`): only they are rung for it.
+    pub(crate) claimable: Box<[bool]>,
 }
 
 impl Job {
@@ -90,13 +93,33 @@ pub(crate) enum Event {
     },
 }
 
-/// Every live job, and the bell idle workers wait on.
+/// What the idle workers of one class wait on.
+#[derive(Default)]
+struct Bell {
+    count: AtomicU64,
+    lock: Mutex<()>,
+    cv: Condvar,
+    /// Live jobs this class can claim from.
+    live: AtomicUsize,
+}
+
+impl Bell {
+    fn ring(&self) {
+        // Increment under the lock so a waiter between its check and its
+        // wait cannot miss the ring.
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.cv.notify_all();
+    }
+}
+
+/// Every live job, and the bells idle workers wait on: one per class, so a
+/// job wakes only the classes that can claim from it (a stream's batch
+/// placed on the CPU class does not wake an accelerator's workers twice).
 pub(crate) struct Registry {
     jobs: RwLock<Vec<Arc<Job>>>,
     generation: AtomicU64,
-    bell: AtomicU64,
-    bell_lock: Mutex<()>,
-    cv: Condvar,
+    bells: Box<[Bell]>,
     closed: AtomicBool,
     /// The profiler, once the actor system is up.
     pub(crate) profiler: std::sync::OnceLock<Addr<Profiler>>,
@@ -138,9 +161,7 @@ impl Registry {
         Self {
             jobs: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
-            bell: AtomicU64::new(0),
-            bell_lock: Mutex::new(()),
-            cv: Condvar::new(),
+            bells: classes.iter().map(|_| Bell::default()).collect(),
             closed: AtomicBool::new(false),
             profiler: std::sync::OnceLock::new(),
             owed: AtomicUsize::new(0),
@@ -187,10 +208,11 @@ impl Registry {
         }
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
         jobs.push(job.clone());
+        self.count_live(&job, true);
         m::jobs_in_flight(jobs.len());
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        self.ring();
+        self.ring_for(&job);
         // Abandoned between the broker's look and the push: the submitter's
         // scan (`cancel_abandoned`) may have run before the push, but its
         // closing of the reply happened before that scan, so it shows here.
@@ -246,11 +268,15 @@ impl Registry {
             return;
         }
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
+        let before = jobs.len();
         jobs.retain(|j| j.id != job.id);
+        if jobs.len() < before {
+            self.count_live(job, false);
+        }
         m::jobs_in_flight(jobs.len());
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        self.ring();
+        self.ring_for(job);
         let (result, samples) = {
             let mut core = job.core();
             core.release_kernel();
@@ -352,13 +378,26 @@ impl Registry {
         self.ring();
     }
 
-    /// Whether any job is live.
-    pub(crate) fn busy(&self) -> bool {
-        !self
-            .jobs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+    /// Whether a live job is one class `c` can claim from.
+    pub(crate) fn busy(&self, c: usize) -> bool {
+        self.bells[c].live.load(Ordering::Acquire) > 0
+    }
+
+    /// Counts `job` in (or out of) the live jobs of the classes that can
+    /// claim from it; under the jobs' write lock.
+    fn count_live(&self, job: &Job, admitted: bool) {
+        for (bell, _) in self
+            .bells
+            .iter()
+            .zip(&job.claimable[..])
+            .filter(|(_, &can)| can)
+        {
+            if admitted {
+                bell.live.fetch_add(1, Ordering::AcqRel);
+            } else {
+                bell.live.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Stops the workers; with `cancel`, fails every live job.
@@ -380,27 +419,153 @@ impl Registry {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The bell's count, to wait on without missing a ring.
-    pub(crate) fn bell(&self) -> u64 {
-        self.bell.load(Ordering::Acquire)
+    /// Class `c`'s bell count, to wait on without missing a ring.
+    pub(crate) fn bell(&self, c: usize) -> u64 {
+        self.bells[c].count.load(Ordering::Acquire)
     }
 
+    /// Wakes every idle worker.
     pub(crate) fn ring(&self) {
-        // Increment under the lock so a waiter between its check and its
-        // wait cannot miss the ring.
-        let _g = self.bell_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.bell.fetch_add(1, Ordering::AcqRel);
-        self.cv.notify_all();
+        self.bells.iter().for_each(Bell::ring);
     }
 
-    /// Waits for a ring after `seen`, at most `timeout`.
-    pub(crate) fn wait(&self, seen: u64, timeout: Duration) {
-        let g = self.bell_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if self.bell() != seen || self.is_closed() {
+    /// Wakes the idle workers of the classes that can claim from `job`.
+    pub(crate) fn ring_for(&self, job: &Job) {
+        for (bell, _) in self
+            .bells
+            .iter()
+            .zip(&job.claimable[..])
+            .filter(|(_, &can)| can)
+        {
+            bell.ring();
+        }
+    }
+
+    /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`.
+    pub(crate) fn wait(&self, c: usize, seen: u64, timeout: Duration) {
+        let bell = &self.bells[c];
+        let g = bell.lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.bell(c) != seen || self.is_closed() {
             return;
         }
-        let _ = self
+        let _ = bell
             .cv
-            .wait_timeout_while(g, timeout, |_| self.bell() == seen && !self.is_closed());
+            .wait_timeout_while(g, timeout, |_| self.bell(c) == seen && !self.is_closed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use coexec_kernels::Empty;
+
+    use super::*;
+    use crate::broker::job::Admitted;
+    use crate::device::{DeviceKind, End};
+    use crate::perfmodel::SpeedModel;
+    use crate::policy::{Admission, Chunking, ClassSpeed, Thresholds};
+
+    /// A `cpu` class and a `sim` class, one worker each.
+    fn registry() -> Registry {
+        let class = |index: usize, kind: DeviceKind| ClassInfo {
+            index,
+            name: if index == 0 { "cpu" } else { "sim" }.into(),
+            profile_key: format!("k{index}"),
+            kind,
+            workers: 1,
+            end: if index == 0 { End::Head } else { End::Tail },
+            model: String::new(),
+            fill_threads: 0,
+        };
+        let classes: Arc<[ClassInfo]> = vec![
+            class(0, DeviceKind::Cpu),
+            class(
+                1,
+                DeviceKind::Sim {
+                    speed: 1.0,
+                    latency: Duration::ZERO,
+                },
+            ),
+        ]
+        .into();
+        Registry::new(
+            classes,
+            vec![0, 1].into(),
+            JobOrder::Fifo,
+            flume::unbounded().0,
+        )
+    }
+
+    /// A job of 100 items that only the classes in `eligible` may run.
+    fn job(reg: &Registry, id: u64, eligible: &[bool]) -> Arc<Job> {
+        let speeds: Vec<ClassSpeed> = eligible
+            .iter()
+            .map(|&eligible| ClassSpeed {
+                workers: 1,
+                a: 0.0,
+                b: Some(1e6),
+                eligible,
+                min_items: 1,
+            })
+            .collect();
+        let admitted = Admitted {
+            policy: "test".into(),
+            plan: Admission::pool(&speeds, Chunking::Fixed(10)),
+            thresholds: Thresholds::default(),
+            models: vec![SpeedModel::with_params(0.0, 1e6); eligible.len()],
+            stored_split: vec![f64::NAN; eligible.len()],
+            learns_split: false,
+            eligible: eligible.to_vec(),
+            in_service: vec![1; eligible.len()],
+            trace: false,
+        };
+        let core = JobCore::new(
+            Arc::new(Empty::new(100)),
+            admitted,
+            reg.classes.clone(),
+            reg.worker_class.clone(),
+        );
+        let claimable = core.claimable();
+        Arc::new(Job {
+            id,
+            priority: 0,
+            weight: 1.0,
+            start: Instant::now(),
+            profile_key: "test".into(),
+            core: Mutex::new(core),
+            reply: Mutex::new(None),
+            service_ns: Default::default(),
+            closed: Default::default(),
+            claimable,
+        })
+    }
+
+    #[test]
+    fn a_job_rings_and_keeps_busy_only_the_classes_that_can_claim_from_it() {
+        let reg = registry();
+        let cpu_only = job(&reg, 1, &[true, false]);
+        let (cpu, sim) = (reg.bell(0), reg.bell(1));
+        reg.admit(cpu_only.clone());
+        assert!(reg.bell(0) > cpu, "the CPU class can claim: it is rung");
+        assert_eq!(reg.bell(1), sim, "the sim class cannot: it sleeps on");
+        assert!(reg.busy(0));
+        assert!(!reg.busy(1), "no job for the sim: it need not poll");
+        // A sim waiting on its bell is not woken by the CPU job's end.
+        let seen = reg.bell(1);
+        reg.cancel(&cpu_only);
+        assert_eq!(reg.bell(1), seen);
+        assert!(!reg.busy(0) && !reg.busy(1));
+
+        let both = job(&reg, 2, &[true, true]);
+        reg.admit(both.clone());
+        assert!(reg.bell(1) > seen);
+        assert!(reg.busy(0) && reg.busy(1));
+        reg.cancel(&both);
+        reg.finish(&both); // closes once: counted out once
+        assert!(!reg.busy(0) && !reg.busy(1));
+
+        // Closing wakes everyone.
+        let (cpu, sim) = (reg.bell(0), reg.bell(1));
+        reg.close(false);
+        assert!(reg.bell(0) > cpu && reg.bell(1) > sim);
     }
 }

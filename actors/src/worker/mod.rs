@@ -68,7 +68,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
     // A chunk claimed together with the previous completion.
     let mut next: Option<(Arc<Job>, Claimed, f64)> = None;
     while !reg.is_closed() {
-        let seen = reg.bell();
+        let seen = reg.bell(c);
         let (job, claimed, t0) = match next.take() {
             Some(n) => n,
             None => {
@@ -92,12 +92,12 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
                         // refusal by the earliest-finish guard can turn into a
                         // claim as others slow down.
                         let t = std::time::Instant::now();
-                        let timeout = if reg.busy() {
+                        let timeout = if reg.busy(c) {
                             Duration::from_millis(1)
                         } else {
                             Duration::from_millis(200)
                         };
-                        reg.wait(seen, timeout);
+                        reg.wait(c, seen, timeout);
                         labels.idle(t.elapsed().as_secs_f64());
                         continue;
                     }
@@ -163,7 +163,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         let unchanged = !after.finished
             && !after.wake
             && strikes == 0
-            && reg.bell() == seen
+            && reg.bell(c) == seen
             && reg.generation() == generation
             && jobs.first().is_some_and(|j| Arc::ptr_eq(j, &job));
         if unchanged && !fair && reg.order == JobOrder::Fifo {
@@ -178,7 +178,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         if after.finished {
             reg.finish(&job);
         } else if after.wake {
-            reg.ring();
+            reg.ring_for(&job);
         }
         if strikes >= DEVICE_STRIKES {
             let why = format!("{DEVICE_STRIKES} device errors in a row");
