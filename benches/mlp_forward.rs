@@ -1,5 +1,6 @@
 //! The digits model's forward pass on one CPU thread: time per row for
-//! batches of 1, 32, 128 and 512 rows (`Mlp::run_cpu` over the whole batch,
+//! batches of 1, 4, 7, 8, 32, 128 and 512 rows (below 8 rows a layer is one
+//! matrix-vector product per row, from 8 a packed GEMM) (`Mlp::run_cpu` over the whole batch,
 //! no scheduler). criterion's throughput line (elements/s) reads as rows per
 //! second; µs per row is its inverse.
 //!
@@ -28,7 +29,7 @@ fn forward(c: &mut Criterion) {
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    for rows in [1usize, 32, 128, 512] {
+    for rows in [1usize, 4, 7, 8, 32, 128, 512] {
         // The test rows, repeated to fill the batch.
         let x: Vec<f32> =
             t.x.iter()

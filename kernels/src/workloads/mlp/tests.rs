@@ -63,12 +63,14 @@ fn naive(w: &MlpWeights, x: &[f32]) -> Vec<f32> {
 }
 
 #[test]
-fn gemm_forward_equals_the_naive_loops_for_any_split() {
+fn forward_equals_the_naive_loops_for_any_split() {
     let w = weights(37);
     let rows = 300; // more than two tiles
     let x: Vec<f32> = (0..rows * 2).map(|i| (i % 17) as f32 / 17.0).collect();
     let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
-    for c in [0..1, 1..130, 130..299, 299..300] {
+    // Both sides of GEMV_ROWS: 1 and 7 rows (one GEMV per row), 8 rows (a
+    // GEMM), and 134 rows (a 128-row GEMM tile, then a 6-row GEMV tail).
+    for c in [0..1, 1..8, 8..16, 16..150, 150..299, 299..300] {
         crate::with_chunk(&mut k, c, |k, c| k.run_cpu(c)).unwrap();
     }
     let probs = k.into_probs();
