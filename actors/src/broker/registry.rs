@@ -208,7 +208,10 @@ impl Registry {
         }
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
         jobs.push(job.clone());
-        self.count_live(&job, true);
+        // Counted under the jobs' write lock, like the push.
+        for bell in self.bells_for(&job) {
+            bell.live.fetch_add(1, Ordering::AcqRel);
+        }
         m::jobs_in_flight(jobs.len());
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -271,7 +274,9 @@ impl Registry {
         let before = jobs.len();
         jobs.retain(|j| j.id != job.id);
         if jobs.len() < before {
-            self.count_live(job, false);
+            for bell in self.bells_for(job) {
+                bell.live.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         m::jobs_in_flight(jobs.len());
         drop(jobs);
@@ -383,21 +388,12 @@ impl Registry {
         self.bells[c].live.load(Ordering::Acquire) > 0
     }
 
-    /// Counts `job` in (or out of) the live jobs of the classes that can
-    /// claim from it; under the jobs' write lock.
-    fn count_live(&self, job: &Job, admitted: bool) {
-        for (bell, _) in self
-            .bells
+    /// The bells of the classes that can claim from `job`.
+    fn bells_for<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = &'a Bell> {
+        self.bells
             .iter()
             .zip(&job.claimable[..])
-            .filter(|(_, &can)| can)
-        {
-            if admitted {
-                bell.live.fetch_add(1, Ordering::AcqRel);
-            } else {
-                bell.live.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+            .filter_map(|(bell, &can)| can.then_some(bell))
     }
 
     /// Stops the workers; with `cancel`, fails every live job.
@@ -431,14 +427,7 @@ impl Registry {
 
     /// Wakes the idle workers of the classes that can claim from `job`.
     pub(crate) fn ring_for(&self, job: &Job) {
-        for (bell, _) in self
-            .bells
-            .iter()
-            .zip(&job.claimable[..])
-            .filter(|(_, &can)| can)
-        {
-            bell.ring();
-        }
+        self.bells_for(job).for_each(Bell::ring);
     }
 
     /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`.
