@@ -16,6 +16,7 @@
 #   BENCH_WORKLOADS  the ones benchmarked (default: WORKLOADS)
 #   BENCH_ARGS   extra arguments for every `coexec bench` (default --repeat 3 --pairs 3)
 #   MATMUL_ARGS, KMEANS_ARGS, PATHFINDER_ARGS, NBODY_ARGS   per-workload sizes
+#   REFERENCE    0 skips scripts/gpu_reference.py (PyTorch ceilings; up to 150 s)
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -162,7 +163,7 @@ EOF
 fi
 
 # --- independent ceilings and reference timings (PyTorch) -------------------------
-if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+if [ "${REFERENCE:-1}" != 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   PYTHONUNBUFFERED=1 timeout 150 python3 scripts/gpu_reference.py >"$OUT/reference.json" 2>"$TMP/reference.txt"
   row reference "rc=$?" "scripts/gpu_reference.py -> reference.json"
 fi
