@@ -28,6 +28,8 @@ pub mod policy;
 pub mod profiler;
 mod report;
 mod system;
+#[cfg(test)]
+mod vtime;
 mod worker;
 
 pub use broker::registry::JobOrder;

@@ -1,6 +1,7 @@
 //! The broker actor: admits jobs into the registry it owns, and closes them
 //! when workers report them over. Workers never message it per chunk.
 
+pub(crate) mod admission;
 pub(crate) mod job;
 pub(crate) mod registry;
 pub(crate) mod space;
@@ -15,11 +16,10 @@ use actix::{
 };
 use coexec_kernels::Kernel;
 
-use self::job::{Admitted, JobCore};
+use self::job::JobCore;
 use self::registry::{Event, Job, Registry, Reply};
-use crate::device::DeviceKind;
 use crate::metrics as m;
-use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Thresholds};
+use crate::policy::{Policy, Thresholds};
 use crate::profiler::{Lookup, Profiler, Stored};
 use crate::SpeedModel;
 
@@ -136,41 +136,8 @@ pub(crate) struct Broker {
     pub(crate) policy: Arc<dyn Policy>,
     pub(crate) trace: bool,
     pub(crate) next_id: u64,
-    /// Jobs admitted per profile key, for [`REMEASURE_EVERY`].
+    /// Jobs admitted per profile key, for [`admission::REMEASURE_EVERY`].
     pub(crate) admitted: std::collections::HashMap<String, u64>,
-}
-
-/// Every this many jobs of a kernel, a class the plan gives nothing gets a
-/// small region anyway: a model that says it is hopeless (one bad
-/// measurement, a profile from a bad day) would otherwise never be measured
-/// again, run after run.
-pub(crate) const REMEASURE_EVERY: u64 = 8;
-
-/// Gives every eligible class in service that `adm` leaves out a region of
-/// about a thousandth of the items (at least a grain): a bounded cost, since
-/// a class k times slower than the rest together stretches the job by about
-/// k/1000, and enough items for one measured chunk.
-fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) {
-    if adm.pool || items == 0 {
-        return;
-    }
-    let small = ((items / 1000).max(grain).min(items) as f64) / items as f64;
-    let left_out: Vec<usize> = (0..speeds.len())
-        .filter(|&c| speeds[c].eligible && speeds[c].workers > 0 && adm.shares[c] <= 0.0)
-        .collect();
-    let given: f64 = adm.shares.iter().sum();
-    if left_out.is_empty() || given <= 0.0 {
-        return;
-    }
-    let taken = (small * left_out.len() as f64).min(0.5);
-    for s in &mut adm.shares {
-        *s *= (1.0 - taken) / given;
-    }
-    let each = taken / left_out.len() as f64;
-    for c in left_out {
-        tracing::debug!(class = c, "re-measuring a class the plan left out");
-        adm.shares[c] = each;
-    }
 }
 
 impl Actor for Broker {
@@ -203,81 +170,26 @@ impl Broker {
             self.reg.forgive();
             return;
         }
-        let Stored { models, split } = stored;
-        let policy = m.opts.policy.clone().unwrap_or_else(|| self.policy.clone());
         let kernel = m.kernel;
-        let grain = kernel.grain().max(1);
-        let able: Vec<bool> = self
-            .reg
-            .classes
-            .iter()
-            .map(|c| match c.kind {
-                DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
-                DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
-            })
-            .collect();
-        let eligible: Vec<bool> = self
-            .reg
-            .classes
-            .iter()
-            .zip(&able)
-            .map(|(c, &able)| {
-                able && m
-                    .opts
-                    .classes
-                    .as_ref()
-                    .is_none_or(|only| only.contains(&c.index))
-            })
-            .collect();
-        let learns_split = able.iter().zip(&eligible).all(|(a, e)| a == e);
-        let in_service: Vec<usize> = (0..self.reg.classes.len())
-            .map(|c| self.reg.in_service(c))
-            .collect();
-        let speeds: Vec<ClassSpeed> = models
-            .iter()
-            .zip(&eligible)
-            .zip(&in_service)
-            .map(|((md, &el), &w)| ClassSpeed {
-                workers: w,
-                a: md.a(),
-                b: md.is_known().then(|| md.b()),
-                eligible: el,
-                // Not the GPU's fill size: a GPU given less than it fills is
-                // still worth its share; the job sizes its chunks.
-                min_items: grain,
-            })
-            .collect();
-        let ctx = PlanContext {
-            items: kernel.items(),
-            grain,
-            classes: &self.reg.classes,
-            speeds: &speeds,
-            thresholds: self.thresholds,
-        };
-        let mut adm = policy.admit(&ctx);
-        if let Some(n) = m.opts.chunk {
-            adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
-        }
         let profile_key = kernel.profile_key();
         let seen = self.admitted.entry(profile_key.clone()).or_default();
         *seen += 1;
-        if (*seen).is_multiple_of(REMEASURE_EVERY) {
-            remeasure(&mut adm, &speeds, ctx.items, grain);
-        }
+        let admitted = admission::admit(admission::Request {
+            kernel: &*kernel,
+            opts: &m.opts,
+            default_policy: &*self.policy,
+            classes: &self.reg.classes,
+            in_service: (0..self.reg.classes.len())
+                .map(|c| self.reg.in_service(c))
+                .collect(),
+            stored,
+            thresholds: self.thresholds,
+            seen: *seen,
+            trace: self.trace,
+        });
         // The kernel moves into the job: once the registry has it, a worker
         // may finish and answer it at once, and the caller then needs to be
         // its only owner.
-        let admitted = Admitted {
-            policy: policy.name().to_string(),
-            plan: adm,
-            thresholds: self.thresholds,
-            models,
-            stored_split: split,
-            learns_split,
-            eligible,
-            in_service,
-            trace: self.trace || m.opts.trace,
-        };
         let core = JobCore::new(
             kernel,
             admitted,

@@ -308,17 +308,12 @@ impl Registry {
                 // First into the profiler's mailbox, then the answer: the
                 // submitter's next run looks its models up behind this.
                 if let Some(p) = self.profiler.get() {
-                    p.do_send(Observe {
-                        key: job.profile_key.clone(),
-                        classes: self.classes.iter().map(|c| c.profile_key.clone()).collect(),
+                    p.do_send(Observe::of(
+                        job.profile_key.clone(),
+                        self.classes.iter().map(|c| c.profile_key.clone()).collect(),
+                        &report,
                         samples,
-                        // A run kept off some class learns no split.
-                        learned_split: if report.split_delta.is_some() {
-                            report.learned_split.clone()
-                        } else {
-                            Vec::new()
-                        },
-                    });
+                    ));
                 }
                 self.reply(job, Ok(report));
             }

@@ -102,12 +102,44 @@ pub(crate) struct Observe {
     pub(crate) learned_split: Vec<f64>,
 }
 
+impl Observe {
+    /// What the profiler learns from the run `report` of kernel `key`, whose
+    /// chunks took `samples` per class.
+    pub(crate) fn of(
+        key: String,
+        classes: Vec<String>,
+        report: &crate::RunReport,
+        samples: Vec<Vec<Sample>>,
+    ) -> Self {
+        Self {
+            key,
+            classes,
+            samples,
+            // A run kept off some class learns no split.
+            learned_split: if report.split_delta.is_some() {
+                report.learned_split.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Folds it into `store` (`nu`: the seed's ν).
+    pub(crate) fn apply(&self, store: &mut ProfileStore, nu: f64) -> Learned {
+        store.observe(
+            &self.key,
+            &self.classes,
+            &self.samples,
+            &self.learned_split,
+            nu,
+        )
+    }
+}
+
 impl Handler<Observe> for Profiler {
     type Result = actix::MessageResult<Observe>;
     fn handle(&mut self, m: Observe, ctx: &mut Context<Self>) -> Self::Result {
-        let learned = self
-            .store
-            .observe(&m.key, &m.classes, &m.samples, &m.learned_split, self.nu);
+        let learned = m.apply(&mut self.store, self.nu);
         self.save_soon(ctx);
         actix::MessageResult(learned)
     }

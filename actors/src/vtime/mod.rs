@@ -1,0 +1,632 @@
+//! Virtual time: the scheduler as it runs — the broker's admission, the job
+//! engine, the profiler's store — driven by a modelled machine, run after
+//! run, so that a bench of an iterative workload replays in milliseconds and
+//! tests can assert what the scheduler would have done on it.
+//!
+//! The machine is a CPU class and one GPU of two streams, calibrated on the
+//! H100 lease of 2026-11-23 (`h100-2026-11-23.json`, derived from that
+//! lease's traces and bench figures by `scripts/vt_calibrate.py`):
+//!
+//! * a CPU worker wakes at the run's start plus a normal jitter, then takes
+//!   `a + n/b` seconds per chunk, times a mean-one log-normal noise;
+//! * a GPU stream pays the run's setup (`stage`) before its first chunk of a
+//!   run; a chunk is a fixed latency `a` and then `max(n, min_work)` items of
+//!   work at the device's rate, with the same kind of noise; chunks of both
+//!   streams in their work phase share the device once their threads would
+//!   occupy more than all of its SMs (two chunks that each fill it go at
+//!   half speed; a sliver beside a chunk that leaves SMs idle does not
+//!   slow it);
+//! * co-executing, the GPU goes slower by a factor each run draws from
+//!   those the lease's hybrid runs showed (the CPU workers and the streams'
+//!   host threads share the cores and the memory bus): its work while a CPU
+//!   worker of the job runs, its host side (a run's setup, a chunk's
+//!   latency) throughout.
+//!
+//! Figures from here are modelled, never a GPU's.
+
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use coexec_kernels::{Chunk, Kernel, KernelError};
+use serde::Deserialize;
+
+use crate::broker::admission::{self, Request};
+use crate::broker::job::{Claimed, JobCore};
+use crate::device::{ClassInfo, DeviceKind, End};
+use crate::policy::{by_name, Policy, Thresholds};
+use crate::profiler::{Fingerprint, Observe, ProfileStore, Stored};
+use crate::{JobOptions, RunReport};
+
+/// A lease's machine and workloads, as the calibration script wrote them.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Calibration {
+    pub(crate) workloads: Vec<Workload>,
+}
+
+/// One workload of the lease: its shape, its devices, what was measured.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Workload {
+    pub(crate) name: String,
+    pub(crate) items: usize,
+    pub(crate) runs: usize,
+    pub(crate) cpu: CpuModel,
+    pub(crate) gpu: GpuModel,
+    pub(crate) measured: Measured,
+}
+
+/// The CPU class on one workload.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct CpuModel {
+    pub(crate) workers: usize,
+    pub(crate) a_s: f64,
+    pub(crate) b_per_worker: f64,
+    pub(crate) start_s: f64,
+    pub(crate) start_spread_s: f64,
+    pub(crate) noise_cv: f64,
+}
+
+/// The GPU on one workload.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct GpuModel {
+    pub(crate) streams: usize,
+    pub(crate) fill_items: usize,
+    /// Items whose threads occupy every SM: chunks in flight together share
+    /// the device only when they would occupy more than this.
+    pub(crate) capacity_items: usize,
+    pub(crate) a_s: f64,
+    pub(crate) min_work_items: usize,
+    pub(crate) device_items_per_s: f64,
+    pub(crate) stage_s: f64,
+    pub(crate) noise_cv: f64,
+    /// Per traced co-executed run, how much slower the GPU went than alone:
+    /// a run draws one, and the GPU's work goes that much slower while a CPU
+    /// worker of the job runs a chunk.
+    pub(crate) coexec_slowdown: Vec<f64>,
+}
+
+/// What the lease measured.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Measured {
+    pub(crate) t_cpu_s: f64,
+    pub(crate) t_gpu_s: f64,
+    pub(crate) policies_s: BTreeMap<String, f64>,
+    pub(crate) e_hybrid: f64,
+}
+
+/// The H100 lease of 2026-11-23.
+pub(crate) fn h100() -> Calibration {
+    serde_json::from_str(include_str!("h100-2026-11-23.json"))
+        .expect("the committed calibration parses")
+}
+
+impl Calibration {
+    pub(crate) fn workload(&self, name: &str) -> &Workload {
+        self.workloads
+            .iter()
+            .find(|w| w.name == name)
+            .unwrap_or_else(|| panic!("no workload {name} in the calibration"))
+    }
+}
+
+/// splitmix64: a small, seedable generator (the tests need no crate for it).
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// A log-normal factor of mean 1 and coefficient of variation `cv`.
+    pub(crate) fn noise(&mut self, cv: f64) -> f64 {
+        if cv <= 0.0 {
+            return 1.0;
+        }
+        let s2 = (1.0 + cv * cv).ln();
+        (s2.sqrt() * self.normal() - 0.5 * s2).exp()
+    }
+}
+
+/// The modelled machine: a CPU class of `cpu.workers` workers and a GPU
+/// class of `gpu.streams` streams.
+#[derive(Debug, Clone)]
+pub(crate) struct Machine {
+    pub(crate) cpu: CpuModel,
+    pub(crate) gpu: GpuModel,
+    classes: Arc<[ClassInfo]>,
+    worker_class: Arc<[usize]>,
+}
+
+/// Class indices.
+pub(crate) const CPU: usize = 0;
+pub(crate) const GPU: usize = 1;
+
+impl Machine {
+    pub(crate) fn new(cpu: CpuModel, gpu: GpuModel) -> Self {
+        let classes: Arc<[ClassInfo]> = vec![
+            ClassInfo {
+                index: CPU,
+                name: "cpu".into(),
+                profile_key: "cpu".into(),
+                kind: DeviceKind::Cpu,
+                workers: cpu.workers,
+                end: End::Head,
+                model: "virtual CPU".into(),
+                fill_threads: 0,
+            },
+            // A simulated unit stands for the GPU: the engine treats it as an
+            // accelerator (it eats from the tail, its chunks fill it), and it
+            // needs no CUDA twin of the kernel.
+            ClassInfo {
+                index: GPU,
+                name: "gpu".into(),
+                profile_key: "gpu".into(),
+                kind: DeviceKind::Sim {
+                    speed: 1.0,
+                    latency: std::time::Duration::ZERO,
+                },
+                workers: gpu.streams,
+                end: End::Tail,
+                model: "virtual GPU".into(),
+                fill_threads: gpu.capacity_items,
+            },
+        ]
+        .into();
+        let worker_class: Arc<[usize]> = std::iter::repeat_n(CPU, cpu.workers)
+            .chain(std::iter::repeat_n(GPU, gpu.streams))
+            .collect();
+        Self {
+            cpu,
+            gpu,
+            classes,
+            worker_class,
+        }
+    }
+
+    /// The machine of a calibrated workload.
+    pub(crate) fn of(w: &Workload) -> Self {
+        Self::new(w.cpu.clone(), w.gpu.clone())
+    }
+
+    /// Runs `job` to its end in virtual time; its makespan.
+    pub(crate) fn simulate(&self, job: &mut JobCore, rng: &mut Rng) -> f64 {
+        let nw = self.worker_class.len();
+        // When each worker first looks for a chunk: CPU threads wake with a
+        // jitter; GPU streams start at once (their wake is in `stage`).
+        let mut free_at: Vec<f64> = self
+            .worker_class
+            .iter()
+            .map(|&c| match c {
+                CPU => self.wake(rng),
+                _ => 0.0,
+            })
+            .collect();
+        let mut staged = vec![false; nw];
+        let mut running: Vec<Option<Running>> = (0..nw).map(|_| None).collect();
+        let claimable = job.claimable();
+        let slowdown = match self.gpu.coexec_slowdown.len() {
+            0 => 1.0,
+            n => self.gpu.coexec_slowdown[(rng.next_u64() % n as u64) as usize],
+        };
+        // The host side of a stream (a run's setup, a chunk's launch and
+        // copy latency) competes with the CPU workers whenever the job runs
+        // on both classes.
+        let host_slow = if claimable[CPU] && claimable[GPU] {
+            slowdown
+        } else {
+            1.0
+        };
+        let mut now = 0.0;
+        let mut steps = 0u64;
+        // An idle worker refused by the guard looks again this often (the
+        // worker loop's 1 ms wait while a job is live), or at any event.
+        const POLL: f64 = 1e-3;
+        while !job.is_over() {
+            steps += 1;
+            assert!(steps < 50_000_000, "virtual job does not end");
+            for w in 0..nw {
+                if running[w].is_some() || free_at[w] > now {
+                    continue;
+                }
+                let c = self.worker_class[w];
+                match job.claim(w, c, now) {
+                    Some(ch) => {
+                        running[w] = Some(self.start(w, c, ch, now, &mut staged, host_slow, rng))
+                    }
+                    None => free_at[w] = now + POLL,
+                }
+            }
+            // The next event: a CPU chunk's end, a GPU chunk's latency or
+            // work ending at the current sharing, or an idle worker looking.
+            let cpu_busy = running.iter().flatten().any(|r| r.cpu_end.is_some());
+            // Chunks in their work phase share the device once their threads
+            // would occupy more than all of it.
+            let occupancy: f64 = running
+                .iter()
+                .flatten()
+                .filter(|r| r.gpu_work(now))
+                .map(|r| {
+                    (r.claimed.info.range.len() as f64 / self.gpu.capacity_items as f64).min(1.0)
+                })
+                .sum();
+            let sharing = occupancy.max(1.0) * if cpu_busy { slowdown } else { 1.0 };
+            let mut next = f64::INFINITY;
+            for (w, r) in running.iter().enumerate() {
+                match r {
+                    Some(r) => next = next.min(r.next_event(now, sharing)),
+                    None if claimable[self.worker_class[w]] => next = next.min(free_at[w].max(now)),
+                    None => {}
+                }
+            }
+            assert!(next.is_finite(), "nothing runs and the job is not over");
+            // Advance the GPU chunks' work at the sharing that held until now.
+            for r in running.iter_mut().flatten() {
+                r.advance(now, next, sharing);
+            }
+            now = next;
+            for w in 0..nw {
+                let done = running[w].as_ref().is_some_and(|r| r.done(now));
+                if done {
+                    let r = running[w].take().expect("checked above");
+                    let c = self.worker_class[w];
+                    let after = job.complete(w, c, &r.claimed.info, r.start, now);
+                    // A ring wakes the idle workers of the job, each after a
+                    // thread's wake-up (drawn like a run's start).
+                    if after.wake {
+                        for (v, f) in free_at.iter_mut().enumerate() {
+                            if running[v].is_none() && v != w {
+                                *f = f.min(now + self.wake(rng));
+                            }
+                        }
+                    }
+                    free_at[w] = now;
+                }
+            }
+        }
+        now
+    }
+
+    /// How long a sleeping worker thread takes to look once woken: the
+    /// lease's CPU workers' first start in a run, and its spread.
+    fn wake(&self, rng: &mut Rng) -> f64 {
+        (self.cpu.start_s + self.cpu.start_spread_s * rng.normal()).max(0.0)
+    }
+
+    fn start(
+        &self,
+        w: usize,
+        c: usize,
+        claimed: Claimed,
+        now: f64,
+        staged: &mut [bool],
+        host_slow: f64,
+        rng: &mut Rng,
+    ) -> Running {
+        let n = claimed.info.range.len() as f64;
+        if c == CPU {
+            let d = (self.cpu.a_s + n / self.cpu.b_per_worker) * rng.noise(self.cpu.noise_cv);
+            return Running {
+                claimed,
+                start: now,
+                latency_until: now,
+                work_left: 0.0,
+                cpu_end: Some(now + d),
+            };
+        }
+        // A stream's first chunk of a run waits for the run's setup; like the
+        // worker loop, the chunk's own time starts after it.
+        let mut start = now;
+        if !staged[w] {
+            staged[w] = true;
+            start += self.gpu.stage_s * rng.noise(self.gpu.noise_cv) * host_slow;
+        }
+        let noise = rng.noise(self.gpu.noise_cv);
+        let work = n.max(self.gpu.min_work_items as f64) / self.gpu.device_items_per_s;
+        Running {
+            claimed,
+            start,
+            latency_until: start + self.gpu.a_s * noise * host_slow,
+            work_left: work * noise,
+            cpu_end: None,
+        }
+    }
+
+    /// One job of `items` items under `opts`, admitted from `store` as the
+    /// broker admits it, simulated, and learned from as the profiler learns:
+    /// its report.
+    pub(crate) fn run(&self, ctx: &mut Series, opts: &JobOptions, items: usize) -> RunReport {
+        let kernel: Arc<dyn Kernel> = Arc::new(Virtual {
+            name: ctx.name.clone(),
+            items,
+        });
+        let keys: Vec<String> = self.classes.iter().map(|c| c.profile_key.clone()).collect();
+        let key = kernel.profile_key();
+        ctx.seen += 1;
+        let stored = Stored {
+            models: ctx.store.models(&key, &keys),
+            split: ctx.store.split(&key, &keys),
+        };
+        let admitted = admission::admit(Request {
+            kernel: &*kernel,
+            opts,
+            default_policy: &*ctx.default_policy,
+            classes: &self.classes,
+            in_service: self.classes.iter().map(|c| c.workers).collect(),
+            stored,
+            thresholds: ctx.thresholds,
+            seen: ctx.seen,
+            trace: ctx.trace,
+        });
+        let mut job = JobCore::new(
+            kernel,
+            admitted,
+            self.classes.clone(),
+            self.worker_class.clone(),
+        );
+        self.simulate(&mut job, &mut ctx.rng);
+        let report = job.report().expect("a virtual job does not fail");
+        Observe::of(key, keys, &report, job.samples()).apply(&mut ctx.store, ctx.thresholds.nu);
+        report
+    }
+
+    /// `runs` runs of `items` items under `opts`: the job's time (the sum of
+    /// its runs' makespans, as `coexec bench` counts it) and its reports.
+    pub(crate) fn job(
+        &self,
+        ctx: &mut Series,
+        opts: &JobOptions,
+        items: usize,
+        runs: usize,
+    ) -> (f64, Vec<RunReport>) {
+        let reports: Vec<RunReport> = (0..runs).map(|_| self.run(ctx, opts, items)).collect();
+        (reports.iter().map(|r| r.makespan_s).sum(), reports)
+    }
+
+    pub(crate) fn classes(&self) -> &[ClassInfo] {
+        &self.classes
+    }
+
+    /// The machine of a calibrated workload, its CPU throughput and GPU rate
+    /// fitted so that each class alone takes the measured time on the
+    /// engine as it is (the calibration's first guesses ignore the engine's
+    /// chunking and tail).
+    pub(crate) fn fitted(w: &Workload) -> Self {
+        let mut m = Self::of(w);
+        for _ in 0..4 {
+            let (cpu, gpu) = m.alone_times(w, 11);
+            m.cpu.b_per_worker *= cpu / w.measured.t_cpu_s;
+            m.gpu.device_items_per_s *= gpu / w.measured.t_gpu_s;
+        }
+        m
+    }
+
+    /// Each class alone on `w`'s job, warm: the median of 3 jobs.
+    fn alone_times(&self, w: &Workload, seed: u64) -> (f64, f64) {
+        let hybrid = by_name("hybrid").expect("hybrid exists");
+        let mut t = [0.0; 2];
+        for (c, t) in [CPU, GPU].into_iter().zip(&mut t) {
+            let mut s = Series::new(&w.name, seed);
+            let opts = JobOptions::new().policy(hybrid.clone()).classes([c]);
+            self.job(&mut s, &opts, w.items, w.runs);
+            let mut v: Vec<f64> = (0..3)
+                .map(|_| self.job(&mut s, &opts, w.items, w.runs).0)
+                .collect();
+            *t = median(&mut v);
+        }
+        (t[0], t[1])
+    }
+}
+
+/// A chunk in flight on a worker.
+struct Running {
+    claimed: Claimed,
+    /// When its own time started (after a stream's setup).
+    start: f64,
+    /// GPU: the latency phase ends here, then the work phase runs.
+    latency_until: f64,
+    /// GPU: device-seconds of work left.
+    work_left: f64,
+    /// CPU: when it ends.
+    cpu_end: Option<f64>,
+}
+
+impl Running {
+    fn gpu_work(&self, now: f64) -> bool {
+        self.cpu_end.is_none() && now >= self.latency_until && self.work_left > 0.0
+    }
+
+    fn next_event(&self, now: f64, sharing: f64) -> f64 {
+        match self.cpu_end {
+            Some(end) => end,
+            None if now < self.latency_until => self.latency_until,
+            None => now + self.work_left * sharing,
+        }
+    }
+
+    fn advance(&mut self, from: f64, to: f64, sharing: f64) {
+        if self.gpu_work(from) {
+            self.work_left = (self.work_left - (to - from) / sharing).max(0.0);
+            if self.work_left < 1e-15 {
+                self.work_left = 0.0;
+            }
+        }
+    }
+
+    fn done(&self, now: f64) -> bool {
+        match self.cpu_end {
+            Some(end) => now >= end,
+            None => now >= self.latency_until && self.work_left <= 0.0,
+        }
+    }
+}
+
+/// A kernel that does nothing: its time is the machine's model.
+struct Virtual {
+    name: String,
+    items: usize,
+}
+
+impl Kernel for Virtual {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn items(&self) -> usize {
+        self.items
+    }
+    fn run_cpu(&self, _: &Chunk) -> Result<(), KernelError> {
+        Ok(())
+    }
+}
+
+/// What carries from one run to the next: the profiler's store, the
+/// broker's count of admissions, the noise.
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) store: ProfileStore,
+    pub(crate) seen: u64,
+    pub(crate) rng: Rng,
+    pub(crate) thresholds: Thresholds,
+    pub(crate) default_policy: Arc<dyn Policy>,
+    pub(crate) trace: bool,
+}
+
+impl Series {
+    /// A fresh profile for kernel `name`, noise from `seed`.
+    pub(crate) fn new(name: &str, seed: u64) -> Self {
+        Self {
+            name: name.to_string(),
+            store: ProfileStore::in_memory(Fingerprint::this_machine(vec!["virtual GPU".into()])),
+            seen: 0,
+            rng: Rng::new(seed),
+            thresholds: Thresholds::default(),
+            default_policy: by_name("hybrid").expect("hybrid exists"),
+            trace: false,
+        }
+    }
+}
+
+/// What `coexec bench` reports for one workload, modelled.
+#[derive(Debug, Clone)]
+pub(crate) struct BenchResult {
+    /// Each class alone: median T, and whether it was predicted rather
+    /// than run (the bench does not run a class 20x slower than the best).
+    pub(crate) alone: Vec<(f64, bool)>,
+    /// Per policy, its median T.
+    pub(crate) policies: BTreeMap<String, f64>,
+}
+
+impl BenchResult {
+    pub(crate) fn ideal(&self) -> f64 {
+        1.0 / self.alone.iter().map(|a| 1.0 / a.0).sum::<f64>()
+    }
+    pub(crate) fn best(&self) -> f64 {
+        self.alone.iter().map(|a| a.0).fold(f64::INFINITY, f64::min)
+    }
+    pub(crate) fn e(&self, policy: &str) -> f64 {
+        self.ideal() / self.policies[policy]
+    }
+    pub(crate) fn speedup(&self, policy: &str) -> f64 {
+        self.best() / self.policies[policy]
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// `coexec bench`'s protocol on one profile: a co-executed warm-up, each
+/// class alone once (unless predicted 20x slower than the fastest), then
+/// `rounds` rounds of every class alone and every policy, interleaved;
+/// medians of the job times.
+pub(crate) fn bench(
+    m: &Machine,
+    name: &str,
+    items: usize,
+    runs: usize,
+    policies: &[&str],
+    rounds: usize,
+    seed: u64,
+) -> BenchResult {
+    const SLOW_FACTOR: f64 = 20.0;
+    let mut s = Series::new(name, seed);
+    let hybrid = by_name("hybrid").expect("hybrid exists");
+    let (_, warm) = m.job(
+        &mut s,
+        &JobOptions::new().policy(hybrid.clone()),
+        items,
+        runs,
+    );
+    let predicted: Vec<f64> = (0..m.classes().len())
+        .map(|c| {
+            warm.iter()
+                .map(|r| {
+                    let k = &r.classes[c];
+                    r.items as f64 / (k.model_b_items_per_s * k.workers.max(1) as f64)
+                })
+                .sum()
+        })
+        .collect();
+    let fastest = predicted
+        .iter()
+        .cloned()
+        .filter(|x| x.is_finite())
+        .fold(f64::INFINITY, f64::min);
+    let measured: Vec<usize> = (0..m.classes().len())
+        .filter(|&c| !(predicted[c].is_finite() && predicted[c] > SLOW_FACTOR * fastest))
+        .collect();
+    let mut configs: Vec<JobOptions> = measured
+        .iter()
+        .map(|&c| JobOptions::new().policy(hybrid.clone()).classes([c]))
+        .collect();
+    for p in policies {
+        configs.push(JobOptions::new().policy(by_name(p).expect("a known policy")));
+    }
+    for opts in &configs[..measured.len()] {
+        m.job(&mut s, opts, items, runs);
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for _ in 0..rounds {
+        for (k, opts) in configs.iter().enumerate() {
+            times[k].push(m.job(&mut s, opts, items, runs).0);
+        }
+    }
+    let alone = (0..m.classes().len())
+        .map(|c| match measured.iter().position(|&x| x == c) {
+            Some(k) => (median(&mut times[k]), false),
+            None => (predicted[c], true),
+        })
+        .collect();
+    let policies = policies
+        .iter()
+        .zip(&mut times[measured.len()..])
+        .map(|(p, t)| (p.to_string(), median(t)))
+        .collect();
+    BenchResult { alone, policies }
+}
