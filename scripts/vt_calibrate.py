@@ -19,6 +19,8 @@ files; none is typed in):
   cpu.b            items/s per worker: items / (workers * (T_cpu/runs - start))
   cpu.a            fixed seconds per chunk: intercept of a least-squares line
                    through the traced CPU chunks (duration against items), >= 0
+  cpu.workers      each worker's time over its chunk group's median, its
+                   median over the traced groups, scaled to a mean of 1
   cpu.start        the mean CPU worker's first chunk start in a run (median
                    over traced runs 1.. in which every worker shows; else the
                    first worker's)
@@ -137,6 +139,23 @@ def cpu_params(runs, items, t_cpu_run, fallback_cv):
                 groups[(i, phase, n)].append(dur)
     cvs = [statistics.pstdev(v) / statistics.mean(v) for v in groups.values() if len(v) >= 3]
     b = items / (CPU_WORKERS * (t_cpu_run - start))
+    # Workers are not alike (two share a core where hyperthreads pair up):
+    # each worker's chunks against the median of their group, its median,
+    # scaled to a mean of 1 (1 for all where no group was traced).
+    per = defaultdict(list)
+    for i, r in enumerate(runs):
+        group = defaultdict(list)
+        for tid, _, dur, phase, n in r["chunks"]:
+            if tid not in GPU_TIDS:
+                group[(phase, n)].append((tid, dur))
+        for g in group.values():
+            if len(g) >= 3:
+                med = statistics.median(d for _, d in g)
+                for tid, d in g:
+                    per[tid].append(d / med)
+    factors = [statistics.median(per[t]) if per.get(t) else 1.0 for t in range(CPU_WORKERS)]
+    mean = statistics.mean(factors)
+    factors = [round(f / mean, 4) for f in factors]
     return {
         "workers": CPU_WORKERS,
         "a_s": a,
@@ -144,6 +163,7 @@ def cpu_params(runs, items, t_cpu_run, fallback_cv):
         "start_s": start,
         "start_spread_s": spread,
         "noise_cv": statistics.median(cvs) if cvs else fallback_cv,
+        "worker_factors": factors,
         "evidence": {"chunks": len(chunks), "runs_with_every_worker": len(starts), "cv_groups": len(cvs)},
     }
 

@@ -118,6 +118,12 @@ pub struct ClassReport {
     pub model_a_s: f64,
     /// Its model after the run: items per second per worker.
     pub model_b_items_per_s: f64,
+    /// When its workers started their first chunks, on average, seconds
+    /// since the job started (`None`: it ran none).
+    pub start_s: Option<f64>,
+    /// Its chunks' time over what its model at admission predicted for
+    /// them (`None`: it ran none, or had no model).
+    pub model_ratio: Option<f64>,
 }
 
 /// What the probe found.
@@ -178,6 +184,13 @@ pub struct RunReport {
     pub split_delta: Option<f64>,
     /// Whether Δ exceeded ν and this run's split was stored for the next.
     pub split_stored: bool,
+    /// What the policy forecast for the run, where it made a forecast.
+    pub forecast: Option<crate::policy::Forecast>,
+    /// How far the run strayed from its models: the spread, over the
+    /// classes that ran, of each one's time over what its models at
+    /// admission predicted for its chunks (δ′ of the whole run; `None`
+    /// where a class had no model).
+    pub prediction_imbalance: Option<f64>,
     /// Per device class.
     pub classes: Vec<ClassReport>,
     /// Every chunk, when tracing is on.

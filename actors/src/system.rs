@@ -162,7 +162,7 @@ impl Engine {
                 let _dead = SystemGone(reg_gone);
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
-                    let profiler = Profiler::new(store, th.nu).start();
+                    let profiler = Profiler::new(store, th.mu, th.nu).start();
                     let _ = reg2.profiler.set(profiler.clone());
                     let broker = Broker::create(|ctx| {
                         ctx.add_stream(ev_rx.into_stream());

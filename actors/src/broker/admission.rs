@@ -69,7 +69,11 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         })
         .collect();
     let learns_split = able.iter().zip(&eligible).all(|(a, e)| a == e);
-    let Stored { models, split } = stored;
+    let Stored {
+        models,
+        split,
+        history,
+    } = stored;
     let speeds: Vec<ClassSpeed> = models
         .iter()
         .zip(&eligible)
@@ -82,6 +86,7 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
             // Not the GPU's fill size: a GPU given less than it fills is
             // still worth its share; the job sizes its chunks.
             min_items: grain,
+            start: md.start(),
         })
         .collect();
     let ctx = PlanContext {
@@ -90,13 +95,19 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         classes,
         speeds: &speeds,
         thresholds,
+        history: &history,
     };
     let mut adm = policy.admit(&ctx);
     if let Some(n) = opts.chunk {
         adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
     }
-    if seen.is_multiple_of(REMEASURE_EVERY) {
-        remeasure(&mut adm, &speeds, ctx.items, grain);
+    if adm.remeasure
+        && seen.is_multiple_of(REMEASURE_EVERY)
+        && remeasure(&mut adm, &speeds, ctx.items, grain)
+    {
+        // The run is no longer the one forecast: nothing to learn from it
+        // but the models' samples.
+        adm.forecast = None;
     }
     Admitted {
         policy: policy.name().to_string(),
@@ -114,18 +125,26 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
 /// Gives every eligible class in service that `adm` leaves out a region of
 /// about a thousandth of the items (at least a grain): a bounded cost, since
 /// a class k times slower than the rest together stretches the job by about
-/// k/1000, and enough items for one measured chunk.
-fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) {
+/// k/1000, and enough items for one measured chunk. Not a class whose start
+/// and fixed cost per chunk alone would take more than a quarter of the
+/// run's forecast: there the model is right that it does not pay, and a
+/// measurement would cost that much whatever its size. Whether it gave any.
+fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) -> bool {
     if adm.pool || items == 0 {
-        return;
+        return false;
     }
     let small = ((items / 1000).max(grain).min(items) as f64) / items as f64;
+    let budget = adm
+        .forecast
+        .as_ref()
+        .map_or(f64::INFINITY, |f| 0.25 * f.plan_s);
     let left_out: Vec<usize> = (0..speeds.len())
         .filter(|&c| speeds[c].eligible && speeds[c].workers > 0 && adm.shares[c] <= 0.0)
+        .filter(|&c| speeds[c].b.is_none() || speeds[c].start + speeds[c].a <= budget)
         .collect();
     let given: f64 = adm.shares.iter().sum();
     if left_out.is_empty() || given <= 0.0 {
-        return;
+        return false;
     }
     let taken = (small * left_out.len() as f64).min(0.5);
     for s in &mut adm.shares {
@@ -136,4 +155,5 @@ fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: us
         tracing::debug!(class = c, "re-measuring a class the plan left out");
         adm.shares[c] = each;
     }
+    true
 }

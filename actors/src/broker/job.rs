@@ -82,6 +82,8 @@ struct ClassState {
     chunks: usize,
     busy: f64,
     finish: f64,
+    /// What the model at admission predicted for the chunks it completed.
+    predicted: f64,
 }
 
 impl ClassState {
@@ -171,6 +173,19 @@ pub(crate) struct JobCore {
     min_chunk: Vec<usize>,
     /// Chunks far past their prediction, taken back (`overdue.rs`).
     watch: overdue::Watch,
+    /// The models as admitted, before this run's chunks refine them: what
+    /// the run is measured against.
+    admitted_models: Vec<SpeedModel>,
+    /// When each worker started its first chunk of this job (NaN: none yet).
+    first_start: Vec<f64>,
+    /// Whether each worker's last look at this job was a refusal by the
+    /// guard (cleared when it claims).
+    declined: Vec<bool>,
+    /// The policy's forecast, for the report.
+    forecast: Option<crate::policy::Forecast>,
+    /// The engine as on the H100 lease (see `guard.rs`); tests only.
+    #[cfg(test)]
+    pub(crate) lease_engine: bool,
 }
 
 impl JobCore {
@@ -218,6 +233,7 @@ impl JobCore {
             self.in_flight += 1;
             self.busy_until[w] = now + self.predict(c, r.range.len());
             self.running[w] = true;
+            self.declined[w] = false;
             self.watch_start(w, r.range.len(), now);
             let info = ChunkInfo {
                 cpu_secs: self.cpu_secs(r.range.len()),
@@ -306,11 +322,20 @@ impl JobCore {
         self.done += n;
         self.busy_until[w] = end;
         self.running[w] = false;
+        if self.first_start[w].is_nan() {
+            self.first_start[w] = start;
+        }
+        let predicted = self.admitted_models[c].predict(n as f64);
         let s = &mut self.st[c];
         s.items += n;
         s.chunks += 1;
         s.busy += secs;
         s.finish = s.finish.max(end);
+        if predicted.is_finite() {
+            s.predicted += predicted;
+        } else {
+            s.predicted = f64::NAN;
+        }
         s.model.observe(n as f64, secs);
         if s.run_samples.len() == RUN_SAMPLES {
             s.run_samples.pop_front();

@@ -232,6 +232,7 @@ impl Handler<Submit> for Broker {
                     let stored = stored.unwrap_or_else(|_| Stored {
                         models: vec![SpeedModel::default(); n],
                         split: vec![f64::NAN; n],
+                        history: Default::default(),
                     });
                     act.admit(m, stored);
                 }),

@@ -489,6 +489,7 @@ mod tests {
                 b: Some(1e6),
                 eligible,
                 min_items: 1,
+                start: 0.0,
             })
             .collect();
         let admitted = Admitted {

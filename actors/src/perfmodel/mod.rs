@@ -3,7 +3,10 @@
 //! `t(n) = a + n / b`: a fixed cost per chunk `a` (launch, transfer latency,
 //! claiming) and a throughput `b` in items per second per worker. The model is
 //! refitted from a window of recent chunks with outliers dropped, so one slow
-//! chunk (a page fault storm, a noisy neighbour) does not wreck it.
+//! chunk (a page fault storm, a noisy neighbour) does not wreck it. Beside it,
+//! a run's start `s`: how long after a run is admitted the class's workers
+//! start their first chunk (a thread's wake-up; a GPU stream's upload of the
+//! run's inputs), paid once per run.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +42,14 @@ pub struct SpeedModel {
     samples: Vec<Sample>,
     /// Chunks observed over the model's life.
     pub observed: u64,
+    /// Seconds from a run's admission to the class's first chunks, smoothed
+    /// over runs (0 until a run measured it).
+    #[serde(default)]
+    start: f64,
 }
+
+/// Weight of a run's start in the smoothed one.
+const START_WEIGHT: f64 = 0.25;
 
 impl SpeedModel {
     /// A model with the given parameters and no samples.
@@ -49,7 +59,43 @@ impl SpeedModel {
             b,
             samples: Vec::new(),
             observed: 0,
+            start: 0.0,
         }
+    }
+
+    /// The model of a class expected to run `k` times slower than this one
+    /// says (its throughput over `k`), samples kept: the next refit from
+    /// them returns to what they show.
+    pub fn slowed(&self, k: f64) -> Self {
+        let mut m = self.clone();
+        if k.is_finite() && k > 0.0 && m.is_known() {
+            m.b /= k;
+        }
+        m
+    }
+
+    /// Sets the run's start (seconds before the class's first chunks).
+    pub fn with_start(mut self, secs: f64) -> Self {
+        self.start = if secs.is_finite() { secs.max(0.0) } else { 0.0 };
+        self
+    }
+
+    /// Seconds from a run's admission to the class's first chunks.
+    pub fn start(&self) -> f64 {
+        self.start
+    }
+
+    /// Folds one run's start into the smoothed one; the first sets it.
+    /// Non-finite or negative values are ignored.
+    pub fn observe_start(&mut self, secs: f64) {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return;
+        }
+        self.start = if self.start > 0.0 {
+            self.start + START_WEIGHT * (secs - self.start)
+        } else {
+            secs
+        };
     }
 
     /// Fixed seconds per chunk.

@@ -22,6 +22,10 @@ impl Policy for AccelOnly {
                 v(x).total_cmp(&v(y)).then(std::cmp::Ordering::Greater)
             })
             .map(|(c, _)| c.index);
-        hybrid_among(ctx, |c| Some(c.index) == pick)
+        // The other classes are left out by design: never re-measured here.
+        Admission {
+            remeasure: false,
+            ..hybrid_among(ctx, |c| Some(c.index) == pick)
+        }
     }
 }

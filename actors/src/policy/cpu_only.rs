@@ -11,6 +11,10 @@ impl Policy for CpuOnly {
         "every item on the CPU cores, accelerators idle (the one-device baseline)"
     }
     fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
-        hybrid_among(ctx, |c| !c.is_accel())
+        // The accelerators are left out by design: never re-measured here.
+        Admission {
+            remeasure: false,
+            ..hybrid_among(ctx, |c| !c.is_accel())
+        }
     }
 }

@@ -1,9 +1,18 @@
-use super::{hybrid_among, Admission, PlanContext, Policy};
+use super::{hybrid_among, Admission, PlanContext, Policy, Probe};
+use crate::profiler::RunHistory;
 
 /// The seed's queue-based hybrid: probe, static split by measured speed, then
 /// a double-ended queue that CPUs eat from the head and accelerators from the
-/// tail, in shrinking chunks, until they meet.
+/// tail, in shrinking chunks, until they meet. On warm models it co-executes
+/// only where that pays, and skips the probe while the models hold (see
+/// `docs/method.md`, "Warm runs").
 pub(super) struct Hybrid;
+
+/// How much faster than the best single class a co-executed run must be
+/// forecast to be: within this, the single class runs alone (a forecast's
+/// error is a few percent; a needless co-execution costs every class's
+/// start and the tail's imbalance).
+pub(super) const COEXEC_MARGIN: f64 = 0.05;
 
 impl Policy for Hybrid {
     fn name(&self) -> &'static str {
@@ -13,6 +22,92 @@ impl Policy for Hybrid {
         "the seed's method: probe, static split by measured speed, then a guarded deque eaten from both ends (default)"
     }
     fn admit(&self, ctx: &PlanContext<'_>) -> Admission {
-        hybrid_among(ctx, |_| true)
+        let co = hybrid_among(ctx, |_| true);
+        let Some(fc) = co.forecast.clone() else {
+            // Some class has no model yet: the probe measures it.
+            return co;
+        };
+        let th = &ctx.thresholds;
+        let single = if th.single_class {
+            best_single(ctx)
+        } else {
+            None
+        };
+        match single {
+            // Co-executing is not forecast to pay: the best class alone.
+            Some((c, t)) if fc.classes > 1 && !pays(ctx.history, fc.predicted_s, fc.plan_s, t) => {
+                let mut a = hybrid_among(ctx, |k| k.index == c);
+                a.remeasure = false;
+                if let Some(f) = &mut a.forecast {
+                    f.single = Some((c, t));
+                    f.coexec_s = Some(fc.predicted_s);
+                }
+                a
+            }
+            // The plan itself leaves classes out (too slow to help): the
+            // class forecast to be fastest alone, its residual counted, which
+            // the plan does not know; the broker re-measures the others now
+            // and then.
+            Some((c, t)) if fc.classes < 2 => {
+                let mut a = hybrid_among(ctx, |k| k.index == c);
+                if let Some(f) = &mut a.forecast {
+                    f.single = Some((c, t));
+                }
+                a
+            }
+            _ => {
+                let mut a = co;
+                if th.warm_start && a.probe == Probe::Warm && ctx.history.trusted {
+                    a.probe = Probe::None;
+                }
+                if let Some(f) = &mut a.forecast {
+                    f.single = single;
+                    f.coexec_s = Some(f.predicted_s);
+                }
+                a
+            }
+        }
     }
+}
+
+/// Whether co-executing, forecast at `predicted` (its plan `plan` with its
+/// residual), pays against the best single class's forecast `single`:
+///
+/// * not while the single-class runs owed to a lost co-execution last (one
+///   after a loss, doubling with each loss in a row: a noisy device does not
+///   make the runs flap);
+/// * yes right after a co-executed run that beat the single class (a
+///   streak that wins goes on whatever an older residual says);
+/// * yes where it is forecast clearly faster;
+/// * yes where it would be but for its residual (earlier co-executions that
+///   came out slow) and enough single-class runs have passed to try again
+///   (64, 128, then every 256 runs).
+fn pays(h: &RunHistory, predicted: f64, plan: f64, single: f64) -> bool {
+    let bar = (1.0 - COEXEC_MARGIN) * single;
+    if h.cooling > 0 {
+        return false;
+    }
+    (h.last_coexec_won && h.since_coexec == 0)
+        || predicted < bar
+        || (plan < bar && h.since_coexec >= RunHistory::retry_after(h.losses))
+}
+
+/// The class that alone is forecast to end the job first, with its
+/// forecast; `None` unless at least two classes could run it and each has a
+/// model.
+fn best_single(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
+    let able: Vec<usize> = (0..ctx.speeds.len())
+        .filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
+        .collect();
+    if able.len() < 2 || !ctx.all_known() {
+        return None;
+    }
+    able.into_iter()
+        .filter_map(|c| {
+            let mut shares = vec![0.0; ctx.speeds.len()];
+            shares[c] = 1.0;
+            ctx.forecast(ctx.speeds, &shares)
+                .map(|f| (c, f.predicted_s))
+        })
+        .min_by(|x, y| x.1.total_cmp(&y.1))
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub use plan::{plan_shares, ClassSpeed, LATENCY_CHUNKS};
 
 use crate::device::ClassInfo;
+use crate::profiler::RunHistory;
 use crate::ActorError;
 
 /// The seed's thresholds and the engine's chunking constants (see
@@ -47,6 +48,20 @@ pub struct Thresholds {
     /// Static chunks per worker: more hedge against a slowed worker, fewer
     /// cost less.
     pub static_chunks_per_worker: usize,
+    /// Warm start: a run whose kernel's last co-executed run kept to its
+    /// models within μ skips the probe (see `docs/method.md`).
+    #[serde(default = "yes")]
+    pub warm_start: bool,
+    /// The single-class rule: `hybrid` co-executes only where its forecast
+    /// is clearly below the best single class's, and goes to that class
+    /// alone otherwise; its co-executed plans weigh how much the classes
+    /// slowed each other in earlier co-executed runs (see `docs/method.md`).
+    #[serde(default = "yes")]
+    pub single_class: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for Thresholds {
@@ -58,6 +73,8 @@ impl Default for Thresholds {
             warm_probe: 0.10,
             static_fraction: 0.80,
             static_chunks_per_worker: 4,
+            warm_start: true,
+            single_class: true,
         }
     }
 }
@@ -98,6 +115,18 @@ impl Thresholds {
         self.static_chunks_per_worker = chunks;
         self
     }
+
+    /// Turns the warm start on or off.
+    pub fn warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
+        self
+    }
+
+    /// Turns the single-class rule on or off.
+    pub fn single_class(mut self, on: bool) -> Self {
+        self.single_class = on;
+        self
+    }
 }
 
 /// What a policy sees when a job is admitted.
@@ -114,6 +143,8 @@ pub struct PlanContext<'a> {
     pub speeds: &'a [ClassSpeed],
     /// The seed's thresholds.
     pub thresholds: Thresholds,
+    /// What the kernel's earlier runs taught beyond its models.
+    pub history: &'a RunHistory,
 }
 
 impl PlanContext<'_> {
@@ -127,12 +158,75 @@ impl PlanContext<'_> {
 
     /// Shares from the models (see [`plan_shares`]).
     pub fn model_shares(&self) -> Vec<f64> {
+        self.plan(self.speeds).0
+    }
+
+    /// [`plan_shares`] of this job's items over `speeds`, each worker
+    /// paying its fixed cost for a probe and its static chunks.
+    pub fn plan(&self, speeds: &[ClassSpeed]) -> (Vec<f64>, f64) {
         plan_shares(
             self.items,
-            self.speeds,
+            speeds,
             1.0 + self.thresholds.static_chunks_per_worker as f64,
         )
-        .0
+    }
+
+    /// The forecast of a run given `shares` over `speeds`: the plan's
+    /// makespan for the classes given items, with their configuration's
+    /// residual; `None` unless every class given items has a model.
+    pub fn forecast(&self, speeds: &[ClassSpeed], shares: &[f64]) -> Option<Forecast> {
+        let used: Vec<usize> = (0..shares.len()).filter(|&c| shares[c] > 0.0).collect();
+        if used.is_empty() || used.iter().any(|&c| speeds[c].b.is_none()) {
+            return None;
+        }
+        let only: Vec<ClassSpeed> = speeds
+            .iter()
+            .enumerate()
+            .map(|(c, s)| ClassSpeed {
+                eligible: s.eligible && used.contains(&c),
+                ..*s
+            })
+            .collect();
+        let (_, plan_s) = self.plan(&only);
+        let config = self.config(&used);
+        Some(Forecast {
+            predicted_s: plan_s * (1.0 + self.history.residual(&config)),
+            classes: used.len(),
+            config,
+            plan_s,
+            single: None,
+            coexec_s: None,
+            slowdown: Vec::new(),
+        })
+    }
+
+    /// `speeds` as they are expected to go co-executing: each class's
+    /// throughput over its learned slowdown ([`RunHistory::slowdown`]); the
+    /// slowdowns.
+    pub fn coexecuting(&self, speeds: &[ClassSpeed]) -> (Vec<ClassSpeed>, Vec<f64>) {
+        let k: Vec<f64> = self
+            .classes
+            .iter()
+            .map(|c| self.history.slowdown(&c.profile_key))
+            .collect();
+        let slowed = speeds
+            .iter()
+            .zip(&k)
+            .map(|(s, &k)| ClassSpeed {
+                b: s.b.map(|b| b / k),
+                ..*s
+            })
+            .collect();
+        (slowed, k)
+    }
+
+    /// The configuration key of the classes `used`: their profile keys
+    /// joined by `+`.
+    pub fn config(&self, used: &[usize]) -> String {
+        used.iter()
+            .map(|&c| self.classes[c].profile_key.as_str())
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     /// Speeds with eligibility narrowed by `keep`.
@@ -229,6 +323,39 @@ pub struct Admission {
     /// steal) only if it would finish it before the others finish what is
     /// left without it, and no more than its balanced part of the rest.
     pub guard: bool,
+    /// What the policy predicted for the run, for the profiler to learn
+    /// from (`None`: nothing).
+    pub forecast: Option<Forecast>,
+    /// Whether a class this plan leaves out may be given a small region now
+    /// and then to measure it again (the broker's every-8th-job rule): not
+    /// where the policy leaves it out by design (`cpu-only`), nor where
+    /// `hybrid` chose one class because co-executing does not pay.
+    pub remeasure: bool,
+}
+
+/// What a policy predicted for a run: the profiler learns each
+/// configuration's residual from it, and the report shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Forecast {
+    /// The classes the plan gives items: their profile keys joined by `+`.
+    pub config: String,
+    /// How many classes that is.
+    pub classes: usize,
+    /// The plan's makespan in seconds: each class's start, fixed costs and
+    /// throughput (see [`plan_shares`]).
+    pub plan_s: f64,
+    /// The forecast: the plan's makespan with its configuration's residual.
+    pub predicted_s: f64,
+    /// The best single class (its index) and its forecast, where `hybrid`
+    /// weighed co-executing against it.
+    pub single: Option<(usize, f64)>,
+    /// The co-executed forecast, where it was weighed.
+    pub coexec_s: Option<f64>,
+    /// Per class, how much slower than its model it is expected to go in
+    /// this run (co-executing, the classes share cores, memory and the
+    /// bus); the run starts from its models slowed so (empty: as they are).
+    pub slowdown: Vec<f64>,
 }
 
 impl Admission {
@@ -245,6 +372,8 @@ impl Admission {
             chunking: Chunking::TimeGuided,
             steal: Steal::Never,
             guard: false,
+            forecast: None,
+            remeasure: true,
         }
     }
 
@@ -296,6 +425,8 @@ impl Admission {
             chunking,
             steal: Steal::Always,
             guard: false,
+            forecast: None,
+            remeasure: true,
         }
     }
 }
@@ -369,6 +500,18 @@ fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
 /// `accel-only`.
 fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Admission {
     let speeds = ctx.only(keep);
+    let several = speeds
+        .iter()
+        .filter(|s| s.eligible && s.workers > 0)
+        .count()
+        > 1;
+    // The slowdowns co-executing runs showed are weighed with the
+    // single-class rule (the method as first built knew neither).
+    let (speeds, slowdown) = if several && ctx.thresholds.single_class {
+        ctx.coexecuting(&speeds)
+    } else {
+        (speeds, Vec::new())
+    };
     let narrowed = PlanContext {
         speeds: &speeds,
         ..ctx.clone()
@@ -404,6 +547,12 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
             })
             .collect()
     };
+    let forecast = narrowed.forecast(&speeds, &shares).map(|mut f| {
+        if f.classes > 1 {
+            f.slowdown = slowdown;
+        }
+        f
+    });
     Admission {
         shares,
         pool: false,
@@ -413,6 +562,8 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         chunking: Chunking::TimeGuided,
         steal: Steal::Always,
         guard: true,
+        forecast,
+        remeasure: true,
     }
 }
 

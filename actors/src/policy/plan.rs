@@ -15,6 +15,8 @@ pub struct ClassSpeed {
     pub eligible: bool,
     /// Smallest chunk worth giving it.
     pub min_items: usize,
+    /// Seconds after the run's admission that its workers start (0: at once).
+    pub start: f64,
 }
 
 impl ClassSpeed {
@@ -28,7 +30,14 @@ impl ClassSpeed {
             b,
             eligible: true,
             min_items: 1,
+            start: 0.0,
         }
+    }
+
+    /// Sets when its workers start, in seconds after the run's admission.
+    pub fn start(mut self, secs: f64) -> Self {
+        self.start = secs.max(0.0);
+        self
     }
 
     /// Sets whether the class may run the job.
@@ -76,9 +85,10 @@ fn per_worker(t: f64, a: f64, b: f64, max_chunks: f64) -> f64 {
 }
 
 /// Shares per class (summing to 1 over eligible classes) and the predicted
-/// makespan, for `items` items where each worker pays its fixed cost once
-/// per chunk, for at most `chunks_per_worker` chunks (fewer where its chunks
-/// are kept large against that cost, see [`LATENCY_CHUNKS`]).
+/// makespan, for `items` items where each worker starts at its class's
+/// `start` and pays its fixed cost once per chunk, for at most
+/// `chunks_per_worker` chunks (fewer where its chunks are kept large against
+/// that cost, see [`LATENCY_CHUNKS`]).
 ///
 /// A class whose share would be smaller than its smallest useful chunk gets
 /// nothing and the rest is re-planned without it: coexec never waits on a
@@ -116,8 +126,13 @@ pub fn plan_shares(
     let s = items as f64;
     loop {
         let speed = |c: &ClassSpeed| c.workers as f64 * c.b.unwrap_or(fallback);
-        let fixed = |c: &ClassSpeed| chunks_per_worker.max(1.0).ceil() * c.a.max(0.0);
+        let fixed =
+            |c: &ClassSpeed| c.start.max(0.0) + chunks_per_worker.max(1.0).ceil() * c.a.max(0.0);
         let alloc = |t: f64, c: &ClassSpeed| {
+            let t = t - c.start.max(0.0);
+            if t <= 0.0 {
+                return 0.0;
+            }
             c.workers as f64 * per_worker(t, c.a, c.b.unwrap_or(fallback), chunks_per_worker)
         };
         let Some(hi) = classes
@@ -174,13 +189,20 @@ mod tests {
     use super::*;
 
     fn c(workers: usize, a: f64, b: Option<f64>) -> ClassSpeed {
-        ClassSpeed {
-            workers,
-            a,
-            b,
-            eligible: true,
-            min_items: 1,
-        }
+        ClassSpeed::new(workers, a, b)
+    }
+
+    #[test]
+    fn a_late_start_shifts_work_away() {
+        // Finish together: n0/100 = 2 + n1/100 with n0 + n1 = 1000.
+        let late = ClassSpeed::new(1, 0.0, Some(100.0)).start(2.0);
+        let (s, t) = plan_shares(1000, &[c(1, 0.0, Some(100.0)), late], 1.0);
+        assert!((s[0] - 0.6).abs() < 1e-9, "{s:?}");
+        assert!((t - 6.0).abs() < 1e-6);
+        // A class that would start after the others are done gets nothing.
+        let too_late = ClassSpeed::new(1, 0.0, Some(100.0)).start(20.0);
+        let (s, _) = plan_shares(1000, &[c(1, 0.0, Some(100.0)), too_late], 1.0);
+        assert_eq!(s, vec![1.0, 0.0]);
     }
 
     #[test]

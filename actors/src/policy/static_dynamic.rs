@@ -21,6 +21,8 @@ impl Policy for StaticDynamic {
             chunking: Chunking::Fixed((equal_chunk(ctx, 1) / 10).max(ctx.grain)),
             steal: Steal::Always,
             guard: false,
+            forecast: None,
+            remeasure: true,
         }
     }
 }

@@ -21,6 +21,8 @@ impl Policy for Static {
             chunking: Chunking::Fixed(ctx.items.max(1)),
             steal: Steal::Never,
             guard: false,
+            forecast: None,
+            remeasure: true,
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The profiler actor: per-kernel speed models for each device class,
 //! learned from every run and remembered across processes.
 
+mod history;
 mod store;
 
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
 
+pub use history::RunHistory;
+pub(crate) use store::RunOutcome;
 pub use store::{
     implausible, split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore,
     MAX_FIXED_S, PROFILE_VERSION, SPEED_RANGE,
@@ -20,15 +23,17 @@ const SAVE_EVERY: Duration = Duration::from_secs(1);
 /// The actor around a [`ProfileStore`].
 pub(crate) struct Profiler {
     pub(crate) store: ProfileStore,
+    pub(crate) mu: f64,
     pub(crate) nu: f64,
     /// Whether a save is already scheduled.
     pub(crate) save_due: bool,
 }
 
 impl Profiler {
-    pub(crate) fn new(store: ProfileStore, nu: f64) -> Self {
+    pub(crate) fn new(store: ProfileStore, mu: f64, nu: f64) -> Self {
         Self {
             store,
+            mu,
             nu,
             save_due: false,
         }
@@ -78,6 +83,7 @@ pub(crate) struct Lookup {
 pub(crate) struct Stored {
     pub(crate) models: Vec<SpeedModel>,
     pub(crate) split: Vec<f64>,
+    pub(crate) history: RunHistory,
 }
 
 impl Handler<Lookup> for Profiler {
@@ -86,6 +92,7 @@ impl Handler<Lookup> for Profiler {
         actix::MessageResult(Stored {
             models: self.store.models(&m.key, &m.classes),
             split: self.store.split(&m.key, &m.classes),
+            history: self.store.history(&m.key),
         })
     }
 }
@@ -100,6 +107,7 @@ pub(crate) struct Observe {
     pub(crate) classes: Vec<String>,
     pub(crate) samples: Vec<Vec<Sample>>,
     pub(crate) learned_split: Vec<f64>,
+    pub(crate) outcome: RunOutcome,
 }
 
 impl Observe {
@@ -115,6 +123,13 @@ impl Observe {
             key,
             classes,
             samples,
+            outcome: RunOutcome {
+                starts: report.classes.iter().map(|c| c.start_s).collect(),
+                makespan: report.makespan_s,
+                forecast: report.forecast.clone(),
+                prediction_imbalance: report.prediction_imbalance,
+                ratios: report.classes.iter().map(|c| c.model_ratio).collect(),
+            },
             // A run kept off some class learns no split.
             learned_split: if report.split_delta.is_some() {
                 report.learned_split.clone()
@@ -124,8 +139,9 @@ impl Observe {
         }
     }
 
-    /// Folds it into `store` (`nu`: the seed's ν).
-    pub(crate) fn apply(&self, store: &mut ProfileStore, nu: f64) -> Learned {
+    /// Folds it into `store` (`mu`, `nu`: the seed's μ and ν).
+    pub(crate) fn apply(&self, store: &mut ProfileStore, mu: f64, nu: f64) -> Learned {
+        store.observe_outcome(&self.key, &self.classes, &self.outcome, mu);
         store.observe(
             &self.key,
             &self.classes,
@@ -139,7 +155,7 @@ impl Observe {
 impl Handler<Observe> for Profiler {
     type Result = actix::MessageResult<Observe>;
     fn handle(&mut self, m: Observe, ctx: &mut Context<Self>) -> Self::Result {
-        let learned = m.apply(&mut self.store, self.nu);
+        let learned = m.apply(&mut self.store, self.mu, self.nu);
         self.save_soon(ctx);
         actix::MessageResult(learned)
     }

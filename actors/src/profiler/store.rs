@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::RunHistory;
 use crate::perfmodel::{Sample, SpeedModel};
+use crate::policy::Forecast;
 
 /// Format version of the profile file.
 pub const PROFILE_VERSION: u32 = 1;
@@ -68,6 +70,9 @@ pub struct KernelProfile {
     pub split: BTreeMap<String, f64>,
     /// Runs observed.
     pub runs: u64,
+    /// What the runs taught beyond the models.
+    #[serde(default)]
+    pub history: RunHistory,
 }
 
 /// The profile file's content.
@@ -187,6 +192,26 @@ struct Pending {
     runs: u64,
     /// The split this process stored, if it replaced the one it found.
     split: Option<BTreeMap<String, f64>>,
+    /// The run starts this process smoothed, per class key.
+    starts: BTreeMap<String, f64>,
+    /// The run history as this process left it, if it learned any.
+    history: Option<RunHistory>,
+}
+
+/// What a finished run says beyond its chunks' samples.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunOutcome {
+    /// Per class, when its workers started their first chunks (seconds
+    /// after admission; `None` where it ran none).
+    pub(crate) starts: Vec<Option<f64>>,
+    pub(crate) makespan: f64,
+    pub(crate) forecast: Option<Forecast>,
+    /// δ′ of the whole run: the spread of each class's time over what its
+    /// models predicted for its chunks.
+    pub(crate) prediction_imbalance: Option<f64>,
+    /// Per class, its time over what its models predicted for its chunks
+    /// (`None` where it ran none or had no model).
+    pub(crate) ratios: Vec<Option<f64>>,
 }
 
 /// The profiler's memory: models per kernel and class, and where they live.
@@ -354,6 +379,46 @@ impl ProfileStore {
             .collect()
     }
 
+    /// The run history of kernel `key`.
+    pub fn history(&self, key: &str) -> RunHistory {
+        self.file
+            .kernels
+            .get(key)
+            .map(|k| k.history.clone())
+            .unwrap_or_default()
+    }
+
+    /// Learns what a run of kernel `key` says beyond its samples: the
+    /// classes' starts and the run history (`mu`: the seed's μ).
+    pub(crate) fn observe_outcome(
+        &mut self,
+        key: &str,
+        classes: &[String],
+        run: &RunOutcome,
+        mu: f64,
+    ) {
+        let k = self.file.kernels.entry(key.to_string()).or_default();
+        let pending = self.pending.entry(key.to_string()).or_default();
+        for (c, s) in classes.iter().zip(&run.starts) {
+            if let Some(s) = *s {
+                let m = k.models.entry(c.clone()).or_default();
+                m.observe_start(s);
+                pending.starts.insert(c.clone(), m.start());
+            }
+        }
+        if let Some(f) = &run.forecast {
+            let ratios: Vec<(String, Option<f64>)> = classes
+                .iter()
+                .cloned()
+                .zip(run.ratios.iter().copied())
+                .collect();
+            k.history
+                .learn(f, run.makespan, run.prediction_imbalance, &ratios, mu);
+            pending.history = Some(k.history.clone());
+        }
+        self.dirty = true;
+    }
+
     /// Everything stored.
     pub fn file(&self) -> &ProfileFile {
         &self.file
@@ -472,6 +537,13 @@ impl ProfileStore {
             }
             if let Some(split) = &p.split {
                 k.split = split.clone();
+            }
+            for (class, start) in &p.starts {
+                let m = k.models.entry(class.clone()).or_default();
+                *m = std::mem::take(m).with_start(*start);
+            }
+            if let Some(h) = &p.history {
+                k.history = h.clone();
             }
         }
     }

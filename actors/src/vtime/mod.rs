@@ -65,13 +65,15 @@ pub(crate) struct CpuModel {
     pub(crate) start_s: f64,
     pub(crate) start_spread_s: f64,
     pub(crate) noise_cv: f64,
+    /// Per worker, how much longer than the class's model its chunks take.
+    #[serde(default)]
+    pub(crate) worker_factors: Vec<f64>,
 }
 
 /// The GPU on one workload.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct GpuModel {
     pub(crate) streams: usize,
-    pub(crate) fill_items: usize,
     /// Items whose threads occupy every SM: chunks in flight together share
     /// the device only when they would occupy more than this.
     pub(crate) capacity_items: usize,
@@ -222,6 +224,7 @@ impl Machine {
                 _ => 0.0,
             })
             .collect();
+        // Per stream, whether it has done this run's setup.
         let mut staged = vec![false; nw];
         let mut running: Vec<Option<Running>> = (0..nw).map(|_| None).collect();
         let claimable = job.claimable();
@@ -252,7 +255,8 @@ impl Machine {
                 let c = self.worker_class[w];
                 match job.claim(w, c, now) {
                     Some(ch) => {
-                        running[w] = Some(self.start(w, c, ch, now, &mut staged, host_slow, rng))
+                        let first = !std::mem::replace(&mut staged[w], true);
+                        running[w] = Some(self.start((w, c), ch, now, first, host_slow, rng))
                     }
                     None => free_at[w] = now + POLL,
                 }
@@ -313,19 +317,21 @@ impl Machine {
         (self.cpu.start_s + self.cpu.start_spread_s * rng.normal()).max(0.0)
     }
 
+    /// Worker `w` of class `c` starts `claimed` at `now` (`first`: its
+    /// first chunk of the run), its host side slowed `host_slow` times.
     fn start(
         &self,
-        w: usize,
-        c: usize,
+        (w, c): (usize, usize),
         claimed: Claimed,
         now: f64,
-        staged: &mut [bool],
+        first: bool,
         host_slow: f64,
         rng: &mut Rng,
     ) -> Running {
         let n = claimed.info.range.len() as f64;
         if c == CPU {
-            let d = (self.cpu.a_s + n / self.cpu.b_per_worker) * rng.noise(self.cpu.noise_cv);
+            let own = self.cpu.worker_factors.get(w).copied().unwrap_or(1.0);
+            let d = (self.cpu.a_s + n / self.cpu.b_per_worker) * own * rng.noise(self.cpu.noise_cv);
             return Running {
                 claimed,
                 start: now,
@@ -337,8 +343,7 @@ impl Machine {
         // A stream's first chunk of a run waits for the run's setup; like the
         // worker loop, the chunk's own time starts after it.
         let mut start = now;
-        if !staged[w] {
-            staged[w] = true;
+        if first {
             start += self.gpu.stage_s * rng.noise(self.gpu.noise_cv) * host_slow;
         }
         let noise = rng.noise(self.gpu.noise_cv);
@@ -363,9 +368,19 @@ impl Machine {
         let keys: Vec<String> = self.classes.iter().map(|c| c.profile_key.clone()).collect();
         let key = kernel.profile_key();
         ctx.seen += 1;
+        // The lease's method had no warm start and no single-class rule; its
+        // plans and guard knew nothing of when a class starts, its guard
+        // counted idle and refusing workers as available, and its tail
+        // chunks kept the latency floor.
+        let lease = !ctx.thresholds.single_class && !ctx.thresholds.warm_start;
+        let mut models = ctx.store.models(&key, &keys);
+        if lease {
+            models = models.into_iter().map(|m| m.with_start(0.0)).collect();
+        }
         let stored = Stored {
-            models: ctx.store.models(&key, &keys),
+            models,
             split: ctx.store.split(&key, &keys),
+            history: ctx.store.history(&key),
         };
         let admitted = admission::admit(Request {
             kernel: &*kernel,
@@ -384,9 +399,14 @@ impl Machine {
             self.classes.clone(),
             self.worker_class.clone(),
         );
+        job.lease_engine = lease;
         self.simulate(&mut job, &mut ctx.rng);
         let report = job.report().expect("a virtual job does not fail");
-        Observe::of(key, keys, &report, job.samples()).apply(&mut ctx.store, ctx.thresholds.nu);
+        Observe::of(key, keys, &report, job.samples()).apply(
+            &mut ctx.store,
+            ctx.thresholds.mu,
+            ctx.thresholds.nu,
+        );
         report
     }
 
@@ -537,17 +557,14 @@ pub(crate) struct BenchResult {
 }
 
 impl BenchResult {
+    /// T* = 1 / Σ 1/T_i.
     pub(crate) fn ideal(&self) -> f64 {
         1.0 / self.alone.iter().map(|a| 1.0 / a.0).sum::<f64>()
     }
-    pub(crate) fn best(&self) -> f64 {
-        self.alone.iter().map(|a| a.0).fold(f64::INFINITY, f64::min)
-    }
+
+    /// E of `policy`: T* over its T.
     pub(crate) fn e(&self, policy: &str) -> f64 {
         self.ideal() / self.policies[policy]
-    }
-    pub(crate) fn speedup(&self, policy: &str) -> f64 {
-        self.best() / self.policies[policy]
     }
 }
 
@@ -567,15 +584,16 @@ fn median(v: &mut [f64]) -> f64 {
 /// medians of the job times.
 pub(crate) fn bench(
     m: &Machine,
-    name: &str,
-    items: usize,
-    runs: usize,
+    w: &Workload,
     policies: &[&str],
     rounds: usize,
     seed: u64,
+    thresholds: Thresholds,
 ) -> BenchResult {
     const SLOW_FACTOR: f64 = 20.0;
-    let mut s = Series::new(name, seed);
+    let (items, runs) = (w.items, w.runs);
+    let mut s = Series::new(&w.name, seed);
+    s.thresholds = thresholds;
     let hybrid = by_name("hybrid").expect("hybrid exists");
     let (_, warm) = m.job(
         &mut s,
@@ -629,4 +647,117 @@ pub(crate) fn bench(
         .map(|(p, t)| (p.to_string(), median(t)))
         .collect();
     BenchResult { alone, policies }
+}
+
+/// One job length of a sweep: the job's size and, modelled, each class
+/// alone, `hybrid`, T*, E and hybrid over the best class alone.
+#[derive(Debug, Clone)]
+pub(crate) struct SweepPoint {
+    /// The best class's time for one run alone (the length asked for).
+    pub(crate) run_s: f64,
+    pub(crate) items: usize,
+    pub(crate) alone: [f64; 2],
+    pub(crate) hybrid: f64,
+}
+
+impl SweepPoint {
+    pub(crate) fn ideal(&self) -> f64 {
+        1.0 / (1.0 / self.alone[0] + 1.0 / self.alone[1])
+    }
+    pub(crate) fn e(&self) -> f64 {
+        self.ideal() / self.hybrid
+    }
+    pub(crate) fn vs_best(&self) -> f64 {
+        self.hybrid / self.alone[0].min(self.alone[1])
+    }
+}
+
+/// `w`'s job at runs of about `run_s` seconds on its best class alone (its
+/// items scaled; the run count kept): a warm-up, then `rounds` rounds of
+/// each class alone and `hybrid`, interleaved on one profile; medians.
+pub(crate) fn sweep_point(
+    m: &Machine,
+    w: &Workload,
+    run_s: f64,
+    rounds: usize,
+    seed: u64,
+    thresholds: Thresholds,
+) -> SweepPoint {
+    let best_run = w.measured.t_cpu_s.min(w.measured.t_gpu_s) / w.runs as f64;
+    let items = ((w.items as f64 * run_s / best_run).round() as usize).max(1);
+    let mut s = Series::new(&w.name, seed);
+    s.thresholds = thresholds;
+    let hybrid = by_name("hybrid").expect("hybrid exists");
+    let configs = [
+        JobOptions::new().policy(hybrid.clone()).classes([CPU]),
+        JobOptions::new().policy(hybrid.clone()).classes([GPU]),
+        JobOptions::new().policy(hybrid),
+    ];
+    for opts in &configs {
+        m.job(&mut s, opts, items, w.runs);
+    }
+    let mut t: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    for _ in 0..rounds {
+        for (k, opts) in configs.iter().enumerate() {
+            t[k].push(m.job(&mut s, opts, items, w.runs).0);
+        }
+    }
+    let runs = w.runs as f64;
+    SweepPoint {
+        run_s,
+        items,
+        alone: [median(&mut t[0]) / runs, median(&mut t[1]) / runs],
+        hybrid: median(&mut t[2]) / runs,
+    }
+}
+
+impl Machine {
+    /// An upper bound on E for `items` items per run, given each class's time
+    /// alone per run: the best a scheduler could do knowing each run's
+    /// co-execution slowdown in advance — per run, the least of either class
+    /// alone and the split that ends both together (one chunk per GPU
+    /// stream, its setup and fixed cost once; the CPU's chunks free of fixed
+    /// cost) — averaged over the slowdowns the lease showed.
+    pub(crate) fn e_bound(&self, items: usize, alone: [f64; 2]) -> f64 {
+        let n = items as f64;
+        let cpu_rate = self.cpu.workers as f64 * self.cpu.b_per_worker;
+        let t_cpu = |k: f64| self.cpu.start_s + k / cpu_rate;
+        let floor = self.gpu.min_work_items as f64;
+        let slowdowns = if self.gpu.coexec_slowdown.is_empty() {
+            vec![1.0]
+        } else {
+            self.gpu.coexec_slowdown.clone()
+        };
+        let best_alone = alone[0].min(alone[1]);
+        let mean: f64 = slowdowns
+            .iter()
+            .map(|&s| {
+                let t_gpu = |k: f64| {
+                    (self.gpu.stage_s + self.gpu.a_s + k.max(floor) / self.gpu.device_items_per_s)
+                        * s
+                };
+                // The GPU's share k where both end together (t_gpu(k) rises
+                // with k, t_cpu(n - k) falls).
+                let (mut lo, mut hi) = (0.0, n);
+                for _ in 0..100 {
+                    let k = 0.5 * (lo + hi);
+                    if t_gpu(k) < t_cpu(n - k) {
+                        lo = k;
+                    } else {
+                        hi = k;
+                    }
+                }
+                let co = t_gpu(hi).max(t_cpu(n - hi));
+                best_alone.min(co)
+            })
+            .sum::<f64>()
+            / slowdowns.len() as f64;
+        let ideal = 1.0 / (1.0 / alone[0] + 1.0 / alone[1]);
+        ideal / mean
+    }
+}
+
+/// The job lengths of a sweep: 13 from 0.1 ms to 1 s, three per decade.
+pub(crate) fn lengths() -> Vec<f64> {
+    (0..13).map(|i| 1e-4 * 10f64.powf(i as f64 / 3.0)).collect()
 }

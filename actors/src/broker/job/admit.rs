@@ -64,6 +64,14 @@ impl JobCore {
                 Space::new(items, grain, &adm.shares, &order),
             )
         };
+        // Co-executing, the classes are expected to go slower than their
+        // models alone say: the run starts from models slowed so.
+        let models: Vec<SpeedModel> = match adm.forecast.as_ref().map(|f| &f.slowdown) {
+            Some(k) if k.len() == models.len() => {
+                models.iter().zip(k).map(|(m, &k)| m.slowed(k)).collect()
+            }
+            _ => models,
+        };
         let mut st: Vec<ClassState> = (0..k)
             .map(|c| ClassState {
                 eligible: eligible[c] && adm.shares[c] > 0.0,
@@ -72,6 +80,8 @@ impl JobCore {
                 ..Default::default()
             })
             .collect();
+        let forecast = adm.forecast.clone();
+        let busy_len = worker_class.len();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
         let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
         let mut probe = vec![ProbeState::default(); k];
@@ -144,6 +154,12 @@ impl JobCore {
             scratch: Vec::new(),
             min_chunk,
             watch: overdue::Watch::default(),
+            first_start: vec![f64::NAN; busy_len],
+            declined: vec![false; busy_len],
+            admitted_models: models,
+            forecast,
+            #[cfg(test)]
+            lease_engine: false,
         }
     }
 }

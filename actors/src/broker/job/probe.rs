@@ -84,6 +84,8 @@ impl JobCore {
                     b: s.b(),
                     eligible: s.eligible,
                     min_items: self.grain,
+                    // Mid-run: every class has started.
+                    start: 0.0,
                 })
                 .collect();
             let (shares, _) = plan_shares(

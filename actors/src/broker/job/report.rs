@@ -26,8 +26,17 @@ impl JobCore {
                 share: s.items as f64 / self.items.max(1) as f64,
                 model_a_s: s.model.a(),
                 model_b_items_per_s: s.b().unwrap_or(0.0),
+                start_s: self.class_start(info.index),
+                model_ratio: (s.chunks > 0 && s.predicted > 0.0).then(|| s.busy / s.predicted),
             })
             .collect();
+        // δ′ of the whole run: each class's time against its models'.
+        let ratios: Option<Vec<f64>> = classes
+            .iter()
+            .filter(|c| c.chunks > 0)
+            .map(|c| c.model_ratio)
+            .collect();
+        let prediction_imbalance = ratios.map(|r| imbalance(&r));
         let fin: Vec<f64> = classes
             .iter()
             .filter(|c| c.items > 0)
@@ -73,9 +82,24 @@ impl JobCore {
             retries: self.retried,
             split_delta,
             split_stored,
+            forecast: self.forecast.clone(),
+            prediction_imbalance,
             classes,
             chunks: self.trace.take().unwrap_or_default(),
         })
+    }
+
+    /// When class `c`'s workers started their first chunks, on average
+    /// (`None`: none ran one).
+    fn class_start(&self, c: usize) -> Option<f64> {
+        let starts: Vec<f64> = self
+            .worker_class
+            .iter()
+            .zip(&self.first_start)
+            .filter(|(&k, t)| k == c && t.is_finite())
+            .map(|(_, &t)| t)
+            .collect();
+        (!starts.is_empty()).then(|| starts.iter().sum::<f64>() / starts.len() as f64)
     }
 
     /// Samples of this run per class, for the profiler.

@@ -152,6 +152,7 @@ impl Sim {
                 b: m.is_known().then(|| m.b()),
                 eligible: true,
                 min_items: grain,
+                start: 0.0,
             })
             .collect();
         let th = Thresholds::default();
@@ -161,6 +162,7 @@ impl Sim {
             classes: &cls,
             speeds: &speeds,
             thresholds: th,
+            history: &Default::default(),
         };
         let p = by_name(policy)?;
         let adm = p.admit(&ctx);
@@ -373,6 +375,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         b: None,
         eligible: true,
         min_items: 1,
+        start: 0.0,
     }];
     let th = Thresholds::default();
     let ctx = PlanContext {
@@ -381,6 +384,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         classes: &cls,
         speeds: &ctx_speeds,
         thresholds: th,
+        history: &Default::default(),
     };
     let adm = by_name("dynamic").unwrap().admit(&ctx);
     let admitted = Admitted {
