@@ -63,17 +63,6 @@ impl SpeedModel {
         }
     }
 
-    /// The model of a class expected to run `k` times slower than this one
-    /// says (its throughput over `k`), samples kept: the next refit from
-    /// them returns to what they show.
-    pub fn slowed(&self, k: f64) -> Self {
-        let mut m = self.clone();
-        if k.is_finite() && k > 0.0 && m.is_known() {
-            m.b /= k;
-        }
-        m
-    }
-
     /// Sets the run's start (seconds before the class's first chunks).
     pub fn with_start(mut self, secs: f64) -> Self {
         self.start = if secs.is_finite() { secs.max(0.0) } else { 0.0 };
@@ -292,6 +281,25 @@ fn median(v: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_start_is_smoothed_and_survives_a_save() {
+        let mut m = SpeedModel::default();
+        m.observe_start(0.004);
+        assert_eq!(m.start(), 0.004);
+        m.observe_start(0.008);
+        assert!((m.start() - 0.005).abs() < 1e-12);
+        m.observe_start(f64::NAN);
+        m.observe_start(-1.0);
+        assert!((m.start() - 0.005).abs() < 1e-12);
+        let text = serde_json::to_string(&m).unwrap();
+        let back: SpeedModel = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.start(), m.start());
+        // A profile written before starts were kept loads with none.
+        let old: SpeedModel =
+            serde_json::from_str(r#"{"a":0.0,"b":1.0,"samples":[],"observed":0}"#).unwrap();
+        assert_eq!(old.start(), 0.0);
+    }
 
     #[test]
     fn unknown_until_observed() {

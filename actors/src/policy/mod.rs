@@ -54,8 +54,7 @@ pub struct Thresholds {
     pub warm_start: bool,
     /// The single-class rule: `hybrid` co-executes only where its forecast
     /// is clearly below the best single class's, and goes to that class
-    /// alone otherwise; its co-executed plans weigh how much the classes
-    /// slowed each other in earlier co-executed runs (see `docs/method.md`).
+    /// alone otherwise (see `docs/method.md`).
     #[serde(default = "yes")]
     pub single_class: bool,
 }
@@ -196,28 +195,7 @@ impl PlanContext<'_> {
             plan_s,
             single: None,
             coexec_s: None,
-            slowdown: Vec::new(),
         })
-    }
-
-    /// `speeds` as they are expected to go co-executing: each class's
-    /// throughput over its learned slowdown ([`RunHistory::slowdown`]); the
-    /// slowdowns.
-    pub fn coexecuting(&self, speeds: &[ClassSpeed]) -> (Vec<ClassSpeed>, Vec<f64>) {
-        let k: Vec<f64> = self
-            .classes
-            .iter()
-            .map(|c| self.history.slowdown(&c.profile_key))
-            .collect();
-        let slowed = speeds
-            .iter()
-            .zip(&k)
-            .map(|(s, &k)| ClassSpeed {
-                b: s.b.map(|b| b / k),
-                ..*s
-            })
-            .collect();
-        (slowed, k)
     }
 
     /// The configuration key of the classes `used`: their profile keys
@@ -352,10 +330,6 @@ pub struct Forecast {
     pub single: Option<(usize, f64)>,
     /// The co-executed forecast, where it was weighed.
     pub coexec_s: Option<f64>,
-    /// Per class, how much slower than its model it is expected to go in
-    /// this run (co-executing, the classes share cores, memory and the
-    /// bus); the run starts from its models slowed so (empty: as they are).
-    pub slowdown: Vec<f64>,
 }
 
 impl Admission {
@@ -500,18 +474,6 @@ fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
 /// `accel-only`.
 fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Admission {
     let speeds = ctx.only(keep);
-    let several = speeds
-        .iter()
-        .filter(|s| s.eligible && s.workers > 0)
-        .count()
-        > 1;
-    // The slowdowns co-executing runs showed are weighed with the
-    // single-class rule (the method as first built knew neither).
-    let (speeds, slowdown) = if several && ctx.thresholds.single_class {
-        ctx.coexecuting(&speeds)
-    } else {
-        (speeds, Vec::new())
-    };
     let narrowed = PlanContext {
         speeds: &speeds,
         ..ctx.clone()
@@ -547,12 +509,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
             })
             .collect()
     };
-    let forecast = narrowed.forecast(&speeds, &shares).map(|mut f| {
-        if f.classes > 1 {
-            f.slowdown = slowdown;
-        }
-        f
-    });
+    let forecast = narrowed.forecast(&speeds, &shares);
     Admission {
         shares,
         pool: false,

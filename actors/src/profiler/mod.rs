@@ -128,7 +128,6 @@ impl Observe {
                 makespan: report.makespan_s,
                 forecast: report.forecast.clone(),
                 prediction_imbalance: report.prediction_imbalance,
-                ratios: report.classes.iter().map(|c| c.model_ratio).collect(),
             },
             // A run kept off some class learns no split.
             learned_split: if report.split_delta.is_some() {

@@ -209,9 +209,6 @@ pub(crate) struct RunOutcome {
     /// δ′ of the whole run: the spread of each class's time over what its
     /// models predicted for its chunks.
     pub(crate) prediction_imbalance: Option<f64>,
-    /// Per class, its time over what its models predicted for its chunks
-    /// (`None` where it ran none or had no model).
-    pub(crate) ratios: Vec<Option<f64>>,
 }
 
 /// The profiler's memory: models per kernel and class, and where they live.
@@ -407,13 +404,8 @@ impl ProfileStore {
             }
         }
         if let Some(f) = &run.forecast {
-            let ratios: Vec<(String, Option<f64>)> = classes
-                .iter()
-                .cloned()
-                .zip(run.ratios.iter().copied())
-                .collect();
             k.history
-                .learn(f, run.makespan, run.prediction_imbalance, &ratios, mu);
+                .learn(f, run.makespan, run.prediction_imbalance, mu);
             pending.history = Some(k.history.clone());
         }
         self.dirty = true;

@@ -712,43 +712,42 @@ pub(crate) fn sweep_point(
 }
 
 impl Machine {
-    /// An upper bound on E for `items` items per run, given each class's time
-    /// alone per run: the best a scheduler could do knowing each run's
-    /// co-execution slowdown in advance — per run, the least of either class
-    /// alone and the split that ends both together (one chunk per GPU
-    /// stream, its setup and fixed cost once; the CPU's chunks free of fixed
-    /// cost) — averaged over the slowdowns the lease showed.
-    pub(crate) fn e_bound(&self, items: usize, alone: [f64; 2]) -> f64 {
+    /// An upper bound on E for `items` items per run on this machine: the
+    /// best a scheduler could do knowing each run's co-execution slowdown in
+    /// advance — per run, the least of either class alone and the split that
+    /// ends both together (one chunk per GPU stream, its setup and fixed
+    /// cost once; the CPU's chunks free of fixed cost) — averaged over the
+    /// slowdowns the lease showed, against T* of the same noise-free model.
+    pub(crate) fn e_bound(&self, items: usize) -> f64 {
         let n = items as f64;
         let cpu_rate = self.cpu.workers as f64 * self.cpu.b_per_worker;
         let t_cpu = |k: f64| self.cpu.start_s + k / cpu_rate;
         let floor = self.gpu.min_work_items as f64;
+        let t_gpu = |k: f64, s: f64| {
+            (self.gpu.stage_s + self.gpu.a_s + k.max(floor) / self.gpu.device_items_per_s) * s
+        };
+        let alone = [t_cpu(n), t_gpu(n, 1.0)];
+        let best_alone = alone[0].min(alone[1]);
         let slowdowns = if self.gpu.coexec_slowdown.is_empty() {
             vec![1.0]
         } else {
             self.gpu.coexec_slowdown.clone()
         };
-        let best_alone = alone[0].min(alone[1]);
         let mean: f64 = slowdowns
             .iter()
             .map(|&s| {
-                let t_gpu = |k: f64| {
-                    (self.gpu.stage_s + self.gpu.a_s + k.max(floor) / self.gpu.device_items_per_s)
-                        * s
-                };
                 // The GPU's share k where both end together (t_gpu(k) rises
                 // with k, t_cpu(n - k) falls).
                 let (mut lo, mut hi) = (0.0, n);
                 for _ in 0..100 {
                     let k = 0.5 * (lo + hi);
-                    if t_gpu(k) < t_cpu(n - k) {
+                    if t_gpu(k, s) < t_cpu(n - k) {
                         lo = k;
                     } else {
                         hi = k;
                     }
                 }
-                let co = t_gpu(hi).max(t_cpu(n - hi));
-                best_alone.min(co)
+                best_alone.min(t_gpu(hi, s).max(t_cpu(n - hi)))
             })
             .sum::<f64>()
             / slowdowns.len() as f64;

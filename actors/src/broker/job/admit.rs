@@ -64,14 +64,6 @@ impl JobCore {
                 Space::new(items, grain, &adm.shares, &order),
             )
         };
-        // Co-executing, the classes are expected to go slower than their
-        // models alone say: the run starts from models slowed so.
-        let models: Vec<SpeedModel> = match adm.forecast.as_ref().map(|f| &f.slowdown) {
-            Some(k) if k.len() == models.len() => {
-                models.iter().zip(k).map(|(m, &k)| m.slowed(k)).collect()
-            }
-            _ => models,
-        };
         let mut st: Vec<ClassState> = (0..k)
             .map(|c| ClassState {
                 eligible: eligible[c] && adm.shares[c] > 0.0,
