@@ -34,6 +34,51 @@ pub fn is_deterministic() -> bool {
     true
 }
 
+/// Chooses whether stream workers page-lock kernel buffers; there are no
+/// streams in this build.
+pub fn set_host_pinning(_on: bool) {}
+
+/// Always `false`: nothing is page-locked in this build.
+pub fn host_pinning() -> bool {
+    false
+}
+
+/// What page-locking kernel buffers has cost: nothing in this build.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct HostPinStats {
+    /// Buffers page-locked.
+    pub locked: u64,
+    /// Their bytes.
+    pub locked_bytes: u64,
+    /// Seconds spent locking them.
+    pub lock_secs: f64,
+    /// Seconds spent unlocking them.
+    pub unlock_secs: f64,
+    /// Buffers the driver refused to lock.
+    pub refused: u64,
+    /// Why the last one was refused.
+    pub last_refusal: Option<String>,
+}
+
+/// All zero in this build.
+pub fn host_pin_stats() -> HostPinStats {
+    HostPinStats::default()
+}
+
+/// A buffer's page-lock slot: never locked in this build.
+#[derive(Debug, Default)]
+pub(crate) struct HostPin {
+    _never_locked: (),
+}
+
+impl HostPin {
+    /// Nothing to unlock.
+    pub(crate) fn release(&mut self) -> bool {
+        true
+    }
+}
+
 /// One CUDA stream and its buffers, driven by one worker thread.
 #[derive(Debug)]
 pub struct StreamWorker {
@@ -73,6 +118,11 @@ impl StreamWorker {
 
     /// Waits for a taken-back chunk's work (unreachable: no value exists).
     pub fn wait_idle(&mut self) {
+        match self.never {}
+    }
+
+    /// Chooses this stream's copy path (unreachable: no value exists).
+    pub fn set_host_pinning(&mut self, _on: bool) {
         match self.never {}
     }
 
