@@ -34,13 +34,42 @@ pub fn is_deterministic() -> bool {
     true
 }
 
-/// Chooses whether stream workers page-lock kernel buffers; there are no
-/// streams in this build.
-pub fn set_host_pinning(_on: bool) {}
+/// Which kernel buffers stream workers page-lock (the same choices as with
+/// CUDA; nothing is locked in this build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HostPinning {
+    /// Nothing.
+    Off,
+    /// The buffers a job keeps across its runs.
+    #[default]
+    Reused,
+    /// Every large buffer.
+    All,
+}
 
-/// Always `false`: nothing is page-locked in this build.
-pub fn host_pinning() -> bool {
-    false
+impl std::str::FromStr for HostPinning {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "false" | "no" => Ok(Self::Off),
+            "reused" | "on" | "1" | "true" | "yes" => Ok(Self::Reused),
+            "all" => Ok(Self::All),
+            other => Err(format!(
+                "`{other}` is not one of off, reused, all (page-locking kernel buffers)"
+            )),
+        }
+    }
+}
+
+/// Chooses which kernel buffers stream workers page-lock; there are no
+/// streams in this build.
+pub fn set_host_pinning(_choice: HostPinning) {}
+
+/// Always [`HostPinning::Off`]: nothing is page-locked in this build.
+pub fn host_pinning() -> HostPinning {
+    HostPinning::Off
 }
 
 /// What page-locking kernel buffers has cost: nothing in this build.
@@ -122,7 +151,7 @@ impl StreamWorker {
     }
 
     /// Chooses this stream's copy path (unreachable: no value exists).
-    pub fn set_host_pinning(&mut self, _on: bool) {
+    pub fn set_host_pinning(&mut self, _choice: HostPinning) {
         match self.never {}
     }
 

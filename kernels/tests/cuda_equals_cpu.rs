@@ -496,7 +496,11 @@ fn blobs(n: usize, f: usize) -> Vec<f32> {
 fn transfer_bound_results(test: &str, pinned: bool) -> Option<(Vec<u32>, Vec<i32>, Vec<i32>)> {
     let mut ws = workers(test)?;
     for w in &mut ws {
-        w.set_host_pinning(pinned);
+        w.set_host_pinning(if pinned {
+            cuda::HostPinning::All
+        } else {
+            cuda::HostPinning::Off
+        });
     }
     let mp = MatmulProblem::new(300, 100).unwrap().with_seed(3);
     let m = run_workload_gpu(test, &mut ws, MatmulJob::new(mp).unwrap())?;
@@ -544,14 +548,14 @@ fn pinned_and_staged_copies_agree_bit_for_bit() {
     ));
     // matmul a, b, c; pathfinder grid and two rows; kmeans memberships and
     // sums (each job's buffers once, whatever the number of runs).
+    assert_eq!(first_diff(&pinned.0, &staged.0), None, "matmul");
+    assert_eq!(first_diff(&pinned.1, &staged.1), None, "pathfinder");
+    assert_eq!(first_diff(&pinned.2, &staged.2), None, "kmeans");
     assert!(
         after.locked - mid.locked >= 8,
         "the pinned path page-locked only {} buffers",
         after.locked - mid.locked
     );
-    assert_eq!(first_diff(&pinned.0, &staged.0), None, "matmul");
-    assert_eq!(first_diff(&pinned.1, &staged.1), None, "pathfinder");
-    assert_eq!(first_diff(&pinned.2, &staged.2), None, "kmeans");
     // And the CPU's, once (the other tests compare the pinned path at
     // their sizes).
     let cpu =
@@ -588,7 +592,11 @@ fn matmul_pinned_chunks_copy_at_dma_speed() {
     let (inb, outb) = (2.0 * gb(6000), gb(6000));
     let mut outs = Vec::new();
     for pinned in [false, true] {
-        w.set_host_pinning(pinned);
+        w.set_host_pinning(if pinned {
+            cuda::HostPinning::All
+        } else {
+            cuda::HostPinning::Off
+        });
         let mut k = Matmul::new(p).unwrap();
         let (stage, first) = run_timed(&mut w, &mut k);
         // Again, warm: the same buffers, still page-locked.
@@ -623,7 +631,11 @@ fn matmul_pinned_chunks_copy_at_dma_speed() {
     let mut outs = Vec::new();
     for pinned in [false, true] {
         for w in &mut ws {
-            w.set_host_pinning(pinned);
+            w.set_host_pinning(if pinned {
+                cuda::HostPinning::All
+            } else {
+                cuda::HostPinning::Off
+            });
         }
         let before = cuda::host_pin_stats();
         let mut k = Matmul::new(p).unwrap();

@@ -20,10 +20,11 @@
 //! Several workers on one device overlap: each runs on its own host thread and
 //! stream, so one stream's copies run under another's kernel.
 //!
-//! Page-locking is on by default; [`set_host_pinning`] (or
-//! `COEXEC_CUDA_PIN=0` in the environment) stages every copy instead, with
-//! the same results bit for bit, and [`host_pin_stats`] tells what locking
-//! cost.
+//! The buffers a job keeps across its runs are page-locked by default;
+//! [`set_host_pinning`] chooses otherwise ([`HostPinning`]: none, or every
+//! large buffer, a one-run job's too), with the same results bit for bit,
+//! and [`host_pin_stats`] tells what locking cost. (The `coexec` CLI reads
+//! the choice from `COEXEC_CUDA_PIN`.)
 //!
 //! Nothing here assumes a GPU exists. Before the first driver call the driver
 //! library's presence is checked (cudarc panics on a missing library, so a
@@ -50,7 +51,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::{Chunk, KernelError};
 
 pub(crate) use pin::HostPin;
-pub use pin::{host_pin_stats, host_pinning, set_host_pinning, HostPinStats};
+pub use pin::{host_pin_stats, host_pinning, set_host_pinning, HostPinStats, HostPinning};
 pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.

@@ -169,16 +169,19 @@ impl Lock {
         }
         let t = Instant::now();
         let users = std::mem::take(self.users.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for s in &users {
-            // A failed stream has nothing left in flight to wait for.
-            let _ = s.synchronize();
+        // A stream whose wait fails may still copy: the memory stays locked
+        // (and is leaked, never handed back to the allocator).
+        let idle = users.iter().all(|s| s.synchronize().is_ok());
+        if !idle {
+            self.unlocked = Some(false);
+            return false;
         }
         let done = match &self.unlock {
             Unlock::Driver(ctx) => ctx.bind_to_thread().is_ok_and(|()| {
                 // SAFETY: `base` was locked by `register`, and this runs
                 // once (`unlocked`); no copy from or to it is in flight (every
-                // stream that copied was synchronised above, and a stream
-                // copies only memory whose lock it is a user of).
+                // stream that copied was synchronised above without error,
+                // and a stream copies only memory whose lock it is a user of).
                 unsafe { sys::cuMemHostUnregister(self.base as *mut std::ffi::c_void) }
                     .result()
                     .is_ok()
@@ -281,46 +284,72 @@ pub fn host_pin_stats() -> HostPinStats {
     }
 }
 
-/// 0: not chosen yet (the environment decides), 1: on, 2: off.
-static PINNING: AtomicU8 = AtomicU8::new(0);
-
-/// Chooses whether stream workers created from now on page-lock the
-/// kernels' host buffers and copy straight from and to them (on), or stage
-/// every copy through their own pinned buffers (off). Results are the same
-/// bit for bit either way.
-pub fn set_host_pinning(on: bool) {
-    PINNING.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+/// Which kernel buffers stream workers page-lock, so that chunks copy
+/// straight from and to them instead of through the streams' own pinned
+/// buffers. Results are the same bit for bit whichever is chosen.
+///
+/// Page-locking a buffer costs time of its own (the driver pins its pages:
+/// on the order of a second per few GB), paid once for the buffer's life:
+/// worth it where several runs reuse the buffer, not for a job of one run.
+///
+/// ```
+/// use coexec_kernels::cuda::HostPinning;
+/// assert_eq!("all".parse::<HostPinning>().unwrap(), HostPinning::All);
+/// assert_eq!("0".parse::<HostPinning>().unwrap(), HostPinning::Off);
+/// assert!("sometimes".parse::<HostPinning>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HostPinning {
+    /// Nothing: every copy is staged.
+    Off,
+    /// The buffers a job keeps across its runs (an iterative job's data
+    /// set, its rows, its memberships): the default.
+    #[default]
+    Reused,
+    /// Every large buffer, a one-run job's too (its locking then lands in
+    /// that run).
+    All,
 }
 
-/// Whether new stream workers page-lock the kernels' host buffers (see
-/// [`set_host_pinning`]). Unless chosen, on, or off where the environment
-/// says `COEXEC_CUDA_PIN=0` (also `off`, `false`, `no`): read once, when the
-/// first worker is created, so that a GPU check can compare both paths with
-/// one binary.
-pub fn host_pinning() -> bool {
-    match PINNING.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = pin_from_env(std::env::var("COEXEC_CUDA_PIN").ok().as_deref());
-            // A concurrent `set_host_pinning` wins over the environment.
-            let _ = PINNING.compare_exchange(
-                0,
-                if on { 1 } else { 2 },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            PINNING.load(Ordering::Relaxed) == 1
+impl std::str::FromStr for HostPinning {
+    type Err = String;
+
+    /// `off` (or `0`, `false`, `no`), `reused` (or `on`, `1`, `true`, `yes`),
+    /// `all`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "false" | "no" => Ok(Self::Off),
+            "reused" | "on" | "1" | "true" | "yes" => Ok(Self::Reused),
+            "all" => Ok(Self::All),
+            other => Err(format!(
+                "`{other}` is not one of off, reused, all (page-locking kernel buffers)"
+            )),
         }
     }
 }
 
-/// `COEXEC_CUDA_PIN`'s value as a choice: on unless it says off.
-fn pin_from_env(v: Option<&str>) -> bool {
-    !matches!(
-        v.map(|s| s.trim().to_ascii_lowercase()).as_deref(),
-        Some("0" | "off" | "false" | "no")
-    )
+/// The choice for stream workers created from now on (0: the default).
+static PINNING: AtomicU8 = AtomicU8::new(0);
+
+/// Chooses which kernel buffers stream workers created from now on
+/// page-lock (see [`HostPinning`]; `Reused` unless chosen).
+pub fn set_host_pinning(choice: HostPinning) {
+    let v = match choice {
+        HostPinning::Off => 1,
+        HostPinning::Reused => 2,
+        HostPinning::All => 3,
+    };
+    PINNING.store(v, Ordering::Relaxed);
+}
+
+/// What new stream workers page-lock (see [`set_host_pinning`]).
+pub fn host_pinning() -> HostPinning {
+    match PINNING.load(Ordering::Relaxed) {
+        1 => HostPinning::Off,
+        3 => HostPinning::All,
+        _ => HostPinning::Reused,
+    }
 }
 
 #[cfg(test)]
@@ -444,12 +473,14 @@ mod tests {
     }
 
     #[test]
-    fn the_environment_turns_pinning_off_only_when_it_says_so() {
+    fn the_choice_parses_from_what_a_user_writes() {
         for off in ["0", "off", "OFF", "false", "no", " 0 "] {
-            assert!(!pin_from_env(Some(off)), "{off}");
+            assert_eq!(off.parse::<HostPinning>(), Ok(HostPinning::Off), "{off}");
         }
-        for on in [None, Some(""), Some("1"), Some("on"), Some("yes")] {
-            assert!(pin_from_env(on), "{on:?}");
+        for on in ["1", "on", "reused", "yes"] {
+            assert_eq!(on.parse::<HostPinning>(), Ok(HostPinning::Reused), "{on}");
         }
+        assert_eq!("All".parse::<HostPinning>(), Ok(HostPinning::All));
+        assert!("".parse::<HostPinning>().is_err());
     }
 }

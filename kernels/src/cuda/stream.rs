@@ -98,7 +98,7 @@ pub struct StreamWorker {
     held: Vec<Arc<CudaSlice<u8>>>,
     /// Whether this stream page-locks kernel buffers and copies straight
     /// from and to them ([`StreamWorker::set_host_pinning`]).
-    pinning: bool,
+    pinning: super::HostPinning,
     /// The runtime's take-back flags and this worker's index among them
     /// ([`StreamWorker::watch_take_back`]).
     watch: Option<(Arc<[AtomicBool]>, usize)>,
@@ -209,14 +209,13 @@ impl StreamWorker {
         self.watch = Some((flags, index));
     }
 
-    /// Chooses this stream's copy path from now on: page-lock large kernel
-    /// buffers and copy straight from and to them (on, the default unless
-    /// [`super::set_host_pinning`] or `COEXEC_CUDA_PIN=0` said otherwise),
-    /// or stage every copy through this stream's pinned buffers (off).
-    /// Buffers another stream locked are staged here too while off. Results
+    /// Chooses which kernel buffers this stream page-locks from now on
+    /// (see [`super::HostPinning`]; what [`super::set_host_pinning`] chose
+    /// when the stream was made, unless set here). Buffers another stream
+    /// locked are staged here while this stream's choice is off. Results
     /// are the same bit for bit.
-    pub fn set_host_pinning(&mut self, on: bool) {
-        self.pinning = on;
+    pub fn set_host_pinning(&mut self, choice: super::HostPinning) {
+        self.pinning = choice;
     }
 
     /// Compiles (or finds compiled) what `kernel` launches on this device,
@@ -474,11 +473,19 @@ impl StreamWorker {
 
     /// Page-locks `mem` (a kernel buffer's whole allocation), once per
     /// buffer for as long as it lives, so that this run's chunks copy
-    /// straight from and to it; for a kernel's `stage`. `false`: this stream
-    /// stages its copies (pinning off, a buffer under [`PIN_MIN_BYTES`], or
-    /// the driver refused; the reason is in [`super::host_pin_stats`]).
-    pub(crate) fn pin(&mut self, mem: Pinnable<'_>) -> bool {
-        if !self.pinning || mem.len() < PIN_MIN_BYTES {
+    /// straight from and to it; for a kernel's `stage`. `reused`: the job
+    /// keeps the buffer across its runs (a one-run job's buffer is locked
+    /// only under [`super::HostPinning::All`]: its locking would land in its
+    /// one run). `false`: this stream stages its copies (not chosen, a
+    /// buffer under [`PIN_MIN_BYTES`], or the driver refused; the reason is
+    /// in [`super::host_pin_stats`]).
+    pub(crate) fn pin(&mut self, mem: Pinnable<'_>, reused: bool) -> bool {
+        let wanted = match self.pinning {
+            super::HostPinning::Off => false,
+            super::HostPinning::Reused => reused,
+            super::HostPinning::All => true,
+        };
+        if !wanted || mem.len() < PIN_MIN_BYTES {
             return false;
         }
         let ctx = self.stream.context().clone();
@@ -504,7 +511,7 @@ impl StreamWorker {
     /// (page-locked by `pin`, which then waits for this stream before it
     /// unlocks them).
     fn direct(&self, addr: usize, len: usize, pin: &HostPin) -> bool {
-        if !self.pinning || len == 0 {
+        if self.pinning == super::HostPinning::Off || len == 0 {
             return false;
         }
         match pin.covering(addr, len) {
@@ -624,6 +631,9 @@ impl StreamWorker {
         let bytes = as_bytes(&src[..span]);
         if total == 0 || !self.direct(bytes.as_ptr() as usize, bytes.len(), pin) {
             return self.stage_in(slot, total, |staged| {
+                if width == 0 {
+                    return;
+                }
                 for (r, dst) in staged.chunks_exact_mut(width * sz).enumerate() {
                     dst.copy_from_slice(&bytes[r * pitch * sz..(r * pitch + width) * sz]);
                 }

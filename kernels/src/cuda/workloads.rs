@@ -90,7 +90,8 @@ impl CudaKernel for Matmul {
             self.c().pinnable(),
         ];
         for (slot, buf) in bufs.into_iter().enumerate() {
-            if !w.pin(buf) {
+            // One run per job: locked only where every buffer is wanted.
+            if !w.pin(buf, false) {
                 w.reserve_slot(slot, bytes)?;
             }
         }
@@ -147,9 +148,9 @@ impl CudaKernel for PathfinderStep {
     fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         // The grid once per job (the steps share it), the two rows once per
         // job too (they turn into each other in place).
-        w.pin(self.wall().pinnable());
-        w.pin(self.src().pinnable());
-        w.pin(self.dst().pinnable());
+        w.pin(self.wall().pinnable(), true);
+        w.pin(self.src().pinnable(), true);
+        w.pin(self.dst().pinnable(), true);
         Ok(())
     }
 
@@ -322,8 +323,8 @@ impl CudaKernel for KmeansStep {
         // Memberships cross both ways every run: page-locked once per job
         // (the buffers pass from step to step). The partial sums too when
         // large; counts and changes are small.
-        w.pin(self.membership().pinnable());
-        w.pin(self.sums().pinnable());
+        w.pin(self.membership().pinnable(), true);
+        w.pin(self.sums().pinnable(), true);
         self.run_inputs(w).map(drop)
     }
 
