@@ -1,11 +1,211 @@
-//! An output buffer that several workers write at once, each into its own items.
+//! Host buffers of the kernels: inputs ([`HostBuf`]) and outputs that
+//! several workers write at once, each into its own items ([`DisjointBuf`]).
+//!
+//! Both own their memory together with its page-lock slot ([`HostPin`]): a
+//! GPU stream may page-lock the memory once, so that chunks copy straight
+//! from and to it (`cuda/pin.rs`), and the owner unlocks it before the
+//! memory is freed.
 
 use std::cell::UnsafeCell;
-use std::ops::Range;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 
 use crate::claim::{next_id, Chunk, ClaimSpace};
+use crate::cuda::HostPin;
+
+/// Buffers smaller than this are never page-locked: staging them costs
+/// under 0.1 ms.
+pub(crate) const PIN_MIN_BYTES: usize = 1 << 20;
+
+/// Spare capacity after a buffer that may be page-locked, so that two such
+/// buffers never share a page (the driver locks whole pages, and refuses to
+/// lock one twice): at least a page, 64 KiB on ARM servers.
+const PIN_SLACK_BYTES: usize = 64 << 10;
+
+/// The capacity to allocate for `n` elements of a buffer that may be
+/// page-locked: `n`, plus [`PIN_SLACK_BYTES`] when it is large enough to be.
+pub(crate) fn pinnable_capacity<T>(n: usize) -> usize {
+    let size = std::mem::size_of::<T>().max(1);
+    if n.saturating_mul(size) < PIN_MIN_BYTES {
+        n
+    } else {
+        n.saturating_add(PIN_SLACK_BYTES.div_ceil(size))
+    }
+}
+
+/// A kernel's input on the host: a fixed-size slice that a GPU stream may
+/// page-lock for as long as the buffer lives (read it through `Deref`).
+pub(crate) struct HostBuf<T> {
+    /// Released before `data` is freed (`Drop`), so a lock never outlives
+    /// the memory it locks.
+    pin: HostPin,
+    /// Never grows or shrinks (it would move); its spare capacity, if any
+    /// ([`pinnable_capacity`]), keeps the next buffer off its last page.
+    data: Vec<T>,
+}
+
+impl<T> From<Vec<T>> for HostBuf<T> {
+    fn from(data: Vec<T>) -> Self {
+        Self {
+            pin: HostPin::default(),
+            data,
+        }
+    }
+}
+
+impl<T> Deref for HostBuf<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        &self.data
+    }
+}
+
+impl<T> HostBuf<T> {
+    /// The page-lock slot, for copies from and to the memory.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn pin(&self) -> &HostPin {
+        &self.pin
+    }
+
+    /// The whole allocation with its page-lock slot, for a stream to lock.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn pinnable(&self) -> Pinnable<'_> {
+        // SAFETY: `data` is this buffer's allocation (its elements), which
+        // never moves or changes size while the buffer owns it (no method
+        // grows or shrinks it); the buffer releases `pin` before it frees
+        // `data` (`Drop`, `into_vec`), and hands both on together otherwise
+        // (`into_parts`).
+        unsafe {
+            Pinnable::new(
+                &self.pin,
+                self.data.as_ptr() as usize,
+                std::mem::size_of_val(self.data.as_slice()),
+            )
+        }
+    }
+
+    /// The elements as a vector, unlocked first.
+    pub(crate) fn into_vec(mut self) -> Vec<T> {
+        let unlocked = self.pin.release();
+        let data = std::mem::take(&mut self.data);
+        if unlocked {
+            data
+        } else {
+            moved_out(data)
+        }
+    }
+
+    /// The lock slot and the memory, handed on together (the new owner
+    /// takes over releasing the lock before freeing the memory).
+    fn into_parts(mut self) -> (HostPin, Vec<T>) {
+        (
+            std::mem::take(&mut self.pin),
+            std::mem::take(&mut self.data),
+        )
+    }
+}
+
+impl<T> Drop for HostBuf<T> {
+    fn drop(&mut self) {
+        if !self.pin.release() {
+            // The driver still locks these pages: never give them back to
+            // the allocator (a buffer allocated there later would be copied
+            // as if locked, from pages that are no longer its own).
+            std::mem::forget(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for HostBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuf")
+            .field("len", &self.data.len())
+            .field("pin", &self.pin)
+            .finish()
+    }
+}
+
+/// `data`'s values moved into a fresh allocation; `data`'s own memory,
+/// still page-locked, is leaked.
+fn moved_out<T>(data: Vec<T>) -> Vec<T> {
+    let old = ManuallyDrop::new(data);
+    let mut fresh = Vec::with_capacity(old.len());
+    // SAFETY: `old` holds `len` initialised values and is never used again:
+    // its values are moved (copied bit for bit into the spare capacity of
+    // `fresh`, a distinct allocation of at least `len`, which then owns
+    // them; the originals are neither read nor dropped afterwards, and
+    // their allocation is leaked), so each value has one owner.
+    unsafe {
+        std::ptr::copy_nonoverlapping(old.as_ptr(), fresh.as_mut_ptr(), old.len());
+        fresh.set_len(old.len());
+    }
+    fresh
+}
+
+/// A host allocation with the page-lock slot its owner releases before
+/// freeing it: what a GPU stream may page-lock. Only the owners in this
+/// module make one.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct Pinnable<'a> {
+    pin: &'a HostPin,
+    addr: usize,
+    len: usize,
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+impl<'a> Pinnable<'a> {
+    /// # Safety
+    ///
+    /// The `len` bytes at `addr` are one allocation that does not move or
+    /// shrink while `pin` is locked, and its owner holds `pin` and releases
+    /// it ([`HostPin::release`]) before it frees the memory.
+    unsafe fn new(pin: &'a HostPin, addr: usize, len: usize) -> Self {
+        Self { pin, addr, len }
+    }
+
+    /// The page-lock slot.
+    pub(crate) fn pin(&self) -> &'a HostPin {
+        self.pin
+    }
+
+    /// The allocation's first byte.
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Its size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// `T`s as `UnsafeCell<T>`s, in place.
+fn into_cells<T>(v: Vec<T>) -> Vec<UnsafeCell<T>> {
+    let mut v = ManuallyDrop::new(v);
+    // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T` (same size,
+    // alignment and validity), so the allocation of `capacity` `T`s is one
+    // of as many cells (the same layout to free it with), its first `len`
+    // holding the same values; `v` owned it alone and is not used again.
+    unsafe {
+        Vec::from_raw_parts(
+            v.as_mut_ptr().cast::<UnsafeCell<T>>(),
+            v.len(),
+            v.capacity(),
+        )
+    }
+}
+
+/// `UnsafeCell<T>`s as `T`s, in place.
+fn from_cells<T>(v: Vec<UnsafeCell<T>>) -> Vec<T> {
+    let mut v = ManuallyDrop::new(v);
+    // SAFETY: as in `into_cells`, the other way; owning the vector
+    // excludes every other access to the cells.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), v.len(), v.capacity()) }
+}
 
 /// A fixed-size buffer of `items × stride` elements whose item ranges are written
 /// concurrently by the workers that own them.
@@ -46,8 +246,12 @@ use crate::claim::{next_id, Chunk, ClaimSpace};
 ///
 /// Reading needs `&mut self` ([`DisjointBuf::as_slice`]) or ownership
 /// ([`DisjointBuf::into_vec`]): no writer can be active then.
+///
+/// A GPU stream may page-lock a large buffer for as long as it lives, to
+/// copy results straight into it; dropping the buffer (or
+/// [`DisjointBuf::into_vec`]) first waits for those streams and unlocks it.
 pub struct DisjointBuf<T> {
-    data: Box<[UnsafeCell<T>]>,
+    mem: HostBuf<UnsafeCell<T>>,
     stride: usize,
     /// This buffer's id, for the claims' "taken" check.
     id: u64,
@@ -74,17 +278,30 @@ impl<T: Copy + Default> DisjointBuf<T> {
 
     /// A buffer of `items × stride` elements, each `value`.
     pub fn filled(items: usize, stride: usize, value: T) -> Self {
-        let data = (0..items * stride)
-            .map(|_| UnsafeCell::new(value))
-            .collect();
-        Self::wrap(data, stride)
+        Self::from_vec(vec![value; items * stride], stride)
     }
 }
 
 impl<T> DisjointBuf<T> {
-    fn wrap(data: Box<[UnsafeCell<T>]>, stride: usize) -> Self {
+    /// Wraps an existing vector (in place); its length must be a multiple
+    /// of `stride`.
+    pub fn from_vec(v: Vec<T>, stride: usize) -> Self {
+        Self::from_host(HostBuf::from(v), stride)
+    }
+
+    /// Wraps a host buffer in place, keeping its page-lock (a kernel's
+    /// input row that becomes the next run's output row).
+    pub(crate) fn from_host(h: HostBuf<T>, stride: usize) -> Self {
+        assert!(
+            stride > 0 && h.len().is_multiple_of(stride),
+            "length not a multiple of stride"
+        );
+        let (pin, data) = h.into_parts();
         Self {
-            data,
+            mem: HostBuf {
+                pin,
+                data: into_cells(data),
+            },
             stride,
             id: next_id(),
             owner_id: AtomicU64::new(0),
@@ -92,18 +309,32 @@ impl<T> DisjointBuf<T> {
         }
     }
 
-    /// Wraps an existing vector; its length must be a multiple of `stride`.
-    pub fn from_vec(v: Vec<T>, stride: usize) -> Self {
-        assert!(
-            stride > 0 && v.len().is_multiple_of(stride),
-            "length not a multiple of stride"
-        );
-        Self::wrap(v.into_iter().map(UnsafeCell::new).collect(), stride)
+    /// The elements as a host buffer, in place, keeping the page-lock.
+    /// Owning the buffer proves that no writer is active.
+    pub(crate) fn into_host(self) -> HostBuf<T> {
+        let (pin, data) = self.mem.into_parts();
+        HostBuf {
+            pin,
+            data: from_cells(data),
+        }
+    }
+
+    /// The page-lock slot, for copies into the elements.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn pin(&self) -> &HostPin {
+        self.mem.pin()
+    }
+
+    /// The whole allocation with its page-lock slot, for a stream to lock
+    /// (writers may be active: locking reads and writes no element).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn pinnable(&self) -> Pinnable<'_> {
+        self.mem.pinnable()
     }
 
     /// Number of items.
     pub fn items(&self) -> usize {
-        self.data.len() / self.stride.max(1)
+        self.mem.len() / self.stride.max(1)
     }
 
     /// Elements per item.
@@ -169,7 +400,7 @@ impl<T> DisjointBuf<T> {
     fn elements<'a>(&'a self, chunk: &'a Chunk, items: Range<usize>) -> &'a mut [T] {
         let lo = items.start * self.stride;
         let hi = items.end * self.stride;
-        let cells = &self.data[lo..hi];
+        let cells = &self.mem[lo..hi];
         self.bind(chunk);
         chunk.take(self.id);
         // SAFETY: `UnsafeCell<T>` has the layout of `T`. No other reference to
@@ -187,18 +418,15 @@ impl<T> DisjointBuf<T> {
 
     /// All elements, for writing with the buffer held exclusively.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
-        let len = self.data.len();
+        let len = self.mem.len();
         // SAFETY: `&mut self` excludes every writer; layout as above.
-        unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(self.data.as_ptr()), len) }
+        unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(self.mem.as_ptr()), len) }
     }
 
-    /// The elements as a vector.
+    /// The elements as a vector (in place unless page-locked memory could
+    /// not be unlocked).
     pub fn into_vec(self) -> Vec<T> {
-        self.data
-            .into_vec()
-            .into_iter()
-            .map(UnsafeCell::into_inner)
-            .collect()
+        self.into_host().into_vec()
     }
 }
 
@@ -313,6 +541,23 @@ mod tests {
         let space = ClaimSpace::new();
         let c = mint(&space, 0..5);
         let _ = b.chunk_mut_blocks(&c, 4);
+    }
+
+    #[test]
+    fn buf_large_buffers_keep_the_next_one_off_their_pages() {
+        let n = PIN_MIN_BYTES / 4 + 1;
+        let v: Vec<u32> = crate::workloads::try_zeroed("test", n).unwrap();
+        assert!((v.capacity() - v.len()) * 4 >= PIN_SLACK_BYTES);
+        let (ptr, cap) = (v.as_ptr(), v.capacity());
+        // Turned into an output and back in place: same memory, same room.
+        let d = DisjointBuf::from_host(HostBuf::from(v), 1);
+        let h = d.into_host();
+        assert_eq!((h.as_ptr(), h.len()), (ptr, n));
+        let v = DisjointBuf::from_vec(h.into_vec(), 1).into_vec();
+        assert_eq!((v.as_ptr(), v.capacity()), (ptr, cap));
+        // Small ones are never locked: no room kept.
+        let s: Vec<u32> = crate::workloads::try_zeroed("test", 10).unwrap();
+        assert_eq!(s.capacity(), 10);
     }
 
     #[test]

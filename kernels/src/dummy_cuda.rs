@@ -34,6 +34,80 @@ pub fn is_deterministic() -> bool {
     true
 }
 
+/// Which kernel buffers stream workers page-lock (the same choices as with
+/// CUDA; nothing is locked in this build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HostPinning {
+    /// Nothing.
+    Off,
+    /// The buffers a job keeps across its runs.
+    #[default]
+    Reused,
+    /// Every large buffer.
+    All,
+}
+
+impl std::str::FromStr for HostPinning {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "false" | "no" => Ok(Self::Off),
+            "reused" | "on" | "1" | "true" | "yes" => Ok(Self::Reused),
+            "all" => Ok(Self::All),
+            other => Err(format!(
+                "`{other}` is not one of off, reused, all (page-locking kernel buffers)"
+            )),
+        }
+    }
+}
+
+/// Chooses which kernel buffers stream workers page-lock; there are no
+/// streams in this build.
+pub fn set_host_pinning(_choice: HostPinning) {}
+
+/// Always [`HostPinning::Off`]: nothing is page-locked in this build.
+pub fn host_pinning() -> HostPinning {
+    HostPinning::Off
+}
+
+/// What page-locking kernel buffers has cost: nothing in this build.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct HostPinStats {
+    /// Buffers page-locked.
+    pub locked: u64,
+    /// Their bytes.
+    pub locked_bytes: u64,
+    /// Seconds spent locking them.
+    pub lock_secs: f64,
+    /// Seconds spent unlocking them.
+    pub unlock_secs: f64,
+    /// Buffers the driver refused to lock.
+    pub refused: u64,
+    /// Why the last one was refused.
+    pub last_refusal: Option<String>,
+}
+
+/// All zero in this build.
+pub fn host_pin_stats() -> HostPinStats {
+    HostPinStats::default()
+}
+
+/// A buffer's page-lock slot: never locked in this build.
+#[derive(Debug, Default)]
+pub(crate) struct HostPin {
+    _never_locked: (),
+}
+
+impl HostPin {
+    /// Nothing to unlock.
+    pub(crate) fn release(&mut self) -> bool {
+        true
+    }
+}
+
 /// One CUDA stream and its buffers, driven by one worker thread.
 #[derive(Debug)]
 pub struct StreamWorker {
@@ -73,6 +147,11 @@ impl StreamWorker {
 
     /// Waits for a taken-back chunk's work (unreachable: no value exists).
     pub fn wait_idle(&mut self) {
+        match self.never {}
+    }
+
+    /// Chooses this stream's copy path (unreachable: no value exists).
+    pub fn set_host_pinning(&mut self, _choice: HostPinning) {
         match self.never {}
     }
 

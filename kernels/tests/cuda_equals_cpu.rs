@@ -6,7 +6,12 @@
 //! `cargo test` reports them as ignored, never as passed. Asked for with
 //! `--include-ignored` on a machine without a GPU they fail, saying why. The GPU runs
 //! use two streams of device 0 on two threads, with chunks of uneven sizes,
-//! so the run cache, staging reuse and chunk edges are exercised too.
+//! so the run cache, staging reuse and chunk edges are exercised too. Each
+//! stream starts each run as the runtime does (`prepare`, `begin_run`), so
+//! large kernel buffers are page-locked and copied straight from and to
+//! (the default); `pinned_and_staged_copies_agree_bit_for_bit` runs the
+//! staged path beside it, and `matmul_pinned_chunks_copy_at_dma_speed`
+//! prints the host-to-device rates both reach.
 
 use std::io::Write;
 
@@ -17,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec_kernels::workloads::{
-    argmax, run_sequential, KmeansConfig, KmeansData, KmeansJob, LabeledRows, MatmulJob,
+    argmax, run_sequential, KmeansConfig, KmeansData, KmeansJob, LabeledRows, Matmul, MatmulJob,
     MatmulProblem, Mlp, MlpWeights, NbodyJob, NbodyProblem, PathfinderJob, PathfinderProblem,
     Workload,
 };
@@ -80,7 +85,19 @@ fn run_gpu<K: Kernel + CudaKernel>(
     k: &mut K,
 ) -> Result<bool, KernelError> {
     let cuts = cuts(k.items(), k.grain());
-    let (k, all) = claim_parts(k, &cuts);
+    run_cuts(test, ws, k, &cuts)
+}
+
+/// Runs the chunks between `cuts` of `k` on the two workers, dealt
+/// alternately, on two threads, each worker starting the run as the runtime
+/// does (`prepare`, then `begin_run`); panics when NVRTC is missing.
+fn run_cuts<K: Kernel + CudaKernel>(
+    test: &str,
+    ws: &mut [StreamWorker; 2],
+    k: &mut K,
+    cuts: &[usize],
+) -> Result<bool, KernelError> {
+    let (k, all) = claim_parts(k, cuts);
     // Dealt alternately: each claim moves to the one thread that runs it.
     let mut hands: [Vec<_>; 2] = [Vec::new(), Vec::new()];
     for (i, c) in all.into_iter().enumerate() {
@@ -93,6 +110,8 @@ fn run_gpu<K: Kernel + CudaKernel>(
             .zip(hands)
             .map(|(w, hand)| {
                 s.spawn(move || {
+                    w.prepare(k)?;
+                    w.begin_run(k)?;
                     for c in &hand {
                         w.run(k, c)?;
                     }
@@ -455,4 +474,197 @@ fn mlp_cuda_matches_cpu() {
         assert_eq!(differ, 0, "{n} rows: labels differ");
         assert!(gpu.iter().all(|p| p.is_finite()));
     }
+}
+
+/// Blobs around a few centres, from a fixed generator: `n` points of `f`
+/// features.
+fn blobs(n: usize, f: usize) -> Vec<f32> {
+    let mut z = 0x1234_5678u64;
+    let mut next = || {
+        z = z
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((z >> 40) as f32) / (1u64 << 24) as f32
+    };
+    (0..n * f)
+        .map(|e| (e / f % 7) as f32 * 3.0 + next())
+        .collect()
+}
+
+/// What matmul, pathfinder and kmeans give on the GPU with both streams set
+/// to `pinned`, at sizes whose buffers are large enough to be page-locked.
+fn transfer_bound_results(test: &str, pinned: bool) -> Option<(Vec<u32>, Vec<i32>, Vec<i32>)> {
+    let mut ws = workers(test)?;
+    for w in &mut ws {
+        w.set_host_pinning(if pinned {
+            cuda::HostPinning::All
+        } else {
+            cuda::HostPinning::Off
+        });
+    }
+    let mp = MatmulProblem::new(300, 100).unwrap().with_seed(3);
+    let m = run_workload_gpu(test, &mut ws, MatmulJob::new(mp).unwrap())?;
+    // Rows of 1.6 MB: page-locked, and turned from input into output in
+    // place from run to run; a grid of 24 MB read by 2-D copies.
+    let pp = PathfinderProblem::new(400_000, 61).unwrap();
+    let p = run_workload_gpu(test, &mut ws, PathfinderJob::new(pp).unwrap())?;
+    // Memberships of 1.2 MB and partial sums of 2 MB, page-locked, both
+    // ways every run.
+    let data = Arc::new(KmeansData::from_values(300_000, 8, blobs(300_000, 8)).unwrap());
+    let cfg = KmeansConfig::new(13, 0.001)
+        .unwrap()
+        .with_block(64)
+        .unwrap();
+    let k = run_workload_gpu(test, &mut ws, KmeansJob::new(data, cfg).unwrap())?;
+    let mut kk = k.membership.clone();
+    kk.extend(k.centres.iter().map(|c| c.to_bits() as i32));
+    Some((bits(&m.c), p.row, kk))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn pinned_and_staged_copies_agree_bit_for_bit() {
+    let test = "pinned_and_staged_copies_agree_bit_for_bit";
+    let Some(staged) = transfer_bound_results(test, false) else {
+        return;
+    };
+    let mid = cuda::host_pin_stats();
+    let Some(pinned) = transfer_bound_results(test, true) else {
+        return;
+    };
+    let after = cuda::host_pin_stats();
+    say(&format!(
+        "{test}: page-locked {} buffers, {:.1} MB in {:.2} ms ({:.2} ms unlocking); refused {}{}",
+        after.locked - mid.locked,
+        (after.locked_bytes - mid.locked_bytes) as f64 / 1e6,
+        (after.lock_secs - mid.lock_secs) * 1e3,
+        (after.unlock_secs - mid.unlock_secs) * 1e3,
+        after.refused - mid.refused,
+        after
+            .last_refusal
+            .as_deref()
+            .map(|w| format!(" (last: {w})"))
+            .unwrap_or_default(),
+    ));
+    // matmul a, b, c; pathfinder grid and two rows; kmeans memberships and
+    // sums (each job's buffers once, whatever the number of runs).
+    assert_eq!(first_diff(&pinned.0, &staged.0), None, "matmul");
+    assert_eq!(first_diff(&pinned.1, &staged.1), None, "pathfinder");
+    assert_eq!(first_diff(&pinned.2, &staged.2), None, "kmeans");
+    assert!(
+        after.locked - mid.locked >= 8,
+        "the pinned path page-locked only {} buffers",
+        after.locked - mid.locked
+    );
+    // And the CPU's, once (the other tests compare the pinned path at
+    // their sizes).
+    let cpu =
+        run_sequential(PathfinderJob::new(PathfinderProblem::new(400_000, 61).unwrap()).unwrap())
+            .unwrap();
+    assert_eq!(first_diff(&pinned.1, &cpu.row), None, "pathfinder vs CPU");
+}
+
+/// Runs all of `k` as one chunk on `w`, the run started as the runtime
+/// starts it; seconds in `begin_run` (page-locking) and in the chunk.
+fn run_timed(w: &mut StreamWorker, k: &mut Matmul) -> (f64, f64) {
+    let n = k.items();
+    let (k, chunks) = claim_parts(k, &[0, n]);
+    w.prepare(k).expect("prepare");
+    let t = Instant::now();
+    w.begin_run(k).expect("begin_run");
+    let stage = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    w.run(k, &chunks[0]).expect("chunk");
+    (stage, t.elapsed().as_secs_f64())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn matmul_pinned_chunks_copy_at_dma_speed() {
+    let test = "matmul_pinned_chunks_copy_at_dma_speed";
+    let Some([mut w, w1]) = workers(test) else {
+        return;
+    };
+    // One stream, one chunk of 6000 products: 0.48 GB in, 0.24 GB out, in
+    // 32 MiB pieces (in, multiply, out, one after the other).
+    let p = MatmulProblem::new(6000, 100).unwrap();
+    let gb = |items: usize| (items * 100 * 100 * 4) as f64 / 1e9;
+    let (inb, outb) = (2.0 * gb(6000), gb(6000));
+    let mut outs = Vec::new();
+    for pinned in [false, true] {
+        w.set_host_pinning(if pinned {
+            cuda::HostPinning::All
+        } else {
+            cuda::HostPinning::Off
+        });
+        let mut k = Matmul::new(p).unwrap();
+        let (stage, first) = run_timed(&mut w, &mut k);
+        // Again, warm: the same buffers, still page-locked.
+        let (_, chunk) = run_timed(&mut w, &mut k);
+        say(&format!(
+            "{test}: {}: 6000×100² in one chunk on one stream: {:.1} ms (first {:.1} ms); \
+             H2D {inb:.2} GB → {:.1} GB/s of the chunk's time, in+out {:.2} GB → {:.1} GB/s; \
+             begin_run {:.1} ms",
+            if pinned { "pinned" } else { "staged" },
+            chunk * 1e3,
+            first * 1e3,
+            inb / chunk,
+            inb + outb,
+            (inb + outb) / chunk,
+            stage * 1e3,
+        ));
+        outs.push(k.into_output());
+    }
+    assert_eq!(
+        first_diff(&bits(&outs[0]), &bits(&outs[1])),
+        None,
+        "6000 products"
+    );
+    drop(outs);
+
+    // The benchmark's size, the GPU alone on two streams: 3.6 GB over the
+    // bus, 46 ms at 52 GB/s (the H100's pinned rate; 55 GB/s on an H200).
+    let mut ws = [w, w1];
+    let n = 30_000;
+    let cuts: Vec<usize> = (0..=16).map(|i| i * n / 16).collect();
+    let p = MatmulProblem::new(n, 100).unwrap();
+    let mut outs = Vec::new();
+    for pinned in [false, true] {
+        for w in &mut ws {
+            w.set_host_pinning(if pinned {
+                cuda::HostPinning::All
+            } else {
+                cuda::HostPinning::Off
+            });
+        }
+        let before = cuda::host_pin_stats();
+        let mut k = Matmul::new(p).unwrap();
+        let t = Instant::now();
+        assert!(run_cuts(test, &mut ws, &mut k, &cuts).unwrap());
+        let all = t.elapsed().as_secs_f64();
+        let lock = cuda::host_pin_stats().lock_secs - before.lock_secs;
+        let t = Instant::now();
+        let c = k.into_output();
+        let unlock = t.elapsed().as_secs_f64();
+        let run = all - lock;
+        say(&format!(
+            "{test}: {}: {n}×100² on two streams, 16 chunks: {:.1} ms, of which page-locking \
+             {:.1} ms; without it {:.1} ms: H2D {:.2} GB → {:.1} GB/s, {:.1}× the 46 ms bus \
+             floor; unlocking {:.1} ms",
+            if pinned { "pinned" } else { "staged" },
+            all * 1e3,
+            lock * 1e3,
+            run * 1e3,
+            2.0 * gb(n),
+            2.0 * gb(n) / run,
+            run / 0.046,
+            unlock * 1e3,
+        ));
+        outs.push(c);
+    }
+    assert_eq!(
+        first_diff(&bits(&outs[0]), &bits(&outs[1])),
+        None,
+        "{n} products"
+    );
 }

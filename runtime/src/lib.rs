@@ -91,7 +91,10 @@ pub mod kernels {
 
     /// A kernel's GPU twin ([`Kernel::cuda`]) and the GPUs.
     pub mod cuda {
-        pub use coexec_kernels::cuda::{CudaKernel, GpuInfo, StreamWorker};
+        pub use coexec_kernels::cuda::{
+            host_pin_stats, host_pinning, set_host_pinning, CudaKernel, GpuInfo, HostPinStats,
+            HostPinning, StreamWorker,
+        };
     }
 }
 

@@ -8,13 +8,23 @@
 //!     ├─ the device's primary context, set to blocking sync (waiting threads sleep)
 //!     ├─ the NVRTC-compiled modules of `src/cu/*.cu` (compiled once per arch and mode)
 //!     └─ the run cache: inputs every chunk of a run reads (uploaded once per run)
+//!   StreamWorker::begin_run(kernel)   once per run and stream, untimed
+//!     run inputs to the run cache; the kernel's large buffers page-locked
+//!     (once per buffer, for as long as it lives)
 //!   StreamWorker::run(kernel, chunk)
-//!     stage inputs → async copy in → kernel → async copy out → sync this stream
-//!     → results written to the kernel's host outputs
+//!     async copy in (DMA straight from page-locked buffers, else staged)
+//!     → kernel → watched wait → async copy out → results in the kernel's
+//!     host outputs
 //! ```
 //!
 //! Several workers on one device overlap: each runs on its own host thread and
 //! stream, so one stream's copies run under another's kernel.
+//!
+//! The buffers a job keeps across its runs are page-locked by default;
+//! [`set_host_pinning`] chooses otherwise ([`HostPinning`]: none, or every
+//! large buffer, a one-run job's too), with the same results bit for bit,
+//! and [`host_pin_stats`] tells what locking cost. (The `coexec` CLI reads
+//! the choice from `COEXEC_CUDA_PIN`.)
 //!
 //! Nothing here assumes a GPU exists. Before the first driver call the driver
 //! library's presence is checked (cudarc panics on a missing library, so a
@@ -31,6 +41,7 @@
 mod blas;
 mod driver;
 mod nvrtc;
+mod pin;
 mod stream;
 mod workloads;
 
@@ -39,6 +50,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Chunk, KernelError};
 
+pub(crate) use pin::HostPin;
+pub use pin::{host_pin_stats, host_pinning, set_host_pinning, HostPinStats, HostPinning};
 pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.

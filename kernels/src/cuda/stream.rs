@@ -1,4 +1,22 @@
 //! One CUDA stream and its buffers, and the run cache its device shares.
+//!
+//! # Host work on the GPU path
+//!
+//! What the stream's thread does besides waiting, per run and per chunk (a
+//! kmeans step is ~1.6 ms on an H100, so 0.2 ms of it is an eighth):
+//!
+//! | when | work | cost |
+//! | --- | --- | --- |
+//! | once per buffer | page-lock a kernel's large buffer ([`StreamWorker::pin`]) | driver time per page, [`super::host_pin_stats`] |
+//! | per run and stream | find or upload the run's shared inputs ([`StreamWorker::run_input`]) | a lookup by the owner's id: no input is read to tell whether it changed |
+//! | per chunk | copy inputs in ([`StreamWorker::upload_from`]) | none on the host when the buffer is page-locked; else a host copy into pinned staging at 7–10 GB/s |
+//! | per chunk | one watched wait for the chunk's work ([`StreamWorker::finish_into`]) | a host function and a wake-up |
+//! | per chunk | copy outputs out | page-locked: enqueued after the wait, then a second (short, unwatched) wait; else enqueued before it, then a host copy out of staging |
+//!
+//! Nothing is shared between the streams of a device while a chunk runs:
+//! each has its own staging and device buffers, its copies are
+//! asynchronous, and its waits are for its own stream only, so one stream's
+//! copies run under another's kernel.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,20 +25,22 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 
 use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
+use super::pin::{HostPin, Lock, PIN_MIN_BYTES};
 use super::{guarded, is_deterministic, CudaKernel, GpuInfo};
+use crate::buf::Pinnable;
 use crate::error::panic_message;
 use crate::{Chunk, KernelError};
 
 mod run_cache;
 
 pub(crate) use run_cache::RunCache;
-use run_cache::{fingerprint, RunKey};
+use run_cache::RunKey;
 
 /// Plain data that crosses the bus as bytes: no padding, no pointers, every
 /// bit pattern valid.
@@ -46,15 +66,22 @@ fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
+fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as `as_bytes`; and any bytes written are a valid `T` (`Pod`).
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
 /// A device address as a kernel argument (`const float*`, ...).
 pub(crate) type DevPtr = u64;
 
 /// One CUDA stream and its buffers, driven by one worker thread.
 ///
-/// Buffers are kept between chunks and grow on demand: pinned host staging
-/// (so copies are truly asynchronous DMA) and device memory, one pair per
-/// slot a kernel asks for. Inputs that are the same for every chunk of a run
-/// come from the device's shared run cache, uploaded once per run.
+/// Buffers are kept between chunks and grow on demand: device memory, and
+/// pinned host staging for copies from and to kernel buffers that are not
+/// page-locked, one pair per slot a kernel asks for. Large kernel buffers
+/// are page-locked once (in [`StreamWorker::begin_run`]) and copied straight
+/// from and to. Inputs that are the same for every chunk of a run come from the
+/// device's shared run cache, uploaded once per run.
 pub struct StreamWorker {
     /// cuBLAS on this stream, opened by the first kernel that asks (first
     /// field: dropped before the stream it works on).
@@ -69,10 +96,9 @@ pub struct StreamWorker {
     /// synchronised, even when the chunk fails halfway (the cache may have
     /// let go of them meanwhile).
     held: Vec<Arc<CudaSlice<u8>>>,
-    /// This run's run-cache buffers, found without fingerprinting the
-    /// input again (a run's inputs do not change while it runs); valid
-    /// from [`StreamWorker::begin_run`] to the next one.
-    run_memo: Option<Vec<(MemoKey, Arc<CudaSlice<u8>>)>>,
+    /// Whether this stream page-locks kernel buffers and copies straight
+    /// from and to them ([`StreamWorker::set_host_pinning`]).
+    pinning: super::HostPinning,
     /// The runtime's take-back flags and this worker's index among them
     /// ([`StreamWorker::watch_take_back`]).
     watch: Option<(Arc<[AtomicBool]>, usize)>,
@@ -93,13 +119,34 @@ pub struct StreamWorker {
 /// when the stream's work is done).
 const TAKE_BACK_POLL: Duration = Duration::from_millis(2);
 
-/// A run input as this run's memo knows it: owner, tag, address, length.
-type MemoKey = (usize, u64, usize, usize);
-
 #[derive(Default)]
 struct Slot {
     host: Option<PinnedHostSlice<u8>>,
     dev: Option<CudaSlice<u8>>,
+}
+
+/// One of a chunk's host outputs for [`StreamWorker::finish_into`]: `dst`
+/// gets the device slot's elements from `at` on.
+pub(crate) struct Out<'a> {
+    slot: usize,
+    /// Byte offset in the slot.
+    at: usize,
+    dst: &'a mut [u8],
+    /// The lock of the buffer `dst` is part of.
+    pin: &'a HostPin,
+}
+
+impl<'a> Out<'a> {
+    /// Elements `at..at + dst.len()` of slot `slot` into `dst`, a part of a
+    /// kernel buffer whose lock is `pin`.
+    pub(crate) fn new<T: Pod>(slot: usize, at: usize, dst: &'a mut [T], pin: &'a HostPin) -> Self {
+        Self {
+            slot,
+            at: at * std::mem::size_of::<T>(),
+            dst: as_bytes_mut(dst),
+            pin,
+        }
+    }
 }
 
 impl std::fmt::Debug for StreamWorker {
@@ -131,7 +178,7 @@ impl StreamWorker {
             slots: Vec::new(),
             items: 0,
             held: Vec::new(),
-            run_memo: None,
+            pinning: super::host_pinning(),
             watch: None,
             started: Instant::now(),
             in_chunk: false,
@@ -146,7 +193,9 @@ impl StreamWorker {
     /// on. The work stays in flight and writes nothing outside this
     /// worker's own buffers (a kernel copies results out only after its wait
     /// for them succeeds; one that works in pieces may have copied earlier
-    /// pieces, which a retry writes again); the next use of the stream, or
+    /// pieces, which a retry writes again); its copies in may still read the
+    /// kernel's page-locked inputs, whose memory is not freed before they
+    /// are done. The next use of the stream, or
     /// [`StreamWorker::wait_idle`], waits for it first. Whoever sets the
     /// flag clears it before the next chunk. A kernel's setup
     /// ([`StreamWorker::prepare`], [`StreamWorker::begin_run`]) is never
@@ -158,6 +207,15 @@ impl StreamWorker {
     pub fn watch_take_back(&mut self, flags: Arc<[AtomicBool]>, index: usize) {
         assert!(index < flags.len(), "take-back flag {index} out of range");
         self.watch = Some((flags, index));
+    }
+
+    /// Chooses which kernel buffers this stream page-locks from now on
+    /// (see [`super::HostPinning`]; what [`super::set_host_pinning`] chose
+    /// when the stream was made, unless set here). Buffers another stream
+    /// locked are staged here while this stream's choice is off. Results
+    /// are the same bit for bit.
+    pub fn set_host_pinning(&mut self, choice: super::HostPinning) {
+        self.pinning = choice;
     }
 
     /// Compiles (or finds compiled) what `kernel` launches on this device,
@@ -176,13 +234,13 @@ impl StreamWorker {
         })
     }
 
-    /// Starts a run of `kernel` on this stream: uploads what every chunk of
-    /// the run reads ([`CudaKernel::stage`]) before the first chunk is timed,
-    /// and lets the run's chunks find those buffers without fingerprinting
-    /// the inputs again. Call it once per run, before the run's first chunk
-    /// here; without it every chunk looks its run inputs up in full.
+    /// Starts a run of `kernel` on this stream ([`CudaKernel::stage`]):
+    /// uploads what every chunk of the run reads and page-locks the kernel's
+    /// large buffers (the first time a buffer is seen), before the first
+    /// chunk is timed. Call it once per run, before the run's first chunk
+    /// here; without it the chunks find or upload their run inputs
+    /// themselves, and stage their copies.
     pub fn begin_run(&mut self, kernel: &dyn CudaKernel) -> Result<(), KernelError> {
-        self.run_memo = Some(Vec::new());
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.bind()?;
             self.settle()?;
@@ -195,9 +253,6 @@ impl StreamWorker {
             )))
         });
         self.held.clear();
-        if r.is_err() {
-            self.run_memo = None;
-        }
         r
     }
 
@@ -351,39 +406,121 @@ impl StreamWorker {
     }
 
     /// Makes slot `slot` hold at least `bytes` bytes on both sides (for a
-    /// kernel's `prepare`, so the allocation is not in a chunk's time).
+    /// kernel's `prepare` or `stage`, so the allocation is not in a chunk's
+    /// time).
     pub(crate) fn reserve_slot(&mut self, slot: usize, bytes: usize) -> Result<(), KernelError> {
-        self.reserve(slot, bytes).map(drop)
+        self.reserve_device(slot, bytes)?;
+        self.reserve_host(slot, bytes)
     }
 
-    /// Makes slot `slot` hold at least `bytes` bytes on both sides.
-    fn reserve(&mut self, slot: usize, bytes: usize) -> Result<&mut Slot, KernelError> {
+    /// Makes slot `slot` hold at least `bytes` bytes on the device (a slot
+    /// whose copies go straight from and to page-locked memory needs no
+    /// staging).
+    pub(crate) fn reserve_device(&mut self, slot: usize, bytes: usize) -> Result<(), KernelError> {
+        self.reserve_dev(slot, bytes).map(drop)
+    }
+
+    /// The size a slot grows to when it must hold `bytes` and holds `have`:
+    /// by half again at least, so a run of growing chunks reallocates rarely.
+    fn grown(bytes: usize, have: usize) -> usize {
+        bytes.max(have + have / 2).max(4096)
+    }
+
+    fn slot(&mut self, slot: usize) -> &mut Slot {
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, Slot::default);
         }
+        &mut self.slots[slot]
+    }
+
+    /// Slot `slot`'s device buffer, at least `bytes` long; its address.
+    fn reserve_dev(&mut self, slot: usize, bytes: usize) -> Result<DevPtr, KernelError> {
         let err = self.err();
-        // Grow by half again so a run of growing chunks reallocates rarely.
-        let want = |have: usize| bytes.max(have + have / 2).max(4096);
-        let s = &mut self.slots[slot];
+        let stream = self.stream.clone();
+        let s = self.slot(slot);
         if s.dev.as_ref().is_none_or(|d| d.len() < bytes) {
-            let n = want(s.dev.as_ref().map_or(0, |d| d.len()));
+            let n = Self::grown(bytes, s.dev.as_ref().map_or(0, |d| d.len()));
             s.dev = None; // free before allocating the larger one
                           // SAFETY: the memory is uninitialised; every use writes before it
                           // reads (a copy in, or a kernel's output).
-            s.dev = Some(unsafe { self.stream.alloc::<u8>(n) }.map_err(&err)?);
+            s.dev = Some(unsafe { stream.alloc::<u8>(n) }.map_err(&err)?);
         }
+        let (ptr, _record) = s.dev.as_ref().expect("reserved").device_ptr(&stream);
+        Ok(ptr)
+    }
+
+    /// Makes slot `slot`'s pinned staging at least `bytes` long.
+    fn reserve_host(&mut self, slot: usize, bytes: usize) -> Result<(), KernelError> {
+        let err = self.err();
+        let stream = self.stream.clone();
+        let s = self.slot(slot);
         if s.host.as_ref().is_none_or(|h| h.len() < bytes) {
-            let n = want(s.host.as_ref().map_or(0, |h| h.len()));
+            let n = Self::grown(bytes, s.host.as_ref().map_or(0, |h| h.len()));
+            if s.host.is_some() {
+                // Copies this chunk enqueued may still use the old buffer,
+                // and freeing pinned memory is not ordered on the stream.
+                stream.synchronize().map_err(&err)?;
+            }
             s.host = None;
             // Flags 0, not cudarc's default write-combined: outputs are read
             // back on the host, and write-combined memory is very slow to read.
             // SAFETY: uninitialised; bytes are written before they are read.
-            s.host = Some(
-                unsafe { self.stream.context().alloc_pinned_with_flags::<u8>(n, 0) }
-                    .map_err(&err)?,
-            );
+            let ctx = stream.context();
+            s.host = Some(unsafe { ctx.alloc_pinned_with_flags::<u8>(n, 0) }.map_err(&err)?);
         }
-        Ok(s)
+        Ok(())
+    }
+
+    /// Page-locks `mem` (a kernel buffer's whole allocation), once per
+    /// buffer for as long as it lives, so that this run's chunks copy
+    /// straight from and to it; for a kernel's `stage`. `reused`: the job
+    /// keeps the buffer across its runs (a one-run job's buffer is locked
+    /// only under [`super::HostPinning::All`]: its locking would land in its
+    /// one run). `false`: this stream stages its copies (not chosen, a
+    /// buffer under [`PIN_MIN_BYTES`], or the driver refused; the reason is
+    /// in [`super::host_pin_stats`]).
+    pub(crate) fn pin(&mut self, mem: Pinnable<'_>, reused: bool) -> bool {
+        let wanted = match self.pinning {
+            super::HostPinning::Off => false,
+            super::HostPinning::Reused => reused,
+            super::HostPinning::All => true,
+        };
+        if !wanted || mem.len() < PIN_MIN_BYTES {
+            return false;
+        }
+        let ctx = self.stream.context().clone();
+        let lock = mem.pin().lock_with(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: a `Pinnable` is made only by the owner of the
+                // allocation it names, which does not move it and releases
+                // `mem.pin()` (where this lock goes) before freeing it.
+                unsafe { Lock::register(&ctx, mem.addr(), mem.len()) }
+            }))
+            .unwrap_or(None) // a driver without the entry point: staged
+        });
+        match lock {
+            Some(l) => {
+                l.add_user(&self.stream);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the `len` bytes at `addr` are copied straight from or to
+    /// (page-locked by `pin`, which then waits for this stream before it
+    /// unlocks them).
+    fn direct(&self, addr: usize, len: usize, pin: &HostPin) -> bool {
+        if self.pinning == super::HostPinning::Off || len == 0 {
+            return false;
+        }
+        match pin.covering(addr, len) {
+            Some(l) => {
+                l.add_user(&self.stream);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Copies `parts`, back to back, into slot `slot`'s pinned buffer and
@@ -396,27 +533,138 @@ impl StreamWorker {
         parts: &[&[T]],
     ) -> Result<DevPtr, KernelError> {
         let total: usize = parts.iter().map(|p| std::mem::size_of_val(*p)).sum();
+        self.stage_in(slot, total, |staged| {
+            let mut at = 0;
+            for p in parts {
+                let b = as_bytes(p);
+                staged[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            }
+        })
+    }
+
+    /// Fills slot `slot`'s pinned staging with `total` bytes by `fill` and
+    /// enqueues their copy to the device; the device address.
+    fn stage_in(
+        &mut self,
+        slot: usize,
+        total: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<DevPtr, KernelError> {
         let err = self.err();
+        let ptr = self.reserve_dev(slot, total)?;
+        self.reserve_host(slot, total)?;
         let stream = self.stream.clone();
-        let s = self.reserve(slot, total)?;
-        let host = s.host.as_mut().expect("reserved");
-        let dev = s.dev.as_ref().expect("reserved");
+        let host = self.slots[slot].host.as_mut().expect("reserved");
         let staged = &mut host.as_mut_slice().map_err(&err)?[..total];
-        let mut at = 0;
-        for p in parts {
-            let b = as_bytes(p);
-            staged[at..at + b.len()].copy_from_slice(b);
-            at += b.len();
-        }
-        let (ptr, _record) = dev.device_ptr(&stream);
+        fill(staged);
         if total > 0 {
             // SAFETY: `staged` is pinned memory of this context that lives in
-            // this worker until the copy is done (every chunk ends with
-            // `finish`, a failed chunk is synchronised by `run`, a taken-back
+            // this worker until the copy is done (every chunk ends with a
+            // wait, a failed chunk is synchronised by `run`, a taken-back
             // one is settled before the buffers are touched again, and `Drop`
             // synchronises); the device buffer holds at least `total` bytes.
             unsafe { cu::memcpy_htod_async(ptr, &*staged, stream.cu_stream()) }.map_err(&err)?;
         }
+        Ok(ptr)
+    }
+
+    /// Enqueues the copy of `src`, a part of a kernel buffer whose lock is
+    /// `pin`, into slot `slot` on the device; the device address. Straight
+    /// from `src` when the buffer is page-locked ([`StreamWorker::pin`]),
+    /// else staged ([`StreamWorker::upload`]).
+    pub(crate) fn upload_from<T: Pod>(
+        &mut self,
+        slot: usize,
+        src: &[T],
+        pin: &HostPin,
+    ) -> Result<DevPtr, KernelError> {
+        let bytes = as_bytes(src);
+        if !self.direct(bytes.as_ptr() as usize, bytes.len(), pin) {
+            return self.upload(slot, &[src]);
+        }
+        let ptr = self.reserve_dev(slot, bytes.len())?;
+        // SAFETY: the device buffer holds at least `bytes.len()` bytes. The
+        // source is page-locked memory (the copy engine reads it after this
+        // returns, maybe after the chunk ended, if it is taken back) that
+        // stays allocated until its lock is released, which waits for this
+        // stream first (`direct` made it a user). The owner may write those
+        // bytes meanwhile only once the chunk is over (a retry of a
+        // taken-back chunk, the next run): the copy then reads a mix of old
+        // and new values into this stream's own device buffer, which only
+        // the abandoned work reads, and whose results are never copied out
+        // (a chunk copies out only after its wait succeeds). The device
+        // writes no host memory here.
+        unsafe { cu::memcpy_htod_async(ptr, bytes, self.stream.cu_stream()) }
+            .map_err(self.err())?;
+        Ok(ptr)
+    }
+
+    /// Enqueues the copy of `rows` rows of `width` elements, `pitch` apart
+    /// in `src` (which starts at the first row's first element; `src` is a
+    /// part of a kernel buffer whose lock is `pin`), into slot `slot` on the
+    /// device, back to back; the device address. Straight from `src` (one
+    /// 2-D copy) when the buffer is page-locked, else gathered into staging.
+    pub(crate) fn upload_rows<T: Pod>(
+        &mut self,
+        slot: usize,
+        src: &[T],
+        pin: &HostPin,
+        (pitch, width, rows): (usize, usize, usize),
+    ) -> Result<DevPtr, KernelError> {
+        let sz = std::mem::size_of::<T>();
+        let span = if rows == 0 {
+            0
+        } else {
+            (rows - 1) * pitch + width
+        };
+        if width > pitch || span > src.len() {
+            return Err(KernelError::invalid(
+                "rows to upload",
+                format!(
+                    "{rows} rows of {width} elements {pitch} apart in {} elements",
+                    src.len()
+                ),
+            ));
+        }
+        let total = rows * width * sz;
+        let bytes = as_bytes(&src[..span]);
+        if total == 0 || !self.direct(bytes.as_ptr() as usize, bytes.len(), pin) {
+            return self.stage_in(slot, total, |staged| {
+                if width == 0 {
+                    return;
+                }
+                for (r, dst) in staged.chunks_exact_mut(width * sz).enumerate() {
+                    dst.copy_from_slice(&bytes[r * pitch * sz..(r * pitch + width) * sz]);
+                }
+            });
+        }
+        let ptr = self.reserve_dev(slot, total)?;
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            srcHost: bytes.as_ptr().cast(),
+            srcDevice: 0,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: pitch * sz,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: ptr,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: width * sz,
+            WidthInBytes: width * sz,
+            Height: rows,
+        };
+        // SAFETY: the source rows lie inside `bytes` (checked above), which
+        // is page-locked as in `upload_from` (same argument for copies still
+        // in flight after the chunk); the device buffer holds `rows` rows of
+        // `width · sz` bytes; the descriptor is read before this returns.
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream.cu_stream()) }
+            .result()
+            .map_err(self.err())?;
         Ok(ptr)
     }
 
@@ -426,58 +674,99 @@ impl StreamWorker {
         slot: usize,
         len: usize,
     ) -> Result<DevPtr, KernelError> {
-        let stream = self.stream.clone();
-        let s = self.reserve(slot, len * std::mem::size_of::<T>())?;
-        let (ptr, _record) = s.dev.as_ref().expect("reserved").device_ptr(&stream);
-        Ok(ptr)
-    }
-
-    /// Enqueues the copy of slot `slot`'s first `len` device elements to its
-    /// pinned buffer; read them with [`StreamWorker::downloaded`] after
-    /// [`StreamWorker::finish`].
-    pub(crate) fn download<T: Pod>(&mut self, slot: usize, len: usize) -> Result<(), KernelError> {
-        let bytes = len * std::mem::size_of::<T>();
-        let err = self.err();
-        let stream = self.stream.clone();
-        let s = self.reserve(slot, bytes)?;
-        let dev = s.dev.as_ref().expect("reserved");
-        let (ptr, _record) = dev.device_ptr(&stream);
-        let host = s.host.as_mut().expect("reserved");
-        let dst = &mut host.as_mut_slice().map_err(&err)?[..bytes];
-        if bytes > 0 {
-            // SAFETY: pinned destination of `bytes` bytes that outlives the
-            // copy (see `upload`); the source holds at least that many.
-            unsafe { cu::memcpy_dtoh_async(dst, ptr, stream.cu_stream()) }.map_err(&err)?;
-        }
-        Ok(())
+        self.reserve_dev(slot, len * std::mem::size_of::<T>())
     }
 
     /// Waits until everything enqueued on this stream (only this one) is done.
     /// The thread sleeps meanwhile (the context uses blocking sync). Watched
     /// ([`StreamWorker::watch_take_back`]), the wait may end in
-    /// [`KernelError::TakenBack`] with the work still in flight: a kernel
-    /// then returns that error before it copies anything out.
+    /// [`KernelError::TakenBack`] with the work still in flight.
     pub(crate) fn finish(&self) -> Result<(), KernelError> {
         self.wait()
     }
 
-    /// The first `len` elements of slot `slot`'s pinned buffer, as the last
-    /// [`StreamWorker::download`] left them (call [`StreamWorker::finish`]
-    /// first).
-    pub(crate) fn downloaded<T: Pod>(&self, slot: usize, len: usize) -> &[T] {
-        let bytes = len * std::mem::size_of::<T>();
-        let host = self.slots[slot].host.as_ref().expect("downloaded slot");
-        assert!(host.len() >= bytes);
-        let ptr = host.as_ptr().expect("pinned buffer");
-        assert!(
-            ptr.cast::<T>().is_aligned(),
-            "pinned buffers are page aligned"
-        );
-        // SAFETY: the buffer holds at least `bytes` initialised bytes (written
-        // by the completed copy), is aligned for `T` (pinned allocations are
-        // page aligned), every bit pattern is a valid `T`, and `&self` keeps
-        // it from being reallocated while the slice lives.
-        unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len) }
+    /// Waits for the chunk's work and copies its results into the kernel's
+    /// host outputs `outs`; the chunk's results are there when this returns
+    /// `Ok`.
+    ///
+    /// The wait for the work is watched ([`StreamWorker::finish`]); if it
+    /// ends in [`KernelError::TakenBack`], nothing has been written to any
+    /// output, and nothing will be: outputs that are page-locked are copied
+    /// into straight from the device, but only once the wait succeeded,
+    /// then waited for unwatched (a short copy); the others go through this
+    /// stream's staging (copied there before the wait, out of it after).
+    pub(crate) fn finish_into(&mut self, outs: &mut [Out<'_>]) -> Result<(), KernelError> {
+        assert!(outs.len() <= 64, "at most 64 outputs per chunk");
+        let err = self.err();
+        let stream = self.stream.clone();
+        let mut direct = 0u64;
+        for (k, o) in outs.iter().enumerate() {
+            let need = o.at + o.dst.len();
+            let have = self.slots.get(o.slot).and_then(|s| s.dev.as_ref());
+            if have.is_none_or(|d| d.len() < need) {
+                return Err(KernelError::invalid(
+                    "chunk output",
+                    format!("slot {} holds fewer than {need} bytes", o.slot),
+                ));
+            }
+            if self.direct(o.dst.as_ptr() as usize, o.dst.len(), o.pin) {
+                direct |= 1 << k;
+            } else {
+                // All staging sized before the first copy into it (outputs
+                // may share a slot).
+                self.reserve_host(o.slot, need)?;
+            }
+        }
+        for (k, o) in outs.iter().enumerate() {
+            if direct & (1 << k) != 0 {
+                continue;
+            }
+            let need = o.at + o.dst.len();
+            let s = &mut self.slots[o.slot];
+            let (src, _record) = s.dev.as_ref().expect("checked").device_ptr(&stream);
+            let host = s.host.as_mut().expect("reserved");
+            let staged = &mut host.as_mut_slice().map_err(&err)?[o.at..need];
+            if !staged.is_empty() {
+                // SAFETY: pinned destination of this worker, alive until
+                // the copy is done (see `stage_in`); the device slot holds
+                // at least `need` bytes (checked above).
+                unsafe { cu::memcpy_dtoh_async(staged, src + o.at as u64, stream.cu_stream()) }
+                    .map_err(&err)?;
+            }
+        }
+        self.wait()?;
+        if direct != 0 {
+            for (k, o) in outs.iter_mut().enumerate() {
+                if direct & (1 << k) == 0 {
+                    continue;
+                }
+                let dev = self.slots[o.slot].dev.as_ref().expect("checked");
+                let (src, _record) = dev.device_ptr(&stream);
+                // SAFETY: `o.dst` is page-locked (this stream is a user of
+                // its lock) and borrowed exclusively by this call, which
+                // synchronises the stream before it returns `Ok` (on an
+                // error `run` synchronises it before the chunk is given up;
+                // a failed context abandons its work); the device slot holds
+                // at least `at + len` bytes (checked above). The chunk's
+                // work succeeded and no watched wait follows, so the chunk
+                // cannot be taken back while this copy is in flight: no
+                // write reaches items handed to another worker.
+                unsafe {
+                    cu::memcpy_dtoh_async(&mut *o.dst, src + o.at as u64, stream.cu_stream())
+                }
+                .map_err(&err)?;
+            }
+            stream.synchronize().map_err(&err)?;
+        }
+        for (k, o) in outs.iter_mut().enumerate() {
+            if direct & (1 << k) != 0 || o.dst.is_empty() {
+                continue;
+            }
+            let host = self.slots[o.slot].host.as_ref().expect("staged above");
+            let staged = host.as_slice().map_err(&err)?;
+            o.dst.copy_from_slice(&staged[o.at..o.at + o.dst.len()]);
+        }
+        Ok(())
     }
 
     /// Enqueues a launch of `f` with the kernel arguments `args`.
@@ -501,67 +790,28 @@ impl StreamWorker {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(self.err())
     }
 
-    /// The device copy of `data`, uploaded once per run and device: the first
-    /// stream to ask uploads (and waits for the upload), the others reuse it.
+    /// The device copy of `data`, uploaded once per device for as long as
+    /// `id` names it: the first stream of the device to ask uploads it (and
+    /// waits for the upload), the others find it by `id`, address and
+    /// length, without reading `data`.
     ///
-    /// `owner` is the kernel whose run this is, and `tag` anything the kernel
-    /// knows that tells its runs apart (a row or iteration number; 0 if
-    /// nothing). The entry is keyed by those, the data's address and length,
-    /// and a fingerprint of its contents (all of it up to 1 MiB, an even
-    /// sample beyond), so a new run whose changed inputs sit at the same
-    /// address misses. The one case it cannot see is a large input changed
-    /// only between the sampled words, at the same address, with the same
-    /// owner address and tag; kernels whose large run inputs change from run
-    /// to run pass a distinguishing `tag`.
+    /// `id` comes from [`crate::claim::next_id`] (never reused in the
+    /// process) and belongs to an owner that gives only shared access to
+    /// `data` for as long as it lives: a kernel's own input (one run:
+    /// kmeans' centres, nbody's positions), a data set (every run of a job:
+    /// kmeans' points), a model's weights (every batch). So an input that
+    /// changes between runs comes under a new id and crosses the bus again,
+    /// and one that does not is found without hashing it. Entries of ids no
+    /// longer asked for drop out of the small cache as new ones come.
     ///
     /// Hold the returned buffer until the chunk's stream is synchronised.
-    pub(crate) fn run_input<T: Pod, O: ?Sized>(
+    pub(crate) fn run_input<T: Pod>(
         &mut self,
-        owner: &O,
-        tag: u64,
+        id: u64,
         data: &[T],
     ) -> Result<Arc<CudaSlice<u8>>, KernelError> {
         let bytes = as_bytes(data);
-        let memo_key: MemoKey = (
-            owner as *const O as *const () as usize,
-            tag,
-            bytes.as_ptr() as usize,
-            bytes.len(),
-        );
-        if let Some(buf) = self
-            .run_memo
-            .as_ref()
-            .and_then(|m| m.iter().find(|(k, _)| *k == memo_key))
-            .map(|(_, b)| b.clone())
-        {
-            self.held.push(buf.clone());
-            return Ok(buf);
-        }
-        let buf = self.run_input_lookup(owner, tag, bytes)?;
-        if let Some(m) = self.run_memo.as_mut() {
-            m.push((memo_key, buf.clone()));
-        }
-        Ok(buf)
-    }
-
-    fn run_input_lookup<O: ?Sized>(
-        &mut self,
-        owner: &O,
-        tag: u64,
-        bytes: &[u8],
-    ) -> Result<Arc<CudaSlice<u8>>, KernelError> {
-        let key = RunKey {
-            owner: owner as *const O as *const () as usize,
-            tag,
-            ptr: bytes.as_ptr() as usize,
-            len: bytes.len(),
-            print: fingerprint(bytes),
-        };
-        self.cached(key, bytes)
-    }
-
-    /// The run-cache buffer under `key`, uploading `bytes` into it on a miss.
-    fn cached(&mut self, key: RunKey, bytes: &[u8]) -> Result<Arc<CudaSlice<u8>>, KernelError> {
+        let key = RunKey::new(id, bytes);
         let entry = self.dev.run_cache.entry(key);
         let mut slot = entry.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(buf) = slot.as_ref() {
@@ -582,28 +832,6 @@ impl StreamWorker {
         *slot = Some(buf.clone());
         self.held.push(buf.clone());
         Ok(buf)
-    }
-
-    /// The device copy of `data`, which stays the same for as long as `id`
-    /// names it (a model's weights): uploaded by the first stream of the
-    /// device to ask, then found by `id`, address and length without reading
-    /// `data` again. Kept in the device's run cache while it is used.
-    ///
-    /// Hold the returned buffer until the chunk's stream is synchronised.
-    pub(crate) fn resident<T: Pod>(
-        &mut self,
-        id: u64,
-        data: &[T],
-    ) -> Result<Arc<CudaSlice<u8>>, KernelError> {
-        let bytes = as_bytes(data);
-        let key = RunKey {
-            owner: 0, // no run's owner has address 0
-            tag: id,
-            ptr: bytes.as_ptr() as usize,
-            len: bytes.len(),
-            print: 0,
-        };
-        self.cached(key, bytes)
     }
 
     /// Enqueues the dense layer `y = x · Wᵀ` (row-major `x` `[rows, inp]`,

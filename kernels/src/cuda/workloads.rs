@@ -1,14 +1,17 @@
 //! The GPU twins of the workloads: `impl CudaKernel` for each kernel type,
-//! all in one place. Each stages its chunk's inputs, launches the kernel of
-//! `src/cu/<name>.cu`, copies the outputs back and writes them into the
-//! kernel's host buffers.
+//! all in one place. Each copies its chunk's inputs in, launches the kernel
+//! of `src/cu/<name>.cu`, and copies the outputs into the kernel's host
+//! buffers. The transfer-bound ones (matmul, pathfinder, kmeans) page-lock
+//! their large buffers in `stage`, so their chunks copy straight from and to
+//! them; nbody (compute-bound: ~3 MB per 9 ms step), the mlp (a service's
+//! small batches) and the synthetic kernel stage their copies.
 
 use std::sync::atomic::Ordering;
 
 use cudarc::driver::LaunchConfig;
 
 use super::nvrtc::{KMEANS, MATMUL, MLP, NBODY, PATHFINDER, SYNTHETIC};
-use super::stream::{grid_1d, StreamWorker};
+use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
 
 /// A run-cache buffer on the device.
@@ -42,10 +45,8 @@ impl CudaKernel for Synthetic {
         // SAFETY: `synthetic(u64* out, u64 lo, u32 n, u32 work)`; `out` holds
         // `n` u64 and the kernel writes `out[0..n)` only.
         unsafe { w.launch(&f, grid_1d(n, 256), &[&out, &lo, &n32, &work])? };
-        w.download::<u64>(0, n)?;
-        w.finish()?;
         let dst = self.out().chunk_mut(chunk);
-        dst.copy_from_slice(w.downloaded::<u64>(0, n));
+        w.finish_into(&mut [Out::new(0, 0, dst, self.out().pin())])?;
         for a in &self.audit()[chunk.range()] {
             a.fetch_add(1, Ordering::Relaxed);
         }
@@ -53,10 +54,11 @@ impl CudaKernel for Synthetic {
     }
 }
 
-/// Bytes of one matmul staging buffer (each of a, b and c): a chunk is
-/// copied and multiplied in pieces of this size, so the pinned and device
-/// buffers stay small (allocated once, in `prepare`) however large the chunk.
-/// Growing pinned buffers to a large chunk's size cost seconds on an H100.
+/// Bytes of one matmul device buffer (each of a, b and c): a chunk is
+/// copied and multiplied in pieces of this size, so the device buffers (and
+/// the pinned staging, where the host buffers are not page-locked) stay
+/// small, allocated once, however large the chunk. Growing pinned buffers to
+/// a large chunk's size cost seconds on an H100.
 const MATMUL_PIECE_BYTES: usize = 32 << 20;
 
 /// Products per piece, at least one.
@@ -64,12 +66,36 @@ fn matmul_piece(d2: usize) -> usize {
     (MATMUL_PIECE_BYTES / (d2 * 4).max(1)).max(1)
 }
 
+impl Matmul {
+    /// Bytes of one piece's a, b or c for this problem.
+    fn piece_bytes(&self) -> usize {
+        let d2 = self.problem().dim().pow(2);
+        matmul_piece(d2).min(self.items().max(1)) * d2 * 4
+    }
+}
+
 impl CudaKernel for Matmul {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         w.function(&MATMUL, "matmul")?;
-        let d2 = self.problem().dim().pow(2);
-        let bytes = matmul_piece(d2).min(self.items().max(1)) * d2 * 4;
-        (0..3).try_for_each(|slot| w.reserve_slot(slot, bytes))
+        let bytes = self.piece_bytes();
+        (0..3).try_for_each(|slot| w.reserve_device(slot, bytes))
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        // a, b and c page-locked, or staging for those that are not.
+        let bytes = self.piece_bytes();
+        let bufs = [
+            self.a().pinnable(),
+            self.b().pinnable(),
+            self.c().pinnable(),
+        ];
+        for (slot, buf) in bufs.into_iter().enumerate() {
+            // One run per job: locked only where every buffer is wanted.
+            if !w.pin(buf, false) {
+                w.reserve_slot(slot, bytes)?;
+            }
+        }
+        Ok(())
     }
 
     fn threads_per_item(&self) -> usize {
@@ -89,11 +115,12 @@ impl CudaKernel for Matmul {
         let tiles = (dim as u32).div_ceil(TILE);
         let dst = self.c().chunk_mut(chunk);
         let piece = matmul_piece(d2);
+        let (a_all, b_all) = (self.a(), self.b());
         for lo in (chunk.lo()..chunk.hi()).step_by(piece) {
             let hi = (lo + piece).min(chunk.hi());
             let n = hi - lo;
-            let a = w.upload(0, &[&self.a()[lo * d2..hi * d2]])?;
-            let b = w.upload(1, &[&self.b()[lo * d2..hi * d2]])?;
+            let a = w.upload_from(0, &a_all[lo * d2..hi * d2], a_all.pin())?;
+            let b = w.upload_from(1, &b_all[lo * d2..hi * d2], b_all.pin())?;
             let c = w.scratch::<f32>(2, n * d2)?;
             let cfg = LaunchConfig {
                 grid_dim: (tiles * tiles, (n as u32).min(65_535), 1),
@@ -105,10 +132,9 @@ impl CudaKernel for Matmul {
             // count, u32 dim)`; each buffer holds `count·dim²` f32, the
             // kernel reads and writes no more.
             unsafe { w.launch(&f, cfg, &[&a, &b, &c, &count, &dim32])? };
-            w.download::<f32>(2, n * d2)?;
-            w.finish()?;
             let at = (lo - chunk.lo()) * d2;
-            dst[at..at + n * d2].copy_from_slice(w.downloaded::<f32>(2, n * d2));
+            let out = &mut dst[at..at + n * d2];
+            w.finish_into(&mut [Out::new(2, 0, out, self.c().pin())])?;
         }
         Ok(())
     }
@@ -117,6 +143,15 @@ impl CudaKernel for Matmul {
 impl CudaKernel for PathfinderStep {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         w.function(&PATHFINDER, "pathfinder").map(drop)
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        // The grid once per job (the steps share it), the two rows once per
+        // job too (they turn into each other in place).
+        w.pin(self.wall().pinnable(), true);
+        w.pin(self.src().pinnable(), true);
+        w.pin(self.dst().pinnable(), true);
+        Ok(())
     }
 
     fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
@@ -132,16 +167,15 @@ impl CudaKernel for PathfinderStep {
         // The previous row over the chunk and its ghost zones.
         let (lo, hi) = (chunk.lo(), chunk.hi());
         let (mut in_lo, in_hi) = (lo.saturating_sub(h), (hi + h).min(cols));
-        let mut input = w.upload(0, &[&self.src()[in_lo..in_hi]])?;
+        let src = self.src();
+        let mut input = w.upload_from(0, &src[in_lo..in_hi], src.pin())?;
         // This run's rows over the same columns only: a chunk moves its own
         // share of the grid (whole rows per run would cost every chunk's
         // worker the full band, whatever its share).
         let (wall_lo, pitch) = (in_lo, in_hi - in_lo);
         let wall = self.wall();
-        let rows: Vec<&[u8]> = (t0..t0 + h)
-            .map(|r| &wall[r * cols + wall_lo..r * cols + wall_lo + pitch])
-            .collect();
-        let band_ptr = w.upload(3, &rows)?;
+        let first = t0 * cols + wall_lo;
+        let band_ptr = w.upload_rows(3, &wall[first..], wall.pin(), (cols, pitch, h))?;
         let mut in_len = in_hi - in_lo;
         let (mut done, mut out_slot) = (0usize, 1usize);
         while done < h {
@@ -191,11 +225,8 @@ impl CudaKernel for PathfinderStep {
             }
         }
         debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
-        w.download::<i32>(out_slot, hi - lo)?;
-        w.finish()?;
         let dst = self.dst().chunk_mut(chunk);
-        dst.copy_from_slice(w.downloaded::<i32>(out_slot, hi - lo));
-        Ok(())
+        w.finish_into(&mut [Out::new(out_slot, 0, dst, self.dst().pin())])
     }
 }
 
@@ -205,12 +236,12 @@ impl NbodyStep {
         &self,
         w: &mut StreamWorker,
     ) -> Result<[std::sync::Arc<DevBytes>; 4], KernelError> {
-        let o = self.old();
+        let (o, id) = (self.old(), self.id());
         Ok([
-            w.run_input(self, 0, &o.x)?,
-            w.run_input(self, 0, &o.y)?,
-            w.run_input(self, 0, &o.z)?,
-            w.run_input(self, 0, &o.m)?,
+            w.run_input(id, &o.x)?,
+            w.run_input(id, &o.y)?,
+            w.run_input(id, &o.z)?,
+            w.run_input(id, &o.m)?,
         ])
     }
 }
@@ -255,16 +286,15 @@ impl CudaKernel for NbodyStep {
                 ],
             )?
         };
-        w.download::<f32>(1, 6 * cnt)?;
-        w.finish()?;
-        drop((x, y, z, m));
-        let res = w.downloaded::<f32>(1, 6 * cnt);
         let [px, py, pz] = self.new_pos();
         let [vx, vy, vz] = self.new_vel();
-        for (k, buf) in [px, py, pz, vx, vy, vz].into_iter().enumerate() {
-            let dst = buf.chunk_mut(chunk);
-            dst.copy_from_slice(&res[k * cnt..(k + 1) * cnt]);
-        }
+        let mut outs: Vec<Out<'_>> = [px, py, pz, vx, vy, vz]
+            .into_iter()
+            .enumerate()
+            .map(|(k, buf)| Out::new(1, k * cnt, buf.chunk_mut(chunk), buf.pin()))
+            .collect();
+        w.finish_into(&mut outs)?;
+        drop((x, y, z, m));
         Ok(())
     }
 }
@@ -278,8 +308,8 @@ impl KmeansStep {
     ) -> Result<[std::sync::Arc<DevBytes>; 2], KernelError> {
         let data = self.data();
         Ok([
-            w.run_input(&**data, 0, data.values())?,
-            w.run_input(self, 0, self.centres())?,
+            w.run_input(data.id(), data.values())?,
+            w.run_input(self.id(), self.centres())?,
         ])
     }
 }
@@ -290,6 +320,11 @@ impl CudaKernel for KmeansStep {
     }
 
     fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        // Memberships cross both ways every run: page-locked once per job
+        // (the buffers pass from step to step). The partial sums too when
+        // large; counts and changes are small.
+        w.pin(self.membership().pinnable(), true);
+        w.pin(self.sums().pinnable(), true);
         self.run_inputs(w).map(drop)
     }
 
@@ -309,8 +344,9 @@ impl CudaKernel for KmeansStep {
         let c_ptr = w.addr(&centres);
         // This chunk's memberships: uploaded as the kernel's input here, and
         // overwritten with its output below (the same mutable slice).
-        let old = self.membership().chunk_mut(chunk);
-        let member = w.upload(0, &[&*old])?;
+        let member_buf = self.membership();
+        let old = member_buf.chunk_mut(chunk);
+        let member = w.upload_from(0, &*old, member_buf.pin())?;
         let sums = w.scratch::<f32>(1, nb * k * f)?;
         let counts = w.scratch::<u32>(2, nb * k)?;
         let changed = w.scratch::<u32>(3, nb)?;
@@ -335,23 +371,15 @@ impl CudaKernel for KmeansStep {
                 ],
             )?
         };
-        w.download::<i32>(0, n)?;
-        w.download::<f32>(1, nb * k * f)?;
-        w.download::<u32>(2, nb * k)?;
-        w.download::<u32>(3, nb)?;
-        w.finish()?;
-        drop((pts, centres));
-        old.copy_from_slice(w.downloaded::<i32>(0, n));
         // The chunk's blocks (chunks are block-aligned).
-        self.sums()
-            .chunk_mut_blocks(chunk, g)
-            .copy_from_slice(w.downloaded::<f32>(1, nb * k * f));
-        self.counts()
-            .chunk_mut_blocks(chunk, g)
-            .copy_from_slice(w.downloaded::<u32>(2, nb * k));
-        self.changed()
-            .chunk_mut_blocks(chunk, g)
-            .copy_from_slice(w.downloaded::<u32>(3, nb));
+        let (sums, counts, changed) = (self.sums(), self.counts(), self.changed());
+        w.finish_into(&mut [
+            Out::new(0, 0, old, member_buf.pin()),
+            Out::new(1, 0, sums.chunk_mut_blocks(chunk, g), sums.pin()),
+            Out::new(2, 0, counts.chunk_mut_blocks(chunk, g), counts.pin()),
+            Out::new(3, 0, changed.chunk_mut_blocks(chunk, g), changed.pin()),
+        ])?;
+        drop((pts, centres));
         Ok(())
     }
 }
@@ -368,7 +396,7 @@ fn mlp_piece(hidden: usize) -> usize {
 
 impl MlpWeights {
     /// Each layer's weights and bias on `w`'s device, uploaded once per
-    /// device and load (see [`StreamWorker::resident`]).
+    /// device and load (see [`StreamWorker::run_input`]).
     fn on_device(
         &self,
         w: &mut StreamWorker,
@@ -377,8 +405,8 @@ impl MlpWeights {
         let mut bufs = Vec::with_capacity(6);
         for i in 0..3 {
             let (wt, b, _, _) = self.layer(i);
-            bufs.push(w.resident(id, wt)?);
-            bufs.push(w.resident(id, b)?);
+            bufs.push(w.run_input(id, wt)?);
+            bufs.push(w.run_input(id, b)?);
         }
         Ok(bufs.try_into().expect("six buffers"))
     }
@@ -451,7 +479,8 @@ impl CudaKernel for Mlp {
         let bias_softmax = w.function(&MLP, "bias_softmax")?;
         let weights = m.on_device(w)?;
         let [w1, b1, w2, b2, w3, b3] = weights.each_ref().map(|b| w.addr(b));
-        let dst = self.probs().chunk_mut(chunk);
+        let probs = self.probs();
+        let dst = probs.chunk_mut(chunk);
         let piece = mlp_piece(h);
         for lo in (chunk.lo()..chunk.hi()).step_by(piece) {
             let hi = (lo + piece).min(chunk.hi());
@@ -478,10 +507,9 @@ impl CudaKernel for Mlp {
                 w.dense(h2, w3, p, n, h, c)?;
                 w.launch(&bias_softmax, grid_1d(n, 128), &[&p, &b3, &n32, &c32])?;
             }
-            w.download::<f32>(MLP_P, n * c)?;
-            w.finish()?;
             let at = (lo - chunk.lo()) * c;
-            dst[at..at + n * c].copy_from_slice(w.downloaded::<f32>(MLP_P, n * c));
+            let out = &mut dst[at..at + n * c];
+            w.finish_into(&mut [Out::new(MLP_P, 0, out, probs.pin())])?;
         }
         drop(weights);
         Ok(())

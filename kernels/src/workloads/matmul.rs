@@ -26,12 +26,11 @@
 //! Each element depends on its index alone, so they are filled on every core
 //! (`rng::par_by_index`), bit-identical to a one-thread fill.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
-use super::rng::{par_arc_by_index, par_by_index, stream, sym_unit_f32};
+use super::rng::{par_by_index, stream, sym_unit_f32};
 use super::{check_bytes, check_chunk, Workload};
+use crate::buf::HostBuf;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
 /// The size of a matmul batch: `count` products of `dim × dim` matrices.
@@ -89,8 +88,8 @@ impl MatmulProblem {
 #[derive(Debug)]
 pub struct Matmul {
     problem: MatmulProblem,
-    a: Arc<[f32]>,
-    b: Arc<[f32]>,
+    a: HostBuf<f32>,
+    b: HostBuf<f32>,
     c: DisjointBuf<f32>,
 }
 
@@ -98,10 +97,11 @@ impl Matmul {
     /// Generates the inputs of `problem` (see the module docs) and a zeroed output.
     pub fn new(problem: MatmulProblem) -> Result<Self, KernelError> {
         let n = problem.count * problem.dim * problem.dim;
-        let gen = |tag: u64| -> Result<Arc<[f32]>, KernelError> {
-            par_arc_by_index("matmul inputs", n, |e| {
+        let gen = |tag: u64| -> Result<HostBuf<f32>, KernelError> {
+            par_by_index("matmul inputs", n, |e| {
                 sym_unit_f32(stream(problem.seed, tag, e))
             })
+            .map(HostBuf::from)
         };
         let (a, b) = (gen(1)?, gen(2)?);
         // Zeroed on every core too (a one-thread memset of the output costs
@@ -120,13 +120,13 @@ impl Matmul {
 
     /// All `A` matrices, back to back.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn a(&self) -> &Arc<[f32]> {
+    pub(crate) fn a(&self) -> &HostBuf<f32> {
         &self.a
     }
 
     /// All `B` matrices, back to back.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn b(&self) -> &Arc<[f32]> {
+    pub(crate) fn b(&self) -> &HostBuf<f32> {
         &self.b
     }
 
@@ -279,7 +279,7 @@ mod tests {
         // most ~dim·2⁻²⁴·Σ|aₖbₖ| ≤ dim²·6e-8; 1e-4 absolute covers dim 17 with margin.
         let p = MatmulProblem::new(3, 17).unwrap().with_seed(5);
         let k = Matmul::new(p).unwrap();
-        let (a, b) = (k.a().clone(), k.b().clone());
+        let (a, b) = (k.a().to_vec(), k.b().to_vec());
         let out = run_sequential(MatmulJob {
             problem: p,
             pending: Some(k),
@@ -299,7 +299,7 @@ mod tests {
         let p = MatmulProblem::new(1, 9).unwrap();
         let mut k = Matmul::new(p).unwrap();
         crate::with_chunk(&mut k, 0..1, |k, c| k.run_cpu(c)).unwrap();
-        let (a, b) = (k.a().clone(), k.b().clone());
+        let (a, b) = (k.a().to_vec(), k.b().to_vec());
         let c = k.into_output();
         for r in 0..9 {
             for col in 0..9 {

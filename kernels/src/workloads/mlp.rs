@@ -42,7 +42,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use safetensors::{Dtype, SafeTensors};
@@ -211,11 +210,10 @@ impl MlpWeights {
                 why: format!("{classes} output class(es); a classifier needs at least 2"),
             });
         }
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             layers,
             source: origin.to_path_buf(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: crate::claim::next_id(),
         })
     }
 

@@ -213,13 +213,14 @@ pub fn memory_limit() -> u64 {
 }
 
 /// A zero-filled vector of `n` elements, or an error instead of an abort when
-/// the allocation fails.
+/// the allocation fails. Large ones keep spare capacity, so that a GPU
+/// stream may page-lock them ([`crate::buf::pinnable_capacity`]).
 pub(crate) fn try_zeroed<T: Copy + Default>(
     what: &'static str,
     n: usize,
 ) -> Result<Vec<T>, KernelError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
+    v.try_reserve_exact(crate::buf::pinnable_capacity::<T>(n))
         .map_err(|e| KernelError::invalid(what, format!("cannot allocate {n} elements: {e}")))?;
     v.resize(n, T::default());
     Ok(v)

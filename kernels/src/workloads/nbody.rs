@@ -241,6 +241,9 @@ const LANES: usize = 8;
 /// One time step: new positions and velocities from the old state.
 #[derive(Debug)]
 pub struct NbodyStep {
+    /// Unique in the process: names `old`, which never changes while the
+    /// step lives, on a GPU.
+    id: u64,
     problem: NbodyProblem,
     old: Bodies,
     new_pos: [DisjointBuf<f32>; 3],
@@ -248,6 +251,12 @@ pub struct NbodyStep {
 }
 
 impl NbodyStep {
+    /// This step's process-unique id.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The state before this step (read by every chunk).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn old(&self) -> &Bodies {
@@ -408,6 +417,7 @@ impl Workload for NbodyJob {
         };
         let [a, b, c, d, e, f] = spare.map(|v| DisjointBuf::from_vec(v, 1));
         Ok(Some(NbodyStep {
+            id: crate::claim::next_id(),
             problem: self.problem,
             old,
             new_pos: [a, b, c],

@@ -26,8 +26,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::rng::par_generate_arc;
+use super::rng::par_generate;
 use super::{check_bytes, check_chunk, try_zeroed, Workload};
+use crate::buf::HostBuf;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
 mod glibc_rand;
@@ -110,11 +111,11 @@ impl PathfinderProblem {
 /// One run: rows `t0 .. t0 + h` added to the result row.
 #[derive(Debug)]
 pub struct PathfinderStep {
-    wall: Arc<[u8]>,
+    wall: Arc<HostBuf<u8>>,
     cols: usize,
     t0: usize,
     h: usize,
-    src: Vec<i32>,
+    src: HostBuf<i32>,
     dst: DisjointBuf<i32>,
 }
 
@@ -124,7 +125,7 @@ impl PathfinderStep {
 
     /// The grid, row-major, one byte per cell.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn wall(&self) -> &Arc<[u8]> {
+    pub(crate) fn wall(&self) -> &HostBuf<u8> {
         &self.wall
     }
 
@@ -148,7 +149,7 @@ impl PathfinderStep {
 
     /// The result row before this run (row `t0 − 1`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn src(&self) -> &[i32] {
+    pub(crate) fn src(&self) -> &HostBuf<i32> {
         &self.src
     }
 
@@ -305,11 +306,13 @@ impl PathfinderResult {
 #[derive(Debug)]
 pub struct PathfinderJob {
     problem: PathfinderProblem,
-    wall: Arc<[u8]>,
+    wall: Arc<HostBuf<u8>>,
     /// Grid row the current result row has reached.
     row_at: usize,
-    src: Option<Vec<i32>>,
-    spare: Option<Vec<i32>>,
+    /// The result row and the spare one, which turn into each run's input
+    /// and output rows in place (a GPU keeps them page-locked throughout).
+    src: Option<HostBuf<i32>>,
+    spare: Option<HostBuf<i32>>,
 }
 
 impl PathfinderJob {
@@ -320,17 +323,25 @@ impl PathfinderJob {
         // jumped ahead to its first cell (`GlibcRand::jumped`), so the grid
         // is the one-thread sequence bit for bit.
         let g0 = GlibcRand::new(problem.seed);
-        let wall = par_generate_arc("pathfinder grid", cells, |first| {
+        let wall = par_generate("pathfinder grid", cells, |first| {
             let mut g = g0.jumped(first);
             move || (g.next_i32() % 10) as u8
         })?;
-        let src: Vec<i32> = wall[..problem.cols].iter().map(|&c| c as i32).collect();
+        Self::from_wall(problem, Arc::new(HostBuf::from(wall)))
+    }
+
+    /// A job at its first row over `wall`.
+    fn from_wall(problem: PathfinderProblem, wall: Arc<HostBuf<u8>>) -> Result<Self, KernelError> {
+        let mut src: Vec<i32> = try_zeroed("pathfinder row", problem.cols)?;
+        for (s, &c) in src.iter_mut().zip(&wall[..problem.cols]) {
+            *s = c as i32;
+        }
         Ok(Self {
             problem,
             wall,
             row_at: 0,
-            src: Some(src),
-            spare: Some(try_zeroed("pathfinder row", problem.cols)?),
+            src: Some(HostBuf::from(src)),
+            spare: Some(HostBuf::from(try_zeroed("pathfinder row", problem.cols)?)),
         })
     }
 
@@ -342,17 +353,7 @@ impl PathfinderJob {
     /// A fresh job over the same grid, without generating it again (for
     /// repeated runs of one problem).
     pub fn restart(&self) -> Result<Self, KernelError> {
-        let src: Vec<i32> = self.wall[..self.problem.cols]
-            .iter()
-            .map(|&c| c as i32)
-            .collect();
-        Ok(Self {
-            problem: self.problem,
-            wall: self.wall.clone(),
-            row_at: 0,
-            src: Some(src),
-            spare: Some(try_zeroed("pathfinder row", self.problem.cols)?),
-        })
+        Self::from_wall(self.problem, self.wall.clone())
     }
 }
 
@@ -380,7 +381,7 @@ impl Workload for PathfinderJob {
             t0: self.row_at + 1,
             h,
             src,
-            dst: DisjointBuf::from_vec(spare, 1),
+            dst: DisjointBuf::from_host(spare, 1),
         }))
     }
 
@@ -394,14 +395,14 @@ impl Workload for PathfinderJob {
         }
         self.row_at += step.h;
         self.spare = Some(step.src);
-        self.src = Some(step.dst.into_vec());
+        self.src = Some(step.dst.into_host());
         Ok(())
     }
 
     fn finish(self) -> PathfinderResult {
         PathfinderResult {
             problem: self.problem,
-            row: self.src.unwrap_or_default(),
+            row: self.src.map(HostBuf::into_vec).unwrap_or_default(),
         }
     }
 }

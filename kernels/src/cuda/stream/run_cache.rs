@@ -5,13 +5,24 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaSlice;
 
+/// A cached input: the id of the owner that keeps it unchanged (see
+/// [`StreamWorker::run_input`](super::StreamWorker::run_input)), and where
+/// it is (an owner may have several).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RunKey {
-    pub(super) owner: usize,
-    pub(super) tag: u64,
-    pub(super) ptr: usize,
-    pub(super) len: usize,
-    pub(super) print: u64,
+    id: u64,
+    ptr: usize,
+    len: usize,
+}
+
+impl RunKey {
+    pub(super) fn new(id: u64, bytes: &[u8]) -> Self {
+        Self {
+            id,
+            ptr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
 }
 
 pub(super) type Entry = Arc<Mutex<Option<Arc<CudaSlice<u8>>>>>;
@@ -44,34 +55,4 @@ impl RunCache {
         }
         e
     }
-}
-
-/// A 64-bit hash of all of an input up to 1 MiB, and of 8192 evenly spread
-/// 8-byte words (and the last one) beyond: at most a few hundred
-/// microseconds, so it can run for every chunk.
-pub(super) fn fingerprint(bytes: &[u8]) -> u64 {
-    const WHOLE: usize = 1 << 20;
-    const SAMPLES: usize = 8192;
-    let word = |at: usize| -> u64 {
-        let mut w = [0u8; 8];
-        let b = &bytes[at..(at + 8).min(bytes.len())];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w)
-    };
-    let mut h = (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut eat = |w: u64| {
-        h = (h.rotate_left(23) ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    };
-    if bytes.len() <= WHOLE {
-        for at in (0..bytes.len()).step_by(8) {
-            eat(word(at));
-        }
-    } else {
-        let step = (bytes.len() - 8) / (SAMPLES - 1);
-        for k in 0..SAMPLES {
-            eat(word(k * step));
-        }
-        eat(word(bytes.len() - 8));
-    }
-    h ^ (h >> 29)
 }

@@ -14,6 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::super::check_bytes;
+use crate::claim::next_id;
 use crate::KernelError;
 
 /// Points to cluster: `points × features` f32 values, row-major.
@@ -23,6 +24,9 @@ pub struct KmeansData {
     pub(super) features: usize,
     pub(super) values: Vec<f32>,
     pub(super) source: Option<PathBuf>,
+    /// Unique in the process (a clone shares it, and the values): a GPU
+    /// keeps the points on the device under it for every run of a job.
+    id: u64,
 }
 
 impl KmeansData {
@@ -136,6 +140,7 @@ impl KmeansData {
             features,
             values,
             source: Some(path.to_path_buf()),
+            id: next_id(),
         })
     }
 
@@ -157,6 +162,7 @@ impl KmeansData {
             features,
             values,
             source: None,
+            id: next_id(),
         })
     }
 
@@ -217,6 +223,7 @@ impl KmeansData {
             features,
             values,
             source: None,
+            id: next_id(),
         })
     }
 
@@ -235,6 +242,12 @@ impl KmeansData {
     /// Features per point.
     pub fn features(&self) -> usize {
         self.features
+    }
+
+    /// This data set's process-unique id (its values never change).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// All values, row-major.

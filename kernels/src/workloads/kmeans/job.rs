@@ -130,6 +130,7 @@ impl Workload for KmeansJob {
             }
         }
         Ok(Some(KmeansStep {
+            id: crate::claim::next_id(),
             data: self.data.clone(),
             clusters: k,
             block: self.config.block,

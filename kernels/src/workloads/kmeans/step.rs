@@ -76,6 +76,9 @@ impl KmeansConfig {
 // `centres` and the accessors are what a GPU twin reads.
 #[allow(dead_code)]
 pub struct KmeansStep {
+    /// Unique in the process: names this step's centres, which never
+    /// change while it lives, on a GPU.
+    pub(super) id: u64,
     pub(super) data: Arc<KmeansData>,
     pub(super) clusters: usize,
     pub(super) block: usize,
@@ -94,6 +97,11 @@ pub(super) const LANES: usize = 8;
 // Read by the GPU twin (`cuda/`), not by the CPU kernel.
 #[allow(dead_code)]
 impl KmeansStep {
+    /// This step's process-unique id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The points.
     pub(crate) fn data(&self) -> &Arc<KmeansData> {
         &self.data

@@ -160,10 +160,21 @@ pub(crate) async fn bench(
         let prepare_s = t.elapsed().as_secs_f64();
         // Bars per class; the bench runs the job many times, so they grow.
         let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
+        let pins = coexec::kernels::cuda::host_pin_stats();
         let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, rounds, common).await;
         bars.finish();
         let mut wb = wb?;
         wb.inputs_s += prepare_s;
+        let now = coexec::kernels::cuda::host_pin_stats();
+        wb.host_pinning = crate::report::HostPinning {
+            choice: format!("{:?}", coexec::kernels::cuda::host_pinning()).to_lowercase(),
+            locked: now.locked - pins.locked,
+            locked_bytes: now.locked_bytes - pins.locked_bytes,
+            lock_s: now.lock_secs - pins.lock_secs,
+            unlock_s: now.unlock_secs - pins.unlock_secs,
+            refused: now.refused - pins.refused,
+            last_refusal: now.last_refusal,
+        };
         print_table(&wb);
         report.workloads.push(wb);
     }
@@ -434,6 +445,7 @@ async fn bench_one(
         learning,
         baseline,
         inputs_s,
+        host_pinning: Default::default(),
     })
 }
 
@@ -535,6 +547,21 @@ fn print_table(w: &WorkloadBench) {
         w.inputs_s,
         rayon::current_num_threads()
     );
+    let p = &w.host_pinning;
+    if p.locked + p.refused > 0 {
+        println!(
+            "  page-locked for DMA ({}): {} buffers, {:.2} GB in {:.3} s, unlocked in {:.3} s{}",
+            p.choice,
+            p.locked,
+            p.locked_bytes as f64 / 1e9,
+            p.lock_s,
+            p.unlock_s,
+            match &p.last_refusal {
+                Some(why) => format!("; {} refused ({why})", p.refused),
+                None => String::new(),
+            }
+        );
+    }
     for a in &w.alone {
         let note = if a.predicted {
             "  (predicted by its speed model: too slow to run alone)"

@@ -266,9 +266,17 @@ pub(crate) fn build(
 ) -> Result<Runtime, Failure> {
     // The library reads no environment: the command line does, for
     // COEXEC_DEVICES and COEXEC_POLICY through its flags and for
-    // COEXEC_PROFILE_DIR below (`bench` without --profile-dir stays in
-    // memory whatever it says).
+    // COEXEC_PROFILE_DIR and COEXEC_CUDA_PIN below (`bench` without
+    // --profile-dir stays in memory whatever it says).
     let mut b = Runtime::builder().policy(&common.policy);
+    // And COEXEC_CUDA_PIN: which kernel buffers the GPU streams page-lock.
+    if let Some(v) = std::env::var_os("COEXEC_CUDA_PIN").filter(|v| !v.is_empty()) {
+        let choice = v
+            .to_string_lossy()
+            .parse::<coexec::kernels::cuda::HostPinning>()
+            .map_err(|why| Failure::Usage(format!("COEXEC_CUDA_PIN: {why}")))?;
+        coexec::kernels::cuda::set_host_pinning(choice);
+    }
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
     }

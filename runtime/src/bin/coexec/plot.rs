@@ -518,6 +518,7 @@ mod tests {
                 items: 1000,
                 params: "--n 1000".into(),
                 inputs_s: 0.0,
+                host_pinning: Default::default(),
                 alone: vec![
                     AloneResult {
                         class: "cpu".into(),

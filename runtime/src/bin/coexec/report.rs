@@ -117,6 +117,22 @@ pub(crate) struct WorkloadBench {
     /// Seconds generating (or reading) the inputs once, on every core:
     /// outside every time above.
     pub(crate) inputs_s: f64,
+    /// What page-locking kernel buffers for the GPU cost during this
+    /// workload's bench (inside the times of the runs that locked them).
+    pub(crate) host_pinning: HostPinning,
+}
+
+/// Page-locking's count and cost over one workload's bench.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct HostPinning {
+    /// The choice (`off`, `reused`, `all`).
+    pub(crate) choice: String,
+    pub(crate) locked: u64,
+    pub(crate) locked_bytes: u64,
+    pub(crate) lock_s: f64,
+    pub(crate) unlock_s: f64,
+    pub(crate) refused: u64,
+    pub(crate) last_refusal: Option<String>,
 }
 
 /// The scheduler's own cost per chunk, with the empty kernel.
