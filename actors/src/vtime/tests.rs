@@ -42,11 +42,14 @@ fn the_model_reproduces_the_h100_lease() {
             .collect();
         let e = runs.iter().map(|r| r.e("hybrid")).sum::<f64>() / runs.len() as f64;
         let r = &runs[0];
-        // Each class alone is fitted to the lease; hybrid's E is not. The
-        // issue asks ±25%; kmeans comes out 27% high (its traced runs show
-        // less co-execution slowdown than its bench rows imply; see
-        // docs/results/vtime-h100-2026-11-23.md), so it is held to ±30%.
-        let band = if w.name == "kmeans" { 0.30 } else { 0.25 };
+        // Each class alone is fitted to the lease; hybrid's E is not.
+        let band = 0.25;
+        println!(
+            "{}: modelled E {e:.3} (mean of 6 seeds), the lease's {:.3}: {:+.0}%",
+            w.name,
+            w.measured.e_hybrid,
+            100.0 * (e / w.measured.e_hybrid - 1.0)
+        );
         assert!(
             (1.0 - band..=1.0 + band).contains(&(e / w.measured.e_hybrid)),
             "{}: modelled E {e:.3}, the lease's {:.3}",
