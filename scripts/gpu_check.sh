@@ -132,7 +132,7 @@ fi
 # chunk is taken back and the CPUs finish; every item must be computed once.
 if [ -x .bin/coexec ]; then
   # shellcheck disable=SC2086
-  timeout 90 python3 scripts/take_back_check.py --coexec .bin/coexec \
+  timeout 120 python3 scripts/take_back_check.py --coexec .bin/coexec \
     ${DEVICES:+--devices "$DEVICES"} --prefix cuda >"$TMP/take_back.json" 2>"$TMP/take_back.err"
   rc=$?
   # Into results.txt: at most eight files come back from the machine.

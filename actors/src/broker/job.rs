@@ -181,6 +181,9 @@ pub(crate) struct JobCore {
     /// Whether each worker's last look at this job was a refusal by the
     /// guard (cleared when it claims).
     declined: Vec<bool>,
+    /// Per class, whether it stands by (see [`Admission::standby`]): it may
+    /// run the kernel and has workers, but the plan gives it nothing.
+    standby: Vec<bool>,
     /// The policy's forecast, for the report.
     forecast: Option<crate::policy::Forecast>,
     /// The engine as on the H100 lease (see `guard.rs`); tests only.
@@ -214,6 +217,12 @@ impl JobCore {
             .collect()
     }
 
+    /// Per class, whether its workers stand by for this job's retries
+    /// ([`Admission::standby`]): rung when a chunk goes back, not polled.
+    pub(crate) fn standby(&self) -> Box<[bool]> {
+        self.standby.clone().into_boxed_slice()
+    }
+
     /// Whether no worker needs to look at this job again.
     pub(crate) fn is_over(&self) -> bool {
         self.finished
@@ -222,7 +231,11 @@ impl JobCore {
     /// The next chunk for worker `w` of class `c` at `now` (seconds since the
     /// job started), or `None` if it should take nothing from this job now.
     pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
-        if self.finished || self.failed.is_some() || !self.st[c].eligible || self.st[c].workers == 0
+        let standing_by = !self.st[c].eligible && self.standby[c];
+        if self.finished
+            || self.failed.is_some()
+            || !(self.st[c].eligible || standing_by)
+            || self.st[c].workers == 0
         {
             return None;
         }
@@ -247,6 +260,9 @@ impl JobCore {
                 kernel,
                 claims,
             });
+        }
+        if standing_by {
+            return None;
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
@@ -455,6 +471,14 @@ impl JobCore {
             && self.space.left(self.home[c]) > 0
         {
             // Nobody else would take its region: let everyone in.
+            self.adm.steal = Steal::Always;
+        }
+        if self.total_workers() == 0 && self.standby.iter().any(|&s| s) {
+            // The classes standing by take over, from the lost ones' regions.
+            for (s, &by) in self.st.iter_mut().zip(&self.standby) {
+                s.eligible |= by;
+            }
+            self.standby.fill(false);
             self.adm.steal = Steal::Always;
         }
         if self.total_workers() == 0 {

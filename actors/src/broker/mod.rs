@@ -199,6 +199,7 @@ impl Broker {
         .with_take_back(self.reg.take_back.clone());
         self.next_id += 1;
         let claimable = core.claimable();
+        let standby = core.standby();
         let job = Arc::new(Job {
             id: self.next_id,
             priority: m.opts.priority,
@@ -210,6 +211,7 @@ impl Broker {
             service_ns: Default::default(),
             closed: Default::default(),
             claimable,
+            standby,
         });
         self.reg.admit(job);
     }

@@ -48,6 +48,10 @@ pub(crate) struct Job {
     /// Per class, whether its workers can ever claim from this job (fixed at
     /// admission, `JobCore::claimable`): only they are rung for it.
     pub(crate) claimable: Box<[bool]>,
+    /// Per class, whether its workers stand by for the job's retries
+    /// (`JobCore::standby`): rung for it too, but it does not keep them
+    /// polling.
+    pub(crate) standby: Box<[bool]>,
 }
 
 impl Job {
@@ -420,9 +424,14 @@ impl Registry {
         self.bells.iter().for_each(Bell::ring);
     }
 
-    /// Wakes the idle workers of the classes that can claim from `job`.
+    /// Wakes the idle workers of the classes that can claim from `job`, and
+    /// of those that stand by for its retries.
     pub(crate) fn ring_for(&self, job: &Job) {
-        self.bells_for(job).for_each(Bell::ring);
+        self.bells
+            .iter()
+            .zip(job.claimable.iter().zip(&job.standby[..]))
+            .filter(|(_, (&can, &by))| can || by)
+            .for_each(|(bell, _)| bell.ring());
     }
 
     /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`.
@@ -509,6 +518,7 @@ mod tests {
             reg.classes.clone(),
             reg.worker_class.clone(),
         );
+        let standby = core.standby();
         let claimable = core.claimable();
         Arc::new(Job {
             id,
@@ -521,6 +531,7 @@ mod tests {
             service_ns: Default::default(),
             closed: Default::default(),
             claimable,
+            standby,
         })
     }
 

@@ -38,6 +38,7 @@ impl Policy for Hybrid {
             Some((c, t)) if fc.classes > 1 && !pays(ctx.history, fc.predicted_s, fc.plan_s, t) => {
                 let mut a = hybrid_among(ctx, |k| k.index == c);
                 a.remeasure = false;
+                a.standby = true;
                 if let Some(f) = &mut a.forecast {
                     f.single = Some((c, t));
                     f.coexec_s = Some(fc.predicted_s);
@@ -50,6 +51,7 @@ impl Policy for Hybrid {
             // and then.
             Some((c, t)) if fc.classes < 2 => {
                 let mut a = hybrid_among(ctx, |k| k.index == c);
+                a.standby = true;
                 if let Some(f) = &mut a.forecast {
                     f.single = Some((c, t));
                 }

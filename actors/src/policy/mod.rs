@@ -309,6 +309,10 @@ pub struct Admission {
     /// where the policy leaves it out by design (`cpu-only`), nor where
     /// `hybrid` chose one class because co-executing does not pay.
     pub remeasure: bool,
+    /// Whether the classes this plan gives nothing stand by: they take no
+    /// fresh items, but a chunk that fails or is taken back goes to them
+    /// too, and if every worker the plan chose is lost they finish the job.
+    pub standby: bool,
 }
 
 /// What a policy predicted for a run: the profiler learns each
@@ -348,6 +352,7 @@ impl Admission {
             guard: false,
             forecast: None,
             remeasure: true,
+            standby: false,
         }
     }
 
@@ -401,6 +406,7 @@ impl Admission {
             guard: false,
             forecast: None,
             remeasure: true,
+            standby: false,
         }
     }
 }
@@ -521,6 +527,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         guard: true,
         forecast,
         remeasure: true,
+        standby: false,
     }
 }
 

@@ -23,6 +23,7 @@ impl Policy for StaticDynamic {
             guard: false,
             forecast: None,
             remeasure: true,
+            standby: false,
         }
     }
 }

@@ -23,6 +23,7 @@ impl Policy for Static {
             guard: false,
             forecast: None,
             remeasure: true,
+            standby: false,
         }
     }
 }

@@ -73,6 +73,9 @@ impl JobCore {
             })
             .collect();
         let forecast = adm.forecast.clone();
+        let standby: Vec<bool> = (0..k)
+            .map(|c| adm.standby && eligible[c] && adm.shares[c] <= 0.0 && in_service[c] > 0)
+            .collect();
         let busy_len = worker_class.len();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
         let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
@@ -148,6 +151,7 @@ impl JobCore {
             watch: overdue::Watch::default(),
             first_start: vec![f64::NAN; busy_len],
             declined: vec![false; busy_len],
+            standby,
             admitted_models: models,
             forecast,
             #[cfg(test)]

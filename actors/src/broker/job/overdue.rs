@@ -91,8 +91,9 @@ impl JobCore {
                 continue;
             }
             let cv = self.worker_class[v];
-            let elsewhere = (0..self.st.len())
-                .any(|k| k != cv && self.st[k].eligible && self.st[k].workers > 0);
+            let elsewhere = (0..self.st.len()).any(|k| {
+                k != cv && (self.st[k].eligible || self.standby[k]) && self.st[k].workers > 0
+            });
             if !elsewhere {
                 continue;
             }

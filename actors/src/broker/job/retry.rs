@@ -53,12 +53,12 @@ impl JobCore {
             return None;
         }
         let others = self.total_workers() > 1;
-        let (st, wc) = (&self.st, &self.worker_class);
+        let (st, wc, standby) = (&self.st, &self.worker_class, &self.standby);
         // Workers of class `k` that may run `r`, leaving out its last failer.
         let usable = |r: &Retry, k: usize| {
             let s = &st[k];
             let last = usize::from(wc.get(r.not_by) == Some(&k));
-            if s.eligible {
+            if s.eligible || standby[k] {
                 s.workers.saturating_sub(last)
             } else {
                 0

@@ -510,6 +510,29 @@ fn chunks_failed_twice_by_a_lost_device_go_to_another_class() {
 }
 
 #[test]
+fn a_run_on_one_class_falls_back_to_the_classes_standing_by() {
+    // An accelerator 1000x the CPU: hybrid runs it alone. Its every chunk
+    // fails; the CPU, standing by, takes them and the job ends, each item
+    // once.
+    let sim = Sim::new(vec![(1, 0.0, 1e4, false), (2, 20e-6, 1e7, true)])
+        .known(true)
+        .broken(1, Broken::Always);
+    let out = sim.run("hybrid", 20_000, 1).unwrap();
+    assert!(out.counts.iter().all(|&c| c == 1));
+    assert_eq!(out.report.split[0], 0.0, "{:?}", out.report.split);
+    assert!(out.report.retries > 0);
+    assert_eq!(
+        out.report.classes[0].items,
+        20_000,
+        "{}",
+        out.report.summary()
+    );
+    // The same job under `accel-only`, which keeps the CPU out by design,
+    // fails.
+    assert!(sim.run("accel-only", 20_000, 1).is_err());
+}
+
+#[test]
 fn one_passing_device_error_does_not_send_a_large_chunk_to_a_slow_class() {
     // A 2500x accelerator with two streams fails one large chunk once: the
     // retry goes to its other stream, or to the CPU only in a piece the
