@@ -16,7 +16,10 @@
 #   BENCH_WORKLOADS  the ones benchmarked (default: WORKLOADS)
 #   BENCH_ARGS   extra arguments for every `coexec bench` (default --repeat 3 --pairs 3)
 #   MATMUL_ARGS, KMEANS_ARGS, PATHFINDER_ARGS, NBODY_ARGS   per-workload sizes
-#   REFERENCE    0 skips scripts/gpu_reference.py (PyTorch ceilings; up to 150 s)
+#   REFERENCE    0 skips scripts/gpu_reference.py (PyTorch ceilings; up to 150 s),
+#                bus runs only its bandwidths (a few seconds)
+#   PIN_COMPARE  1 runs matmul and pathfinder on the GPU alone with each
+#                COEXEC_CUDA_PIN choice (off, reused, all) into pins.txt
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -164,8 +167,30 @@ fi
 
 # --- independent ceilings and reference timings (PyTorch) -------------------------
 if [ "${REFERENCE:-1}" != 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  PYTHONUNBUFFERED=1 timeout 150 python3 scripts/gpu_reference.py >"$OUT/reference.json" 2>"$TMP/reference.txt"
-  row reference "rc=$?" "scripts/gpu_reference.py -> reference.json"
+  BUS=; [ "${REFERENCE:-1}" = bus ] && BUS=--bus-only
+  PYTHONUNBUFFERED=1 timeout 150 python3 scripts/gpu_reference.py $BUS >"$OUT/reference.json" 2>"$TMP/reference.txt"
+  row reference "rc=$?" "scripts/gpu_reference.py $BUS -> reference.json"
+fi
+
+# --- page-locking: each choice, the GPU alone -------------------------------------
+if [ "${PIN_COMPARE:-0}" = 1 ] && [ -x .bin/coexec ]; then
+  for w in matmul pathfinder; do
+    case $w in matmul) WA=$MATMUL_ARGS ;; *) WA=$PATHFINDER_ARGS ;; esac
+    for p in off reused all off reused all; do
+      # shellcheck disable=SC2086
+      COEXEC_CUDA_PIN=$p timeout 60 .bin/coexec run "$w" ${DEVICES:+--devices "$DEVICES"} \
+        --policy accel-only --quiet --json $WA >"$TMP/pin-$w-$p.json" 2>>"$OUT/pins.txt"
+      python3 - "$TMP/pin-$w-$p.json" "$w" "$p" >>"$OUT/pins.txt" 2>&1 <<'EOF3'
+import json, sys
+d = json.load(open(sys.argv[1]))
+runs = d["runs"]
+print(f"{sys.argv[2]} COEXEC_CUDA_PIN={sys.argv[3]}: {len(runs)} run(s), GPU alone makespans summed "
+      f"{sum(r['makespan_s'] for r in runs):.4f} s, runs' wall {d.get('runs_s', float('nan')):.4f} s, "
+      f"result {json.dumps(d.get('result'))[:80]}")
+EOF3
+    done
+  done
+  row pins "done" "$(grep -c GPU "$OUT/pins.txt") lines in pins.txt"
 fi
 
 # --- summary ----------------------------------------------------------------------

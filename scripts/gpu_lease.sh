@@ -3,7 +3,8 @@
 # all): scripts/gpu_check.sh with a lighter bench, then scripts/gpu_serve.sh
 # at 16 rows and at 1 row per request with one repeat, then the PyTorch
 # reference if time is left. Sized to end within LEASE_S seconds (default
-# 440) so that a second command still fits the lease.
+# 440) so that a second command still fits the lease. SERVE=0 skips the
+# service sweeps; CHECK_S bounds the check (default 230).
 #
 # The device tool brings back at most 8 files, so everything goes into
 # $OUT/lease.tar.gz, with the summaries beside it for a first look.
@@ -16,10 +17,11 @@ LEASE_S=${LEASE_S:-440}
 left() { echo $((LEASE_S - ($(date +%s) - START))); }
 
 export BENCH_ARGS=${BENCH_ARGS:---repeat 3 --pairs 1 --budget 6}
-OUT=$W/check REFERENCE=0 timeout "${CHECK_S:-230}" bash scripts/gpu_check.sh >"$W/check.log" 2>&1
+OUT=$W/check REFERENCE=${REFERENCE:-0} timeout "${CHECK_S:-230}" bash scripts/gpu_check.sh >"$W/check.log" 2>&1
 echo "check rc=$? at $(( $(date +%s) - START )) s"
 
 for rows in 16 1; do
+  [ "${SERVE:-1}" = 0 ] && break
   budget=$(( $(left) / 2 - 10 ))
   [ "$rows" = 1 ] && budget=$(( $(left) - 40 ))
   [ "$budget" -lt 40 ] && { echo "serve $rows rows: skipped, ${budget}s left"; continue; }
@@ -29,7 +31,7 @@ for rows in 16 1; do
   echo "serve $rows rows rc=$? at $(( $(date +%s) - START )) s"
 done
 
-if [ "$(left)" -gt 45 ] && python3 -c 'import torch' 2>/dev/null; then
+if [ "${REFERENCE:-0}" = 0 ] && [ "$(left)" -gt 45 ] && python3 -c 'import torch' 2>/dev/null; then
   . scripts/cuda_env.sh
   PYTHONUNBUFFERED=1 timeout $(( $(left) - 15 )) python3 scripts/gpu_reference.py \
     >"$W/check/reference.json" 2>"$W/reference.txt"

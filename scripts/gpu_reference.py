@@ -12,7 +12,8 @@ Measures, with CUDA events (median of repeats after warm-up):
     probabilities against the training script's, and its forward time per
     batch of 1 to 8192 rows, with and without the transfers.
 
-Prints one JSON object (and a short table on stderr). No argument needed.
+Prints one JSON object (and a short table on stderr). No argument needed;
+`--bus-only` stops after the bandwidths (a few seconds).
 """
 import json
 import statistics
@@ -57,6 +58,11 @@ out["h2d_pageable_GBps"] = nbytes / timed(lambda: d.copy_(hq), reps=5) / 1e9
 out["d2h_pageable_GBps"] = nbytes / timed(lambda: hq.copy_(d), reps=5) / 1e9
 out["d2d_GBps_read_plus_write"] = 2 * nbytes / timed(lambda: d2.copy_(d)) / 1e9
 del hp, hq, d, d2
+if "--bus-only" in sys.argv[1:]:
+    print(json.dumps(out))
+    for k, v in out.items():
+        print(f"{k:<32} {v}", file=sys.stderr)
+    sys.exit(0)
 
 n = 8192
 A = torch.randn(n, n, device=dev)
