@@ -42,9 +42,9 @@ pub enum HostPinning {
     /// Nothing.
     Off,
     /// The buffers a job keeps across its runs.
-    #[default]
     Reused,
     /// Every large buffer.
+    #[default]
     All,
 }
 

@@ -20,9 +20,9 @@
 //! Several workers on one device overlap: each runs on its own host thread and
 //! stream, so one stream's copies run under another's kernel.
 //!
-//! The buffers a job keeps across its runs are page-locked by default;
-//! [`set_host_pinning`] chooses otherwise ([`HostPinning`]: none, or every
-//! large buffer, a one-run job's too), with the same results bit for bit,
+//! Large kernel buffers are page-locked by default; [`set_host_pinning`]
+//! chooses otherwise ([`HostPinning`]: none, or only those a job keeps
+//! across its runs), with the same results bit for bit,
 //! and [`host_pin_stats`] tells what locking cost. (The `coexec` CLI reads
 //! the choice from `COEXEC_CUDA_PIN`.)
 //!

@@ -474,9 +474,8 @@ impl StreamWorker {
     /// Page-locks `mem` (a kernel buffer's whole allocation), once per
     /// buffer for as long as it lives, so that this run's chunks copy
     /// straight from and to it; for a kernel's `stage`. `reused`: the job
-    /// keeps the buffer across its runs (a one-run job's buffer is locked
-    /// only under [`super::HostPinning::All`]: its locking would land in its
-    /// one run). `false`: this stream stages its copies (not chosen, a
+    /// keeps the buffer across its runs (a one-run job's buffer is not
+    /// locked under [`super::HostPinning::Reused`]). `false`: this stream stages its copies (not chosen, a
     /// buffer under [`PIN_MIN_BYTES`], or the driver refused; the reason is
     /// in [`super::host_pin_stats`]).
     pub(crate) fn pin(&mut self, mem: Pinnable<'_>, reused: bool) -> bool {

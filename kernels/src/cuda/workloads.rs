@@ -90,7 +90,7 @@ impl CudaKernel for Matmul {
             self.c().pinnable(),
         ];
         for (slot, buf) in bufs.into_iter().enumerate() {
-            // One run per job: locked only where every buffer is wanted.
+            // One run per job: not locked where only reused buffers are.
             if !w.pin(buf, false) {
                 w.reserve_slot(slot, bytes)?;
             }

@@ -239,18 +239,20 @@ async fn bench_one(
     let warm_ran = w.run(rt, JobOptions::new().policy(hybrid.clone())).await?;
     let inputs_s = warm_ran.inputs_s;
     let warm = warm_ran.reports;
+    // From the models as the warm-up left them (an early run's model may
+    // hold one chunk's stall, a taken-back one's lower bound included).
+    let last = warm.last();
     let predicted: Vec<f64> = (0..classes.len())
         .map(|c| {
-            warm.iter()
-                .map(|r| {
-                    let k = &r.classes[c];
-                    if k.model_b_items_per_s > 0.0 {
-                        r.items as f64 / (k.model_b_items_per_s * k.workers.max(1) as f64)
-                    } else {
-                        f64::NAN
-                    }
-                })
-                .sum::<f64>()
+            let b = last.map_or(0.0, |r| {
+                let k = &r.classes[c];
+                k.model_b_items_per_s * k.workers.max(1) as f64
+            });
+            if b > 0.0 {
+                warm.iter().map(|r| r.items as f64).sum::<f64>() / b
+            } else {
+                f64::NAN
+            }
         })
         .collect();
     let fastest = predicted
