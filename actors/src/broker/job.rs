@@ -69,6 +69,8 @@ struct ClassState {
     run_samples: VecDeque<Sample>,
     // Region accounting since the last (re)plan.
     claimed: usize,
+    /// Its region's items at the last (re)plan.
+    region: usize,
     /// Items of its region the probe takes (0 with no probe, and after a
     /// re-plan): its static phase starts there. Read after the probe too, so
     /// it is not in [`ProbeState`].
@@ -291,10 +293,11 @@ impl JobCore {
             let n = match phase {
                 Phase::Dynamic => self.limit(w, c, n, now)?,
                 // Under the guard a static chunk is never larger than a
-                // dynamic one would be here: once others have eaten into this
-                // class's region (it was planned too large), a slow device
-                // must not commit to a quarter of its old share at the end.
-                Phase::Static if self.adm.guard => {
+                // dynamic one would be here (with `keep_static`, once others
+                // have eaten into this class's region): a class planned too
+                // large must not commit to a quarter of its old share at the
+                // end.
+                Phase::Static if self.adm.guard && (!self.adm.keep_static || self.eaten(c)) => {
                     let n = n.min(self.dynamic_size(c));
                     self.limit(w, c, n, now)?
                 }
@@ -320,6 +323,12 @@ impl JobCore {
         };
         let got = self.space.take(victim, far, n)?;
         Some((got, Phase::Dynamic))
+    }
+
+    /// Whether others have taken items from class `c`'s region since the
+    /// last (re)plan.
+    fn eaten(&self, c: usize) -> bool {
+        self.st[c].claimed + self.space.left(self.home[c]) < self.st[c].region
     }
 
     /// Worker `w` of class `c` finished `chunk` in `start..end` (seconds since

@@ -313,6 +313,14 @@ pub struct Admission {
     /// fresh items, but a chunk that fails or is taken back goes to them
     /// too, and if every worker the plan chose is lost they finish the job.
     pub standby: bool,
+    /// Under the guard, whether a static chunk keeps its planned size until
+    /// others have taken items from its class's region: for a plan made on
+    /// models already right (a service's placer splitting a small batch,
+    /// where every extra chunk pays the kernel's fixed cost again).
+    /// Otherwise a static chunk is never larger than a dynamic one would be,
+    /// so that a class planned too large does not commit to a long chunk at
+    /// the end.
+    pub keep_static: bool,
 }
 
 /// What a policy predicted for a run: the profiler learns each
@@ -353,6 +361,7 @@ impl Admission {
             forecast: None,
             remeasure: true,
             standby: false,
+            keep_static: false,
         }
     }
 
@@ -389,6 +398,12 @@ impl Admission {
         self
     }
 
+    /// Sets [`Admission::keep_static`].
+    pub fn keep_static(mut self, on: bool) -> Self {
+        self.keep_static = on;
+        self
+    }
+
     /// One pool that every eligible class eats from its own end, in chunks
     /// sized by `chunking`: no probe, no static part, no guard.
     pub fn pool(speeds: &[ClassSpeed], chunking: Chunking) -> Self {
@@ -407,6 +422,7 @@ impl Admission {
             forecast: None,
             remeasure: true,
             standby: false,
+            keep_static: false,
         }
     }
 }
@@ -528,6 +544,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         forecast,
         remeasure: true,
         standby: false,
+        keep_static: false,
     }
 }
 

@@ -24,6 +24,7 @@ impl Policy for StaticDynamic {
             forecast: None,
             remeasure: true,
             standby: false,
+            keep_static: false,
         }
     }
 }

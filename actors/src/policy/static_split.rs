@@ -24,6 +24,7 @@ impl Policy for Static {
             forecast: None,
             remeasure: true,
             standby: false,
+            keep_static: false,
         }
     }
 }

@@ -932,6 +932,8 @@ fn catch_in<T>(what: &str, f: impl FnOnce() -> Result<T, KernelError>) -> Result
 struct PlaceGuard<'a> {
     placer: Option<&'a std::sync::Mutex<Placer>>,
     ticket: Option<u64>,
+    /// The placer's clock's zero.
+    epoch: Instant,
 }
 
 impl PlaceGuard<'_> {
@@ -951,14 +953,16 @@ impl PlaceGuard<'_> {
                 })
                 .collect()
         });
-        lock(p).finished(t, &learned);
+        let now = self.epoch.elapsed().as_secs_f64();
+        lock(p).finished(t, &learned, now);
     }
 }
 
 impl Drop for PlaceGuard<'_> {
     fn drop(&mut self) {
         if let (Some(p), Some(t)) = (self.placer, self.ticket.take()) {
-            lock(p).finished(t, &[]);
+            let now = self.epoch.elapsed().as_secs_f64();
+            lock(p).finished(t, &[], now);
         }
     }
 }
@@ -1012,6 +1016,7 @@ impl<M: Model> BatchJob<M> {
         let place = PlaceGuard {
             placer: self.placer.as_deref(),
             ticket,
+            epoch: self.epoch,
         };
         // The model is user code: a panic in it fails this batch, not the
         // stream.

@@ -106,6 +106,7 @@ impl JobCore {
                 Probe::None => {}
             }
             s.static_target = (region as f64 * adm.static_fraction) as usize;
+            s.region = if adm.pool { 0 } else { region };
         }
         let probe = (adm.probe != Probe::None).then_some(probe);
         let planned = adm.shares.clone();

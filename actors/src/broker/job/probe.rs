@@ -102,6 +102,7 @@ impl JobCore {
             };
             for (c, s) in self.st.iter_mut().enumerate() {
                 s.claimed = 0;
+                s.region = self.space.left(c);
                 s.probe_target = 0;
                 s.static_target = (self.space.left(c) as f64 * frac) as usize;
             }
