@@ -13,11 +13,20 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
 /// One CPU worker and a simulated accelerator eight times as fast (a wide
 /// margin: the assertions hold even if a loaded machine skews the CPU's
 /// calibration against the sim's modelled time fourfold), with profiles
-/// in `dir`: each call is what another process would start.
+/// in `dir`: each call is what another process would start. Every run
+/// probes: the warm start and the single-class rule are off, because a
+/// warm run that skips its probe, or one sent to the sim alone (which a
+/// loaded machine's skewed first models can forecast), would report no
+/// probe, and the probe's `shares_before` is how these tests read the
+/// split a runtime started from.
 fn runtime(dir: &std::path::Path) -> Runtime {
+    let probing = coexec::Thresholds::default()
+        .warm_start(false)
+        .single_class(false);
     Runtime::builder()
         .devices("cpu:1,sim:1@8")
         .unwrap()
+        .thresholds(probing)
         .profile_dir(dir)
         .build()
         .unwrap()
