@@ -17,7 +17,14 @@ malformed or crossed, or a server that did not exit 0 on SIGTERM.
         --config 'new=target/release/coexec serve --addr 127.0.0.1:0 --devices cpu:1,sim:1@0.5 --profile-dir {profile_dir}' \\
         --out /tmp/knee
 
-Loopback only (coexec-load refuses anything else); stdlib only.
+With `--generator oha --oha PATH` the measured run is `oha` instead (an
+independent open-loop generator: `-q RATE --latency-correction`, so each
+latency counts from the request's scheduled time, over `--connections`
+keep-alive connections); the warm-up stays with coexec-load. oha is not a
+dependency of the project: `cargo install oha --locked --root /tmp/oha`.
+
+Loopback only (coexec-load refuses anything else; the oha target is the
+server's own 127.0.0.1 address); stdlib only.
 """
 
 import argparse
@@ -28,6 +35,8 @@ import re
 import shlex
 import shutil
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
 
@@ -45,6 +54,47 @@ def parse_config(text):
     return name, cmd
 
 
+def body_file(data, rows, out_dir):
+    """A request body of the first `rows` rows of the test set's `x`
+    (safetensors: an 8-byte header length, a JSON header, the raw data)."""
+    with open(data, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    x = json.loads(raw[8:8 + n])["x"]
+    if x["dtype"] != "F32" or len(x["shape"]) != 2:
+        die(f"{data}: x is {x['dtype']} {x['shape']}, not a 2-D F32 tensor")
+    features = x["shape"][1]
+    lo = 8 + n + x["data_offsets"][0]
+    values = struct.unpack(f"<{rows * features}f", raw[lo:lo + 4 * rows * features])
+    inputs = [list(values[i * features:(i + 1) * features]) for i in range(rows)]
+    path = os.path.join(out_dir, f"body-{rows}.json")
+    with open(path, "w") as f:
+        json.dump({"inputs": inputs}, f)
+    return path
+
+
+def oha_at(args, url, rate, n):
+    """`n` requests at `rate` through oha; returns (argv, a report in
+    coexec-load's shape for the fields this script reads)."""
+    argv = [args.oha, "--no-tui", "--output-format", "json", "-n", str(n), "-q", f"{rate:g}",
+            "--latency-correction", "-c", str(args.connections), "-t", f"{args.timeout:g}s",
+            "-m", "POST", "-T", "application/json", "-D", args.body, url + "/v1/infer"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=n / rate + args.timeout + 30)
+    if done.returncode != 0:
+        die(f"oha exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    out = json.loads(done.stdout)
+    codes = {int(k): v for k, v in out.get("statusCodeDistribution", {}).items()}
+    errors = sum(out.get("errorDistribution", {}).values())
+    pct = out.get("latencyPercentiles", {})
+    ok = codes.get(200, 0)
+    report = dict(ok=ok, status_503=codes.get(503, 0), status_504=codes.get(504, 0),
+                  lost=errors, duplicated=0, malformed=0, crossed=0,
+                  latency_ok=dict(count=ok, **{f"{q}_ms": 1e3 * (pct.get(q) or math.nan)
+                                               for q in ("p50", "p95", "p99")}),
+                  oha=out.get("summary", {}))
+    return argv, report
+
+
 def one_run(args, name, cmd, rate, tag):
     profile_dir = tempfile.mkdtemp(prefix=f"coexec-ab-{tag}-")
     argv = [a.replace("{profile_dir}", profile_dir) for a in shlex.split(cmd)]
@@ -52,7 +102,10 @@ def one_run(args, name, cmd, rate, tag):
     try:
         if args.warmup_requests > 0:
             run_at(args, server.url, args.warmup_rate, args.warmup_requests)
-        load_argv, report = run_at(args, server.url, rate, args.requests)
+        if args.generator == "oha":
+            load_argv, report = oha_at(args, server.url, rate, args.requests)
+        else:
+            load_argv, report = run_at(args, server.url, rate, args.requests)
     finally:
         code = server.terminate()
         shutil.rmtree(profile_dir, ignore_errors=True)
@@ -117,6 +170,10 @@ def main():
     p.add_argument("--load", default=os.path.join(ROOT, "target/release/coexec-load"))
     p.add_argument("--load-cpus", default=None, help="taskset the generator to these CPUs")
     p.add_argument("--data", default=os.path.join(ROOT, "examples/models/digits_test.safetensors"))
+    p.add_argument("--generator", choices=["coexec-load", "oha"], default="coexec-load")
+    p.add_argument("--oha", default="oha", help="the oha binary, for --generator oha")
+    p.add_argument("--connections", type=int, default=64,
+                   help="oha's keep-alive connections (--generator oha)")
     p.add_argument("--out", required=True, help="writes OUT.json and OUT.md")
     args = p.parse_args()
 
@@ -133,6 +190,10 @@ def main():
     if args.warmup_requests > 0 and args.warmup_rate <= 0:
         die("--warmup-rate must be positive")
     args.log_dir = tempfile.mkdtemp(prefix="coexec-ab-logs-")
+    if args.generator == "oha":
+        if args.connections < 1:
+            die("--connections must be positive")
+        args.body = body_file(args.data, args.rows_per_request, args.log_dir)
     log(f"server logs in {args.log_dir}")
 
     report = dict(started=now_utc(), ended=None, machine=machine(), argv=sys.argv,
