@@ -9,7 +9,7 @@
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, Range};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak};
 
 use crate::claim::{next_id, Chunk, ClaimSpace};
@@ -213,9 +213,11 @@ fn from_cells<T>(v: Vec<UnsafeCell<T>>) -> Vec<T> {
 /// The one way to write it from `&self` is [`DisjointBuf::chunk_mut`] (or
 /// [`DisjointBuf::chunk_mut_blocks`]), which takes the worker's claim
 /// ([`Chunk`]) and gives the elements of exactly the claim's items. Claims of
-/// one job never overlap, and a claim hands out each buffer's slice once, so
-/// two `&mut` to the same element cannot exist. A kernel with several output
-/// buffers takes one slice from each with the same chunk:
+/// one job never overlap, a claim hands out each buffer's slice once, and
+/// the map from items to elements is fixed for the job at its first claim
+/// (item `i` is buffer item `i`, or block `i / grain`), so two `&mut` to the
+/// same element cannot exist. A kernel with several output buffers takes
+/// one slice from each with the same chunk:
 ///
 /// ```
 /// use coexec_kernels::{with_chunk, DisjointBuf};
@@ -230,8 +232,23 @@ fn from_cells<T>(v: Vec<UnsafeCell<T>>) -> Vec<T> {
 /// assert_eq!(&b.as_slice()[4..8], &[2, 2, 2, 2]);
 /// ```
 ///
-/// Taking the same buffer's slice twice from one chunk panics; a slice cannot
-/// outlive its chunk, and nothing else gives `&mut` to the elements:
+/// Taking the same buffer's slice twice from one chunk panics, and so does
+/// taking it with another map than the job's first claim used (the two
+/// claims below own items 0..4 and 4..8, but block 1 of 4 items would be
+/// element 1, which the first slice holds):
+///
+/// ```should_panic
+/// use coexec_kernels::{claim_parts, DisjointBuf};
+///
+/// let mut b = DisjointBuf::<u32>::new(8, 1);
+/// let (b, parts) = claim_parts(&mut b, &[0, 4, 8]);
+/// let x = b.chunk_mut(&parts[0]); // items 0..4: elements 0..4
+/// let y = b.chunk_mut_blocks(&parts[1], 4); // panics: another map
+/// x[1] = y[0];
+/// ```
+///
+/// A slice cannot outlive its chunk, and nothing else gives `&mut` to the
+/// elements:
 ///
 /// ```compile_fail
 /// use coexec_kernels::{with_chunk, DisjointBuf};
@@ -257,6 +274,10 @@ pub struct DisjointBuf<T> {
     id: u64,
     /// The id of the claim space (job) it is bound to; 0: none yet.
     owner_id: AtomicU64,
+    /// Items per element block while bound to that space (1: item `i` is
+    /// buffer item `i`): the item-to-element map every claim of the job
+    /// must use. Written before `owner_id` (release), under `owner`.
+    owner_grain: AtomicUsize,
     /// That space, to tell whether it is still alive.
     owner: Mutex<Weak<ClaimSpace>>,
 }
@@ -264,7 +285,9 @@ pub struct DisjointBuf<T> {
 // SAFETY: `&self` hands out `&mut [T]` only through `chunk_mut*`, for elements
 // of the caller's claim: claims of one space never overlap (the minting
 // contract of `Chunk::new_unchecked`), the buffer serves one live space at a
-// time (`bind`), and a claim hands out one slice per buffer (`Chunk::take`).
+// time and maps items to elements one way for it (`bind`), so disjoint
+// claims get disjoint elements, and a claim hands out one slice per buffer
+// (`Chunk::take`).
 // So sharing the buffer moves `T` values between threads (`T: Send`); `T:
 // Sync` as well, since the elements are reachable from several threads over
 // the buffer's life.
@@ -305,6 +328,7 @@ impl<T> DisjointBuf<T> {
             stride,
             id: next_id(),
             owner_id: AtomicU64::new(0),
+            owner_grain: AtomicUsize::new(1),
             owner: Mutex::new(Weak::new()),
         }
     }
@@ -342,22 +366,35 @@ impl<T> DisjointBuf<T> {
         self.stride
     }
 
-    /// Binds the buffer to `chunk`'s space, or panics if another live space
-    /// (a job still running) holds it.
-    fn bind(&self, chunk: &Chunk) {
+    /// Binds the buffer to `chunk`'s space with blocks of `grain` items, or
+    /// panics if another live space (a job still running) holds it, or if
+    /// this space's earlier claims used another grain: with two maps, two
+    /// disjoint claims could reach the same elements.
+    fn bind(&self, chunk: &Chunk, grain: usize) {
         let space = chunk.space();
-        if self.owner_id.load(Ordering::Acquire) == space.id() {
-            // Bound to this space, which `chunk` keeps alive: nobody rebinds.
-            return;
-        }
-        let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(live) = owner.upgrade() {
-            if live.id() != space.id() {
-                panic!("a DisjointBuf is written by two jobs at once (shared between kernels?)");
+        // Bound to this space already (which `chunk` keeps alive, so nobody
+        // rebinds meanwhile): the acquire load makes its grain visible.
+        if self.owner_id.load(Ordering::Acquire) != space.id() {
+            let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+            match owner.upgrade() {
+                Some(live) if live.id() != space.id() => {
+                    panic!("a DisjointBuf is written by two jobs at once (shared between kernels?)")
+                }
+                // Another worker of this job bound it since the load above.
+                Some(_) => {}
+                None => {
+                    self.owner_grain.store(grain, Ordering::Relaxed);
+                    *owner = std::sync::Arc::downgrade(space);
+                    self.owner_id.store(space.id(), Ordering::Release);
+                    return;
+                }
             }
         }
-        *owner = std::sync::Arc::downgrade(space);
-        self.owner_id.store(space.id(), Ordering::Release);
+        let bound = self.owner_grain.load(Ordering::Relaxed);
+        assert!(
+            bound == grain,
+            "a DisjointBuf is written in blocks of {grain} items by a job whose first claim used blocks of {bound} (one buffer, one map per job)"
+        );
     }
 
     /// The elements of `chunk`'s items, for writing.
@@ -365,10 +402,11 @@ impl<T> DisjointBuf<T> {
     /// # Panics
     ///
     /// If the chunk is out of bounds, if this buffer's slice was already
-    /// taken from `chunk`, or if another job is writing the buffer.
+    /// taken from `chunk`, if another job is writing the buffer, or if this
+    /// job's claims took it in blocks ([`DisjointBuf::chunk_mut_blocks`]).
     #[allow(clippy::mut_from_ref)]
     pub fn chunk_mut<'a>(&'a self, chunk: &'a Chunk) -> &'a mut [T] {
-        self.elements(chunk, chunk.range())
+        self.elements(chunk, chunk.range(), 1)
     }
 
     /// The elements of `chunk`'s blocks of `grain` items (item block `b` is
@@ -376,13 +414,14 @@ impl<T> DisjointBuf<T> {
     /// block ([`Kernel::grain`](crate::Kernel::grain)).
     ///
     /// Sound because claims are grain-aligned: a chunk starts on a block
-    /// boundary and ends on one or inside this buffer's last block, so two
-    /// claims never share a block.
+    /// boundary and ends on one or inside this buffer's last block, and every
+    /// claim of a job uses the same grain, so two claims never share a block.
     ///
     /// # Panics
     ///
-    /// If the chunk is not aligned that way, out of bounds, or as
-    /// [`DisjointBuf::chunk_mut`].
+    /// If the chunk is not aligned that way, out of bounds, if this job's
+    /// claims took the buffer with another grain (or item by item, grain 1),
+    /// or as [`DisjointBuf::chunk_mut`].
     #[allow(clippy::mut_from_ref)]
     pub fn chunk_mut_blocks<'a>(&'a self, chunk: &'a Chunk, grain: usize) -> &'a mut [T] {
         assert!(grain > 0, "grain 0");
@@ -393,21 +432,24 @@ impl<T> DisjointBuf<T> {
             "chunk {:?} is not aligned on grain {grain}",
             chunk.range()
         );
-        self.elements(chunk, blocks)
+        self.elements(chunk, blocks, grain)
     }
 
+    /// The elements of buffer items `items`, which `chunk`'s items map to
+    /// in blocks of `grain`.
     #[allow(clippy::mut_from_ref)]
-    fn elements<'a>(&'a self, chunk: &'a Chunk, items: Range<usize>) -> &'a mut [T] {
+    fn elements<'a>(&'a self, chunk: &'a Chunk, items: Range<usize>, grain: usize) -> &'a mut [T] {
         let lo = items.start * self.stride;
         let hi = items.end * self.stride;
         let cells = &self.mem[lo..hi];
-        self.bind(chunk);
+        self.bind(chunk, grain);
         chunk.take(self.id);
         // SAFETY: `UnsafeCell<T>` has the layout of `T`. No other reference to
         // these elements is alive: other claims of this space hold other items
-        // (other blocks), other spaces are refused by `bind` while this one
-        // lives, this claim hands out this buffer's slice once (`take`), and
-        // `&self` readers do not exist (reads need `&mut self`).
+        // and, mapped with the same grain (`bind`), other blocks; other spaces
+        // are refused by `bind` while this one lives; this claim hands out
+        // this buffer's slice once (`take`); and `&self` readers do not exist
+        // (reads need `&mut self`).
         unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), cells.len()) }
     }
 
@@ -444,6 +486,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::with_chunk;
 
     fn mint(space: &Arc<ClaimSpace>, r: Range<usize>) -> Chunk {
         // SAFETY: each test mints disjoint ranges per space.
@@ -558,6 +601,56 @@ mod tests {
         // Small ones are never locked: no room kept.
         let s: Vec<u32> = crate::workloads::try_zeroed("test", 10).unwrap();
         assert_eq!(s.capacity(), 10);
+    }
+
+    /// Issue 30's overlap: items 0..4 taken item by item are elements
+    /// 0..4; items 4..8 in blocks of 4 would be element 1.
+    #[test]
+    #[should_panic(expected = "one map per job")]
+    fn buf_items_and_blocks_cannot_mix_in_one_job() {
+        let b = DisjointBuf::<u32>::new(8, 1);
+        let space = ClaimSpace::new();
+        let (c1, c2) = (mint(&space, 0..4), mint(&space, 4..8));
+        let _x = b.chunk_mut(&c1);
+        let _y = b.chunk_mut_blocks(&c2, 4);
+    }
+
+    /// Two grains on one buffer: 0..4 in blocks of 2 is elements 0..2, 4..8
+    /// in blocks of 4 is element 1. Across two threads that would be a data
+    /// race (Miri checks that neither thread gets its slice while the other
+    /// writes): whichever binds second panics.
+    #[test]
+    fn buf_two_grains_cannot_mix_in_one_job_across_threads() {
+        let mut b = DisjointBuf::<u32>::new(8, 1);
+        let space = ClaimSpace::new();
+        let refused = std::thread::scope(|s| {
+            let workers: Vec<_> = [(0..4, 2), (4..8, 4)]
+                .into_iter()
+                .map(|(r, grain)| {
+                    let (b, c) = (&b, mint(&space, r));
+                    s.spawn(move || b.chunk_mut_blocks(&c, grain).fill(grain as u32))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join())
+                .filter(Result::is_err)
+                .count()
+        });
+        assert_eq!(refused, 1, "one of the two maps is refused");
+        let v = b.as_slice();
+        assert!(
+            v == [2, 2, 0, 0, 0, 0, 0, 0] || v == [0, 4, 0, 0, 0, 0, 0, 0],
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn buf_the_next_job_may_map_another_way() {
+        let mut b = DisjointBuf::<u32>::new(4, 1);
+        with_chunk(&mut (), 0..4, |_, c| b.chunk_mut(c).fill(1));
+        with_chunk(&mut (), 0..8, |_, c| b.chunk_mut_blocks(c, 2).fill(2));
+        assert_eq!(b.as_slice(), &[2; 4]);
     }
 
     #[test]
