@@ -10,7 +10,8 @@ async fn main() -> Result<(), coexec::Error> {
     let rt = coexec::Runtime::builder()
         .devices("cpu,sim:1@4")?
         .in_memory_profiles()
-        .build()?;
+        .start()
+        .await?;
     let mut done = rt.run(Synthetic::new(200_000, 200)).await?;
     done.kernel.verify().expect("every item exactly once");
     println!("{}", done.report.summary());

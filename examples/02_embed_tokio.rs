@@ -16,7 +16,8 @@ async fn main() -> Result<(), coexec::Error> {
         Runtime::builder()
             .job_order(JobOrder::Fair)
             .in_memory_profiles()
-            .build()?,
+            .start()
+            .await?,
     );
     let started = std::time::Instant::now();
     let mut requests = Vec::new();

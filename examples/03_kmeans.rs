@@ -11,7 +11,7 @@ async fn main() -> Result<(), coexec::Error> {
         .nth(1)
         .unwrap_or_else(|| "../shared/data/rodinia-kmeans/100".into());
     let data = KmeansData::read(&path)?;
-    let rt = coexec::Runtime::builder().build()?;
+    let rt = coexec::Runtime::builder().start().await?;
     let (out, runs) = rt
         .drive(
             KmeansJob::new(data, KmeansConfig::default())?,

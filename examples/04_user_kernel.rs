@@ -55,7 +55,8 @@ async fn main() -> Result<(), coexec::Error> {
     let rt = coexec::Runtime::builder()
         .devices("cpu:2,sim:1@2")?
         .in_memory_profiles()
-        .build()?;
+        .start()
+        .await?;
     let done = rt.run(k).await?;
     // The kernel is ours again: its outputs are read through ownership.
     let y = done.kernel.y.into_vec();

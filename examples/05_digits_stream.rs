@@ -20,7 +20,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         coexec::Runtime::builder()
             .devices("cpu:1,sim:1@0.5")?
             .in_memory_profiles()
-            .build()?,
+            .start()
+            .await?,
     );
     let cfg = StreamConfig::new()
         .max_batch(32)

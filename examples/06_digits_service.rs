@@ -23,7 +23,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         coexec::Runtime::builder()
             .devices("cpu:1,sim:1@0.5")?
             .in_memory_profiles()
-            .build()?,
+            .start()
+            .await?,
     );
     let stream = StreamConfig::new()
         .max_batch(128)

@@ -105,3 +105,60 @@ fn dropping_the_runtime_cancels_cleanly() {
     rt.shutdown_now();
     assert!(t.elapsed() < Duration::from_secs(10));
 }
+
+/// `Builder::start` builds on a blocking thread: while it waits for the
+/// profile's lock (held here by another thread for 300 ms, as another
+/// process saving would), the one thread of a current-thread runtime keeps
+/// running other tasks. `build()` awaited in its place would hold that
+/// thread for the whole wait: the ticker would not tick.
+#[tokio::test(flavor = "current_thread")]
+async fn start_keeps_the_executor_running_while_it_waits() {
+    let dir = std::env::temp_dir().join(format!("coexec-test-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let builder = || {
+        Runtime::builder()
+            .devices("cpu:1")
+            .unwrap()
+            .profile_dir(&dir)
+    };
+    // A first runtime names the profile (its file name is the machine's).
+    let rt = builder().start().await.unwrap();
+    let lock_path = rt.profile_path().unwrap().with_extension("lock");
+    rt.shutdown().await;
+
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    lock.lock().unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        lock.unlock().unwrap();
+    });
+    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    let t0 = std::time::Instant::now();
+    let rt = builder().start().await.unwrap();
+    let waited = t0.elapsed();
+    let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    ticker.abort();
+    holder.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "start waited for the lock: {waited:?}"
+    );
+    assert!(n >= 10, "{n} ticks while start waited {waited:?}");
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,13 +13,17 @@ use crate::{Error, Runtime};
 /// wants coexec's variables (`COEXEC_DEVICES`, `COEXEC_POLICY`,
 /// `COEXEC_PROFILE_DIR`) to apply asks for them with [`Builder::from_env`].
 ///
+/// In async code, [`Builder::start`] builds on a blocking thread; elsewhere
+/// [`Builder::build`] does the same work on the calling thread:
+///
 /// ```
 /// # async fn demo() -> Result<(), coexec::Error> {
 /// let rt = coexec::Runtime::builder()
 ///     .devices("cpu:2,sim:1@4")?
 ///     .policy("hybrid")
 ///     .in_memory_profiles()
-///     .build()?;
+///     .start()
+///     .await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -158,8 +162,13 @@ impl Builder {
     }
 
     /// Starts the runtime: the actor system on its own thread, one thread per
-    /// worker. Call it from anywhere; it does not need a tokio runtime. It
-    /// reads no environment variable ([`Builder::from_env`] does).
+    /// worker. It blocks the calling thread while it opens the GPUs (CUDA's
+    /// initialisation can take seconds), reads the profile under its lock
+    /// (which another process may hold while it saves) and starts the
+    /// threads: call it where blocking is fine (`main`, a test, a blocking
+    /// thread), and [`Builder::start`] from async code. It needs no tokio
+    /// runtime and reads no environment variable ([`Builder::from_env`]
+    /// does).
     pub fn build(self) -> Result<Runtime, Error> {
         by_name(&self.cfg.policy)?;
         let t = &self.cfg.thresholds;
@@ -178,5 +187,27 @@ impl Builder {
             });
         }
         Runtime::start(self)
+    }
+
+    /// [`Builder::build`] on tokio's blocking pool: the executor thread that
+    /// awaits it runs other tasks meanwhile (on a current-thread runtime,
+    /// every other task). Dropping the future before it is ready drops the
+    /// runtime it builds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), coexec::Error> {
+    /// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?;
+    /// rt.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub async fn start(self) -> Result<Runtime, Error> {
+        tokio::task::spawn_blocking(move || self.build())
+            .await
+            .map_err(|e| Error::Internal(format!("building the runtime: {e}")))?
     }
 }

@@ -23,7 +23,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), coexec::Error> {
 //! // One CPU worker and a simulated accelerator twice as fast.
-//! let rt = coexec::Runtime::builder().devices("cpu:1,sim:1@2")?.in_memory_profiles().build()?;
+//! let rt = coexec::Runtime::builder().devices("cpu:1,sim:1@2")?.in_memory_profiles().start().await?;
 //! let mut done = rt.run(Synthetic::new(20_000, 100)).await?;
 //! assert!(done.kernel.verify().is_ok());
 //! assert_eq!(done.report.classes.iter().map(|c| c.items).sum::<usize>(), 20_000);

@@ -29,7 +29,7 @@ pub struct Done<K> {
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), coexec::Error> {
-///     let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
+///     let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().start().await?;
 ///     let mut done = rt.run(Synthetic::new(10_000, 50)).await?;
 ///     done.kernel.verify().expect("every item exactly once");
 ///     println!("{}", done.report.summary());
@@ -83,7 +83,7 @@ impl Runtime {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), coexec::Error> {
-    /// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?;
+    /// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?;
     /// // Seconds of work in chunks of a few ms, given 10 ms: cancelled when
     /// // the timeout drops it.
     /// let long = rt.run_with(Synthetic::new(1_000_000, 10_000), coexec::JobOptions::new().chunk(100));
@@ -121,7 +121,7 @@ impl Runtime {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), coexec::Error> {
-    /// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?;
+    /// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().start().await?;
     /// let (out, reports) = rt.drive(MatmulJob::new(MatmulProblem::new(64, 32)?)?, Default::default()).await?;
     /// assert_eq!(out.c.len(), 64 * 32 * 32);
     /// assert_eq!(reports.len(), 1);

@@ -28,7 +28,7 @@
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.build()?);
+//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.start().await?);
 //! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
 //! let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new())?;
 //! let app = axum::Router::new().merge(svc.router());

@@ -44,7 +44,7 @@ pub const RUN_CATEGORY: &str = "run";
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), coexec::Error> {
-/// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().trace(true).build()?;
+/// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().trace(true).start().await?;
 /// let done = rt.run(Synthetic::new(5_000, 20)).await?;
 /// let trace = coexec::trace::chrome_trace(&[done.report.clone()], rt.classes());
 /// let chunks = trace["traceEvents"]

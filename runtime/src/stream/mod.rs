@@ -59,7 +59,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().build()?);
+//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().start().await?);
 //! let stream = Stream::start(rt.clone(), Double, StreamConfig::new().max_batch(32))?;
 //! assert_eq!(stream.infer(21).await?, 42);
 //! stream.shutdown().await;
@@ -524,7 +524,7 @@ impl<M: Model> Stream<M> {
     /// # }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?);
+    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?);
     /// let stream = Stream::start(rt, Echo, StreamConfig::new().queue(4))?;
     /// let (mut pending, mut later) = (Vec::new(), Vec::new());
     /// for x in 0..100 {
@@ -601,7 +601,7 @@ impl<M: Model> Stream<M> {
     /// # }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().build()?);
+    /// # let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?);
     /// let stream = Stream::start(rt, Echo, StreamConfig::new().queue(8))?;
     /// let mut outputs = Vec::new();
     /// for p in stream.try_infer_many(vec![1, 2, 3])? {
@@ -1094,7 +1094,7 @@ impl<M: Model> BatchJob<M> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let w = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
-/// let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.build()?);
+/// let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.start().await?);
 /// let stream = Stream::start(rt, MlpModel::new(w), StreamConfig::new())?;
 /// let probs = stream.infer(vec![0.0; 64]).await?;
 /// assert_eq!(probs.len(), 10);
