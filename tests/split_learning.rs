@@ -153,3 +153,44 @@ async fn runs_close_together_are_saved_without_a_shutdown() {
     }
     rt.shutdown().await;
 }
+
+/// A save waits for the profile's lock while another process saves; runs
+/// do not wait with it: saves are written on a thread of their own, not
+/// the one the broker and the profiler answer admissions on.
+#[tokio::test(flavor = "current_thread")]
+async fn runs_do_not_wait_behind_a_save() {
+    use std::time::Duration;
+
+    let dir = tempdir("save-off-thread");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = runtime(&dir);
+    let path = rt.profile_path().unwrap().to_path_buf();
+    // Another process saving, as far as this one can tell.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_extension("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    // The first run's save waits for the lock; the later runs go on.
+    for i in 0..4 {
+        let run = rt.run(Synthetic::new(10_000, 10));
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("run {i} waited behind the save"))
+            .unwrap();
+    }
+    lock.unlock().unwrap();
+    // Shutting down writes what the held save and the later runs learned.
+    rt.shutdown().await;
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let runs: u64 = v["kernels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|p| p["runs"].as_u64())
+        .sum();
+    assert_eq!(runs, 4);
+}

@@ -2,6 +2,7 @@
 //! learned from every run and remembered across processes.
 
 mod history;
+mod saver;
 mod store;
 
 use std::time::Duration;
@@ -16,6 +17,8 @@ pub use store::{
 };
 
 use crate::perfmodel::{Sample, SpeedModel};
+use saver::Saver;
+use store::SaveDone;
 
 /// How often the profile file is rewritten at most while runs stream in.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
@@ -26,7 +29,11 @@ pub(crate) struct Profiler {
     pub(crate) mu: f64,
     pub(crate) nu: f64,
     /// Whether a save is already scheduled.
-    pub(crate) save_due: bool,
+    save_due: bool,
+    /// The thread that writes the file, from the first save on.
+    saver: Option<Saver>,
+    /// Whether that thread has a save in hand.
+    saving: bool,
 }
 
 impl Profiler {
@@ -36,32 +43,63 @@ impl Profiler {
             mu,
             nu,
             save_due: false,
+            saver: None,
+            saving: false,
         }
     }
 
-    /// Saves what was learned at most once per [`SAVE_EVERY`]: now if the
-    /// last save is older, else once that much time has passed. The file is
-    /// written on this actor's thread, which the broker shares: at a stream's
-    /// hundreds of batches a second, a save per batch (each a lock, a read,
-    /// a merge, a write and a rename) took a third of that thread.
+    /// Saves what was learned at most once per [`SAVE_EVERY`] (at a
+    /// stream's hundreds of batches a second, a save per batch would keep
+    /// the disk busy): now if the last save is older, else once that much
+    /// time has passed, and once the save in hand is written.
     fn save_soon(&mut self, ctx: &mut Context<Self>) {
-        if self.save_due {
+        if self.save_due || self.saving {
             return;
         }
         match self.store.save_wait(SAVE_EVERY) {
-            Duration::ZERO => self.save(),
+            Duration::ZERO => self.start_save(ctx),
             wait => {
                 self.save_due = true;
-                ctx.run_later(wait, |act, _| {
+                ctx.run_later(wait, |act, ctx| {
                     act.save_due = false;
-                    act.save();
+                    act.start_save(ctx);
                 });
             }
         }
     }
 
-    fn save(&mut self) {
-        if let Err(e) = self.store.save() {
+    /// Hands the save to the writer thread (started here the first time);
+    /// writes it on this thread only if no thread could be had.
+    fn start_save(&mut self, ctx: &mut Context<Self>) {
+        let Some(job) = self.store.take_save() else {
+            return;
+        };
+        if self.saver.is_none() {
+            let me = ctx.address().downgrade();
+            match Saver::start(move || {
+                if let Some(profiler) = me.upgrade() {
+                    profiler.do_send(Saved);
+                }
+            }) {
+                Ok(s) => self.saver = Some(s),
+                Err(e) => tracing::warn!("no thread to save the profile on ({e}): saving inline"),
+            }
+        }
+        let job = match &self.saver {
+            Some(saver) => match saver.give(job) {
+                None => {
+                    self.saving = true;
+                    return;
+                }
+                Some(job) => job,
+            },
+            None => job,
+        };
+        self.finish(job.write());
+    }
+
+    fn finish(&mut self, done: SaveDone) {
+        if let Err(e) = self.store.finish_save(done) {
             tracing::warn!("could not save the profile: {e}");
         }
     }
@@ -170,8 +208,36 @@ pub(crate) struct Flush {
 impl Handler<Flush> for Profiler {
     type Result = ();
     fn handle(&mut self, m: Flush, _: &mut Context<Self>) {
-        self.save();
+        // The runtime is shutting down: what is learned is written before
+        // it ends, on this thread, after the save in hand.
+        if std::mem::take(&mut self.saving) {
+            if let Some(done) = self.saver.as_ref().and_then(Saver::wait) {
+                self.finish(done);
+            }
+        }
+        if let Some(job) = self.store.take_save() {
+            self.finish(job.write());
+        }
         let _ = m.done.send(());
+    }
+}
+
+/// The writer thread finished a save.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Saved;
+
+impl Handler<Saved> for Profiler {
+    type Result = ();
+    fn handle(&mut self, _: Saved, ctx: &mut Context<Self>) {
+        let Some(done) = self.saver.as_ref().and_then(Saver::try_take) else {
+            return;
+        };
+        self.saving = false;
+        self.finish(done);
+        if self.store.dirty() {
+            self.save_soon(ctx);
+        }
     }
 }
 

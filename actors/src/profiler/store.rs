@@ -474,18 +474,149 @@ impl ProfileStore {
     /// is tried again a save interval later, not at every run), and its
     /// error names the file.
     pub fn save(&mut self) -> std::io::Result<()> {
-        let Some(path) = self.path.clone() else {
-            return Ok(());
-        };
-        if !self.dirty {
-            return Ok(());
+        match self.take_save() {
+            Some(job) => {
+                let done = job.write();
+                self.finish_save(done)
+            }
+            None => Ok(()),
         }
-        self.last_save = Some(Instant::now());
-        self.write_merged(&path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
     }
 
-    fn write_merged(&mut self, path: &Path) -> std::io::Result<()> {
+    /// What a save writes, taken out of the store so that another thread
+    /// can write it ([`SaveJob::write`]) while this one goes on learning;
+    /// `None` where there is nothing to save. Hand the outcome back with
+    /// [`ProfileStore::finish_save`].
+    pub(crate) fn take_save(&mut self) -> Option<SaveJob> {
+        let path = self.path.clone()?;
+        if !self.dirty {
+            return None;
+        }
+        self.last_save = Some(Instant::now());
+        self.dirty = false;
+        Some(SaveJob {
+            path,
+            file: self.file.clone(),
+            pending: std::mem::take(&mut self.pending),
+        })
+    }
+
+    /// Takes a save's outcome back: on success the merged file becomes the
+    /// store's, with what was learned since the save was taken added to it;
+    /// on failure what the save held is pending again, for the next.
+    pub(crate) fn finish_save(&mut self, done: SaveDone) -> std::io::Result<()> {
+        match done {
+            SaveDone::Written(mut merged) => {
+                merge_pending(&self.pending, &mut merged);
+                self.file = merged;
+                Ok(())
+            }
+            SaveDone::Failed(e, job) => {
+                let newer = std::mem::replace(&mut self.pending, job.pending);
+                for (key, p) in newer {
+                    self.pending.entry(key).or_default().absorb(p);
+                }
+                self.dirty = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether something was learned since the last save was taken.
+    pub(crate) fn dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// How long until a save keeps saves `every` apart (zero: now).
+    pub fn save_wait(&self, every: std::time::Duration) -> std::time::Duration {
+        self.last_save.map_or(std::time::Duration::ZERO, |t| {
+            every.saturating_sub(t.elapsed())
+        })
+    }
+}
+
+/// Adds what a process learned since its last save (`pending`) to `disk`.
+fn merge_pending(pending: &BTreeMap<String, Pending>, disk: &mut ProfileFile) {
+    for (key, p) in pending {
+        let k = disk.kernels.entry(key.clone()).or_default();
+        k.runs += p.runs;
+        for (class, (samples, n)) in &p.samples {
+            let m = k.models.entry(class.clone()).or_default();
+            let before = m.observed;
+            for s in samples {
+                m.observe(s.items, s.secs);
+            }
+            m.observed = before + n;
+        }
+        if let Some(split) = &p.split {
+            k.split = split.clone();
+        }
+        for (class, start) in &p.starts {
+            let m = k.models.entry(class.clone()).or_default();
+            *m = std::mem::take(m).with_start(*start);
+        }
+        if let Some(h) = &p.history {
+            k.history = h.clone();
+        }
+    }
+}
+
+impl Pending {
+    /// Adds `newer`, learned after `self`: samples after these (the last
+    /// window of them kept), runs added, the newer split, starts and history.
+    fn absorb(&mut self, newer: Pending) {
+        for (class, (samples, n)) in newer.samples {
+            let (kept, m) = self.samples.entry(class).or_default();
+            kept.extend(samples);
+            let excess = kept.len().saturating_sub(crate::perfmodel::WINDOW);
+            kept.drain(..excess);
+            *m += n;
+        }
+        self.runs += newer.runs;
+        if newer.split.is_some() {
+            self.split = newer.split;
+        }
+        self.starts.extend(newer.starts);
+        if newer.history.is_some() {
+            self.history = newer.history;
+        }
+    }
+}
+
+/// A save taken out of a [`ProfileStore`] ([`ProfileStore::take_save`]).
+pub(crate) struct SaveJob {
+    path: PathBuf,
+    /// The store's profile when the save was taken.
+    file: ProfileFile,
+    /// What the store learned since its last save.
+    pending: BTreeMap<String, Pending>,
+}
+
+/// How a [`SaveJob`] ended.
+pub(crate) enum SaveDone {
+    /// The file as written: what was on disk with the job's learning added.
+    Written(ProfileFile),
+    /// Not written (the error names the file); the job, to learn from again.
+    Failed(std::io::Error, SaveJob),
+}
+
+impl SaveJob {
+    /// Writes the profile: under its lock, reads what is on disk now (other
+    /// processes may have saved since this one loaded), adds this process's
+    /// new samples and runs to it, and replaces the file atomically
+    /// (temporary file, rename).
+    pub(crate) fn write(self) -> SaveDone {
+        match self.write_merged() {
+            Ok(merged) => SaveDone::Written(merged),
+            Err(e) => {
+                let e = std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display()));
+                SaveDone::Failed(e, self)
+            }
+        }
+    }
+
+    fn write_merged(&self) -> std::io::Result<ProfileFile> {
+        let path = &self.path;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -493,7 +624,7 @@ impl ProfileStore {
         remove_orphans(path);
         let merged = match read_profile(path, &self.file.fingerprint) {
             Ok(Some((mut disk, _))) => {
-                self.merge_into(&mut disk);
+                merge_pending(&self.pending, &mut disk);
                 disk
             }
             Ok(None) => self.file.clone(),
@@ -508,43 +639,7 @@ impl ProfileStore {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        self.file = merged;
-        self.pending.clear();
-        self.dirty = false;
-        Ok(())
-    }
-
-    /// Adds what this process learned since its last save to `disk`.
-    fn merge_into(&self, disk: &mut ProfileFile) {
-        for (key, p) in &self.pending {
-            let k = disk.kernels.entry(key.clone()).or_default();
-            k.runs += p.runs;
-            for (class, (samples, n)) in &p.samples {
-                let m = k.models.entry(class.clone()).or_default();
-                let before = m.observed;
-                for s in samples {
-                    m.observe(s.items, s.secs);
-                }
-                m.observed = before + n;
-            }
-            if let Some(split) = &p.split {
-                k.split = split.clone();
-            }
-            for (class, start) in &p.starts {
-                let m = k.models.entry(class.clone()).or_default();
-                *m = std::mem::take(m).with_start(*start);
-            }
-            if let Some(h) = &p.history {
-                k.history = h.clone();
-            }
-        }
-    }
-
-    /// How long until a save keeps saves `every` apart (zero: now).
-    pub fn save_wait(&self, every: std::time::Duration) -> std::time::Duration {
-        self.last_save.map_or(std::time::Duration::ZERO, |t| {
-            every.saturating_sub(t.elapsed())
-        })
+        Ok(merged)
     }
 }
 
