@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every CPU-machine figure of the README, in one go, from the repository root:
+# Every CPU-machine figure of docs/benchmarks.md, in one go, from the repository root:
 #   cargo build --release && bash scripts/cpu_results.sh
-# Writes docs/results/cpu-*.{txt,json,svg}, then the README's Measured section
+# Writes docs/results/cpu-*.{txt,json,svg}, then docs/benchmarks.md's Measured section
 # from them (scripts/readme_measured.py). Takes about 30 minutes on 2 cores.
 # At least 7 rounds per bench: the 95% interval of a median needs 6 runs.
 set -euo pipefail
