@@ -67,7 +67,7 @@ async fn main() -> Result<(), coexec::Error> {
     // A saxpy over a million items is a job of a few milliseconds: too short
     // for the method's probe, static and dynamic phases to balance well on a
     // cold profile, so the split and the imbalance printed here vary from
-    // run to run (README, "Known gaps"). A job of a second or more balances;
+    // run to run (docs/limits.md). A job of a second or more balances;
     // so do later runs of the same kernel on a stored profile.
     println!("{}", done.report.summary());
     rt.shutdown().await;

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release --example 06_digits_service`
 //!
-//! `coexec serve` is the same service as a command (see the README).
+//! `coexec serve` is the same service as a command (see docs/serving.md).
 
 use std::io::{Read, Write};
 use std::sync::Arc;
