@@ -162,3 +162,64 @@ async fn start_keeps_the_executor_running_while_it_waits() {
     rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stream model whose `build` is real host work of 40 ms a batch.
+struct SlowModel;
+
+impl coexec::stream::Model for SlowModel {
+    type Input = u32;
+    type Output = u32;
+    type Kernel = Synthetic;
+    fn build(&self, inputs: Vec<u32>) -> Result<Synthetic, coexec::kernels::KernelError> {
+        let t0 = std::time::Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < Duration::from_millis(40) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        Ok(Synthetic::new(inputs.len(), 10))
+    }
+    fn outputs(&self, k: Synthetic) -> Result<Vec<u32>, coexec::kernels::KernelError> {
+        use coexec::kernels::Kernel;
+        Ok(vec![7; k.items()])
+    }
+}
+
+/// A model's slow `build` runs on the blocking pool: on a current-thread
+/// runtime the one thread keeps running other tasks through five batches
+/// (200 ms of builds). Inline, the ticker would tick about once a batch.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_model_builds_off_the_executor() {
+    use coexec::stream::{Stream, StreamConfig};
+
+    let rt = Arc::new(
+        Runtime::builder()
+            .devices("cpu:1")
+            .unwrap()
+            .in_memory_profiles()
+            .start()
+            .await
+            .unwrap(),
+    );
+    let stream = Stream::start(rt.clone(), SlowModel, StreamConfig::new()).unwrap();
+    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    let t0 = std::time::Instant::now();
+    for i in 0..5 {
+        assert_eq!(stream.infer(i).await.unwrap(), 7);
+    }
+    let took = t0.elapsed();
+    let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    ticker.abort();
+    assert!(n >= 15, "{n} ticks in {took:?} of five 40 ms builds");
+    stream.shutdown().await;
+    drop(stream);
+    Arc::try_unwrap(rt).expect("sole owner").shutdown().await;
+}

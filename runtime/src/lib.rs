@@ -43,6 +43,7 @@
 
 mod builder;
 mod error;
+mod host;
 mod metrics;
 mod net;
 mod runtime;

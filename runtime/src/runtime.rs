@@ -3,8 +3,9 @@ use std::sync::Arc;
 use coexec_actors::{ClassInfo, Engine, JobOptions, RunReport};
 use coexec_kernels::cuda::GpuInfo;
 use coexec_kernels::workloads::Workload;
-use coexec_kernels::Kernel;
+use coexec_kernels::{Kernel, KernelError};
 
+use crate::host::HostCall;
 use crate::{Builder, Error};
 
 /// A finished run: the kernel back, with every item computed, and its report.
@@ -116,6 +117,11 @@ impl Runtime {
     /// cancels the step in progress, as for [`Runtime::run`], and no later
     /// step starts.
     ///
+    /// The workload's host code (`next_step`, `absorb`) runs on tokio's
+    /// blocking pool where it takes more than 100 µs (the first call always
+    /// does), and inline where it is quicker than handing it over; a panic in
+    /// it fails the job with [`KernelError::Panicked`](crate::kernels::KernelError).
+    ///
     /// ```
     /// use coexec::kernels::workloads::{MatmulJob, MatmulProblem};
     ///
@@ -127,16 +133,33 @@ impl Runtime {
     /// assert_eq!(reports.len(), 1);
     /// # Ok(()) }
     /// ```
-    pub async fn drive<W: Workload>(
+    pub async fn drive<W: Workload + 'static>(
         &self,
         mut w: W,
         opts: JobOptions,
     ) -> Result<(W::Output, Vec<RunReport>), Error> {
+        let (next, absorb) = (HostCall::default(), HostCall::default());
         let mut reports = Vec::new();
-        while let Some(step) = w.next_step()? {
+        loop {
+            let (back, step) = next
+                .run("Workload::next_step", move || {
+                    let step = KernelError::catch(|| w.next_step());
+                    (w, step)
+                })
+                .await?;
+            w = back;
+            let Some(step) = step? else { break };
             let done = self.run_with(step, opts.clone()).await?;
             reports.push(done.report);
-            w.absorb(done.kernel)?;
+            let kernel = done.kernel;
+            let (back, absorbed) = absorb
+                .run("Workload::absorb", move || {
+                    let r = KernelError::catch(|| w.absorb(kernel));
+                    (w, r)
+                })
+                .await?;
+            w = back;
+            absorbed?;
         }
         Ok((w.finish(), reports))
     }

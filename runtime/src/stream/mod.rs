@@ -79,6 +79,7 @@ use coexec_kernels::{Kernel, KernelError};
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::host::HostCall;
 use crate::{Error, JobOptions, Runtime};
 
 mod place;
@@ -465,6 +466,7 @@ impl<M: Model> Stream<M> {
             placer,
             epoch: Instant::now(),
             model: Arc::new(model),
+            calls: Arc::default(),
             cfg,
             rx,
             shared: shared.clone(),
@@ -815,6 +817,7 @@ struct Batcher<M: Model> {
     /// The placer's clock starts here.
     epoch: Instant,
     model: Arc<M>,
+    calls: Arc<ModelCalls>,
     cfg: StreamConfig,
     rx: mpsc::Receiver<Request<M>>,
     shared: Arc<Shared>,
@@ -890,6 +893,7 @@ impl<M: Model> Batcher<M> {
                 placer: self.placer.clone(),
                 epoch: self.epoch,
                 model: self.model.clone(),
+                calls: self.calls.clone(),
                 opts: self.cfg.job.clone(),
                 on_batch: self.cfg.on_batch.clone(),
             };
@@ -908,8 +912,18 @@ struct BatchJob<M: Model> {
     placer: Option<Arc<std::sync::Mutex<Placer>>>,
     epoch: Instant,
     model: Arc<M>,
+    calls: Arc<ModelCalls>,
     opts: JobOptions,
     on_batch: Option<Observer>,
+}
+
+/// Where the model's callbacks run (see [`HostCall`]): a model that builds
+/// its kernel in microseconds keeps doing so inline, one that takes longer
+/// is moved off the executor.
+#[derive(Debug, Default)]
+struct ModelCalls {
+    build: HostCall,
+    outputs: HostCall,
 }
 
 fn lock(p: &std::sync::Mutex<Placer>) -> std::sync::MutexGuard<'_, Placer> {
@@ -1020,20 +1034,39 @@ impl<M: Model> BatchJob<M> {
         };
         // The model is user code: a panic in it fails this batch, not the
         // stream.
-        let kernel = catch_in("Model::build", || self.model.build(inputs));
+        let model = self.model.clone();
+        let kernel = self
+            .calls
+            .build
+            .run("Model::build", move || {
+                catch_in("Model::build", || model.build(inputs))
+            })
+            .await
+            .and_then(|k| Ok(k?));
         let started = Instant::now();
         let (outputs, run, delivering) = match kernel {
             Ok(k) => {
                 let done = self.rt.run_with(k, opts).await;
                 let (run, delivering) = (started.elapsed(), Instant::now());
                 place.learn(done.as_ref().ok().map(|d| &d.report));
-                let outs = done
-                    .and_then(|d| Ok(catch_in("Model::outputs", || self.model.outputs(d.kernel))?));
+                let outs = match done {
+                    Ok(d) => {
+                        let (model, kernel) = (self.model.clone(), d.kernel);
+                        self.calls
+                            .outputs
+                            .run("Model::outputs", move || {
+                                catch_in("Model::outputs", || model.outputs(kernel))
+                            })
+                            .await
+                            .and_then(|o| Ok(o?))
+                    }
+                    Err(e) => Err(e),
+                };
                 (outs, run, delivering)
             }
             Err(e) => {
                 place.learn(None);
-                (Err(e.into()), Duration::ZERO, Instant::now())
+                (Err(e), Duration::ZERO, Instant::now())
             }
         };
         let outputs = outputs.and_then(|o| {

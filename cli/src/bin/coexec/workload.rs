@@ -365,7 +365,7 @@ pub(crate) struct Ran {
 /// `rt.drive(build())`: the output, every run's report, the wall seconds
 /// from the built workload to its output, and the seconds `build` took
 /// (generating the job's inputs).
-async fn drive<W: Workload>(
+async fn drive<W: Workload + 'static>(
     rt: &Runtime,
     build: impl FnOnce() -> Result<W, KernelError>,
     opts: JobOptions,
