@@ -106,6 +106,35 @@ fn dropping_the_runtime_cancels_cleanly() {
     assert!(t.elapsed() < Duration::from_secs(10));
 }
 
+/// A task that counts 5 ms ticks on the runtime it is spawned on: it ticks
+/// only while that runtime's threads are free to run it.
+struct Ticker {
+    ticks: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Ticker {
+    fn start() -> Self {
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        Self { ticks, task }
+    }
+
+    /// Stops it; the ticks it counted.
+    fn stop(self) -> usize {
+        self.task.abort();
+        self.ticks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// `Builder::start` builds on a blocking thread: while it waits for the
 /// profile's lock (held here by another thread for 300 ms, as another
 /// process saving would), the one thread of a current-thread runtime keeps
@@ -138,21 +167,11 @@ async fn start_keeps_the_executor_running_while_it_waits() {
         std::thread::sleep(Duration::from_millis(300));
         lock.unlock().unwrap();
     });
-    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ticker = tokio::spawn({
-        let ticks = ticks.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
+    let ticker = Ticker::start();
     let t0 = std::time::Instant::now();
     let rt = builder().start().await.unwrap();
     let waited = t0.elapsed();
-    let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
-    ticker.abort();
+    let n = ticker.stop();
     holder.join().unwrap();
     assert!(
         waited >= Duration::from_millis(250),
@@ -201,23 +220,13 @@ async fn a_slow_model_builds_off_the_executor() {
             .unwrap(),
     );
     let stream = Stream::start(rt.clone(), SlowModel, StreamConfig::new()).unwrap();
-    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ticker = tokio::spawn({
-        let ticks = ticks.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
+    let ticker = Ticker::start();
     let t0 = std::time::Instant::now();
     for i in 0..5 {
         assert_eq!(stream.infer(i).await.unwrap(), 7);
     }
     let took = t0.elapsed();
-    let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
-    ticker.abort();
+    let n = ticker.stop();
     assert!(n >= 15, "{n} ticks in {took:?} of five 40 ms builds");
     stream.shutdown().await;
     drop(stream);
