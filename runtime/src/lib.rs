@@ -47,6 +47,7 @@ mod host;
 mod metrics;
 mod net;
 mod runtime;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod stream;
 pub mod trace;

@@ -1,7 +1,6 @@
-//! The accept loop's steps, shared by the metrics endpoint and the service
-//! (a connection slot, then a connection; or, for the service, a connection,
-//! then a slot, freed by closing the connection idle longest when there is
-//! none); and the deadline on a service connection's request heads.
+//! The service's connections: the idle ones it may close for a new one,
+//! its requests in flight, the deadline on request heads and the watched
+//! request bodies.
 
 use std::future::Future;
 use std::io;
@@ -12,39 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
-
-/// How long to wait after a failed accept (out of descriptors and the like).
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
-
-/// Waits for a free slot of `slots`, then for a connection on `listener`,
-/// backing off and trying again when an accept fails. `None` once `slots`
-/// is closed. Cancel-safe: dropping it releases the slot and loses no
-/// connection, so callers race it against their stop signal.
-pub(crate) async fn accept_bounded(
-    listener: &TcpListener,
-    slots: &Arc<Semaphore>,
-    what: &str,
-) -> Option<(OwnedSemaphorePermit, TcpStream)> {
-    let permit = slots.clone().acquire_owned().await.ok()?;
-    Some((permit, accept(listener, what).await))
-}
-
-/// The next connection on `listener`, backing off and trying again when an
-/// accept fails. Cancel-safe.
-pub(crate) async fn accept(listener: &TcpListener, what: &str) -> TcpStream {
-    loop {
-        match listener.accept().await {
-            Ok((s, _)) => return s,
-            Err(e) => {
-                tracing::debug!("{what} accept: {e}");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-            }
-        }
-    }
-}
 
 /// `idle_since` of a connection that is not idle: a head or a request is
 /// in progress (or the connection's first head is awaited), or it was
