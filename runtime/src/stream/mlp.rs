@@ -1,0 +1,64 @@
+//! The digits MLP (any [`Mlp`](coexec_kernels::workloads::Mlp)) as a
+//! stream [`Model`].
+
+use std::sync::Arc;
+
+use coexec_kernels::KernelError;
+
+use super::Model;
+
+/// A ready [`Model`] for [`Mlp`](coexec_kernels::workloads::Mlp) classifiers:
+/// an input is one row of features, an output its class probabilities.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use coexec::kernels::workloads::MlpWeights;
+/// use coexec::stream::{MlpModel, Stream, StreamConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let w = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
+/// let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.start().await?);
+/// let stream = Stream::start(rt, MlpModel::new(w), StreamConfig::new())?;
+/// let probs = stream.infer(vec![0.0; 64]).await?;
+/// assert_eq!(probs.len(), 10);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MlpModel {
+    weights: Arc<coexec_kernels::workloads::MlpWeights>,
+}
+
+impl MlpModel {
+    /// Serves `weights`.
+    pub fn new(weights: Arc<coexec_kernels::workloads::MlpWeights>) -> Self {
+        Self { weights }
+    }
+}
+
+impl Model for MlpModel {
+    type Input = Vec<f32>;
+    type Output = Vec<f32>;
+    type Kernel = coexec_kernels::workloads::Mlp;
+
+    /// Refuses (failing the batch) a row of the wrong length; a server checks
+    /// rows before they reach the stream.
+    fn build(&self, rows: Vec<Vec<f32>>) -> Result<Self::Kernel, KernelError> {
+        let f = self.weights.inputs();
+        if let Some(r) = rows.iter().find(|r| r.len() != f) {
+            return Err(KernelError::invalid(
+                "mlp input",
+                format!("a row of {} features; the model takes {f}", r.len()),
+            ));
+        }
+        coexec_kernels::workloads::Mlp::new(self.weights.clone(), rows.concat())
+    }
+
+    fn outputs(&self, k: Self::Kernel) -> Result<Vec<Vec<f32>>, KernelError> {
+        let c = self.weights.classes();
+        Ok(k.into_probs()
+            .chunks_exact(c)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}
