@@ -1,0 +1,417 @@
+//! `POST /v1/infer`: the body read under its limits, the rows checked,
+//! the requests queued on the stream, and the answer, with a Retry-After
+//! computed from the rate the service drains its queue at.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use coexec_kernels::workloads::argmax;
+use metrics::{counter, gauge, histogram};
+use serde::{Deserialize, Serialize};
+
+use super::server::BODY_DEADLINE;
+use super::Service;
+use crate::stream::{Pending, StreamError};
+
+/// Rows answered per second, measured over windows of at least
+/// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
+#[derive(Debug, Default)]
+pub(super) struct DrainRate {
+    /// Start of the current window (seconds) and rows answered in it.
+    start: f64,
+    rows: u64,
+    /// The last full window's rate; 0 until one is measured.
+    rate: f64,
+}
+
+impl DrainRate {
+    pub(super) const WINDOW: f64 = 0.5;
+    /// The shortest partial window the first estimate is taken from.
+    pub(super) const FIRST_SPAN: f64 = 0.05;
+
+    pub(super) fn answered(&mut self, rows: u64, now: f64) {
+        if self.rows == 0 && now - self.start > Self::WINDOW {
+            // The first answer after a quiet spell opens a window: the
+            // quiet time says nothing about how fast a backlog drains.
+            self.start = now;
+            self.rows = rows;
+            return;
+        }
+        self.rows += rows;
+        let span = now - self.start;
+        if span >= Self::WINDOW {
+            let r = self.rows as f64 / span;
+            // Smoothed: one odd window moves the estimate halfway.
+            self.rate = if self.rate > 0.0 {
+                0.5 * (self.rate + r)
+            } else {
+                r
+            };
+            self.start = now;
+            self.rows = 0;
+        }
+    }
+
+    /// The rate at `now`: a window that has run long with few rows lowers
+    /// it; before the first full window, the window so far once it spans
+    /// [`DrainRate::FIRST_SPAN`]; 0 (nothing measured) before that.
+    pub(super) fn rate(&self, now: f64) -> f64 {
+        let span = now - self.start;
+        if self.rate <= 0.0 {
+            return if self.rows > 0 && span >= Self::FIRST_SPAN {
+                self.rows as f64 / span
+            } else {
+                0.0
+            };
+        }
+        if span > 2.0 * Self::WINDOW {
+            let current = self.rows as f64 / span;
+            return self.rate.min(current.max(self.rate * Self::WINDOW / span));
+        }
+        self.rate
+    }
+}
+
+/// Seconds a rejected client should wait: the time to drain `backlog` rows
+/// at `rate` rows/s, rounded up, at least 1, at most `cap`. With nothing
+/// measured yet (a fresh server's first burst), 1: the retry then finds a
+/// measured rate, where the cap would turn a client away for 30 s over a
+/// backlog that drains in milliseconds.
+pub(super) fn retry_after(backlog: usize, rate: f64, cap: Duration) -> u64 {
+    let cap = cap.as_secs().max(1);
+    if !(rate.is_finite() && rate > 0.0) {
+        return 1;
+    }
+    ((backlog as f64 / rate).ceil() as u64).clamp(1, cap)
+}
+
+/// Why a request was refused, as its JSON body says.
+pub(super) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": msg.into() }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// 503 while draining, with `Connection: close`: the client opens no more
+/// requests on a connection that is about to close (a request sent on an
+/// idle keep-alive connection as the server closes it is lost on the wire).
+pub(super) fn draining() -> Response {
+    let mut r = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "draining: not accepting requests",
+    );
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// The rows a body `{"inputs": [[...], ...]}` holds, by its brackets (no
+/// other part of a well-formed body has one), at least 1: a cheap count
+/// for refusing before the parse. A malformed body may count wrong; it
+/// then gets a 503 instead of its 400 while the queue is full.
+pub(super) fn rows_in(body: &[u8]) -> usize {
+    body.iter()
+        .filter(|&&b| b == b'[')
+        .count()
+        .saturating_sub(1)
+        .max(1)
+}
+
+pub(super) const EXPECTED: &str = r#"a JSON object {"inputs": [[64 numbers], ...]}"#;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct InferRequest {
+    inputs: Vec<Vec<f32>>,
+    #[serde(default)]
+    deadline_ms: Option<u64>,
+}
+
+/// Rows counted in `in_flight` while it lives: a client that goes away
+/// drops the handler, and its rows must leave the backlog with it.
+pub(super) struct Counted<'a>(&'a AtomicU64, u64);
+
+impl<'a> Counted<'a> {
+    fn new(c: &'a AtomicU64, n: u64) -> Self {
+        c.fetch_add(n, Ordering::Relaxed);
+        Self(c, n)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// One input's answer; probabilities as f32 (shortest round-trip digits).
+#[derive(Serialize)]
+pub(super) struct Output<'a> {
+    label: usize,
+    probs: &'a [f32],
+}
+
+#[derive(Serialize)]
+pub(super) struct InferResponse<'a> {
+    outputs: Vec<Output<'a>>,
+}
+
+/// The outcomes of `coexec_requests_total` and
+/// `coexec_request_duration_seconds`.
+pub(super) const OUTCOMES: [&str; 6] = [
+    "success",
+    "invalid",
+    "overloaded",
+    "deadline",
+    "failed",
+    "unavailable",
+];
+
+/// A `/v1/infer` answer's outcome, read from the answer itself so that the
+/// counter and the latency histogram cannot disagree: a 503 with
+/// `Retry-After` is a full queue, one without it a draining or closed
+/// service.
+pub(super) fn outcome_of(r: &Response) -> &'static str {
+    match r.status() {
+        StatusCode::OK => "success",
+        StatusCode::GATEWAY_TIMEOUT => "deadline",
+        StatusCode::SERVICE_UNAVAILABLE if r.headers().contains_key(header::RETRY_AFTER) => {
+            "overloaded"
+        }
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_client_error() => "invalid",
+        _ => "failed",
+    }
+}
+
+pub(super) async fn infer(State(svc): State<Service>, headers: HeaderMap, body: Body) -> Response {
+    let t0 = Instant::now();
+    let r = infer_inner(&svc, &headers, body).await;
+    let o = outcome_of(&r);
+    counter!("coexec_requests_total", "outcome" => o).increment(1);
+    histogram!("coexec_request_duration_seconds", "outcome" => o)
+        .record(t0.elapsed().as_secs_f64());
+    r
+}
+
+/// Why a request body was not read.
+#[derive(Debug, PartialEq)]
+pub(super) enum BodyFault {
+    /// Over `limit` bytes, by its `Content-Length` or as it arrived.
+    TooLarge,
+    /// Not all there within [`BODY_DEADLINE`].
+    Stalled,
+    /// The connection failed while reading it.
+    Read(String),
+}
+
+/// Reads a body of at most `limit` bytes within `deadline`. A declared
+/// length over the limit is refused before any of the body is read (a
+/// client that sent `Expect: 100-continue` is not asked for it).
+pub(super) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, BodyFault> {
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyFault::TooLarge);
+    }
+    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(BodyFault::Stalled),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyFault::TooLarge),
+        Ok(Err(e)) => Err(BodyFault::Read(e.to_string())),
+    }
+}
+
+/// The first value of `rows` that is not a finite `f32` (JSON numbers past
+/// ±3.4e38 become infinite when read as one; an overflowing model's outputs
+/// are infinite or NaN), as (row, column).
+pub(super) fn first_non_finite(rows: &[Vec<f32>]) -> Option<(usize, usize)> {
+    rows.iter()
+        .enumerate()
+        .find_map(|(k, r)| r.iter().position(|x| !x.is_finite()).map(|j| (k, j)))
+}
+
+pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response {
+    let i = &svc.inner;
+    let body = match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
+        Ok(b) => b,
+        Err(fault) => {
+            let (status, why) = match fault {
+                BodyFault::TooLarge => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body over the limit of {} bytes", i.cfg.max_body),
+                ),
+                BodyFault::Stalled => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the body did not arrive within {} s",
+                        BODY_DEADLINE.as_secs()
+                    ),
+                ),
+                BodyFault::Read(e) => (
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                ),
+            };
+            // The rest of the body was not read: the connection cannot
+            // carry another request.
+            let mut r = error(status, why);
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        }
+    };
+    // Under overload most requests are turned away, and the parse is a
+    // large part of a request's cost on the handlers (a third of a 200's,
+    // by `perf`): a request whose rows (counted by their brackets) cannot
+    // fit is refused before it.
+    // One that could never fit is left to the parse, to get its 400.
+    let most = i.cfg.max_inputs.min(i.stream.capacity());
+    let rows = rows_in(&body);
+    if rows <= most
+        && i.stream.queued() + rows > i.stream.capacity()
+        && !i.draining.load(Ordering::Acquire)
+    {
+        return svc.overloaded();
+    }
+    // serde's derived structs also take a JSON array of their fields
+    // (`[[[...]], 100]`): only an object is the documented form.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {EXPECTED}: the body is not a JSON object"),
+        );
+    }
+    let req: InferRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(StatusCode::BAD_REQUEST, format!("expected {EXPECTED}: {e}"));
+        }
+    };
+    let f = i.weights.inputs();
+    if req.inputs.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {EXPECTED}: `inputs` is empty"),
+        );
+    }
+    // More rows than the queue holds could never be accepted.
+    if req.inputs.len() > most {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{} inputs in one request; at most {most}", req.inputs.len()),
+        );
+    }
+    if let Some((k, row)) = req.inputs.iter().enumerate().find(|(_, r)| r.len() != f) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "expected {f} numbers per input: inputs[{k}] has {}",
+                row.len()
+            ),
+        );
+    }
+    if let Some((k, j)) = first_non_finite(&req.inputs) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "expected finite numbers within f32's range (±3.4e38): inputs[{k}][{j}] is not"
+            ),
+        );
+    }
+    if i.draining.load(Ordering::Acquire) {
+        return draining();
+    }
+    let rows = req.inputs.len();
+    let deadline = req
+        .deadline_ms
+        .map(Duration::from_millis)
+        .or(i.cfg.deadline)
+        .map(|d| Instant::now() + d);
+    // All the request's rows are queued, or none: a refused request leaves
+    // nothing in the queue. (A deadline already past is checked first: 504
+    // before 503.)
+    let admitted = match deadline {
+        Some(d) => i.stream.try_infer_many_by(req.inputs, d),
+        None => i.stream.try_infer_many(req.inputs),
+    };
+    let pending: Vec<Pending<Vec<f32>>> = match admitted {
+        Ok(pending) => pending,
+        Err(rejected) => match rejected.error() {
+            StreamError::Overloaded { .. } => return svc.overloaded(),
+            StreamError::DeadlinePassed => {
+                return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+            }
+            // Not reached: more rows than `most` got their 400 above.
+            e @ StreamError::TooMany { .. } => {
+                return error(StatusCode::BAD_REQUEST, e.to_string())
+            }
+            _ => return draining(),
+        },
+    };
+    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    let _counted = Counted::new(&i.in_flight, rows as u64);
+    let mut outputs = Vec::with_capacity(rows);
+    let mut failure = None;
+    for p in pending {
+        match p.await {
+            Ok(probs) => outputs.push(probs),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    i.drain
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .answered(rows as u64, svc.now());
+    // Finite inputs can still be large enough to overflow the model's
+    // arithmetic: such a row has no meaningful answer, not a `null` one.
+    if failure.is_none() {
+        if let Some((k, _)) = first_non_finite(&outputs) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "inputs[{k}]: the model's output overflows for this input \
+                     (its values are far outside the model's range)"
+                ),
+            );
+        }
+    }
+    match failure {
+        None => {
+            let outputs = outputs
+                .iter()
+                .map(|p| Output {
+                    label: argmax(p).unwrap_or(0),
+                    probs: p,
+                })
+                .collect();
+            match serde_json::to_string(&InferResponse { outputs }) {
+                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
+        }
+        Some(StreamError::DeadlinePassed) => error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"),
+        Some(StreamError::Overloaded { .. }) => svc.overloaded(),
+        Some(StreamError::Closed) => error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"),
+        Some(e) => {
+            tracing::error!("inference failed: {e}");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! An HTTP inference service over a [`Stream`]: the digits classifier (or any
+//! [`MlpWeights`]) behind axum, as `coexec serve` runs it.
+//!
+//! ```text
+//!  POST /v1/infer {"inputs": [[64 numbers], ...]} ──try_infer_many_by──▶ Stream ──batches──▶ Runtime
+//!       ◀── {"outputs": [{"label": L, "probs": [10 numbers]}, ...]} (one per input, in order)
+//!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus)
+//! ```
+//!
+//! Every request gets an answer, never a panic: malformed JSON, a wrong
+//! shape or a number that is not a finite `f32` 400 (naming what was
+//! expected; also an input so large that the model's output overflows,
+//! never a `null` probability), a body over the limit 413 (refused by its
+//! `Content-Length` before it is read), a body not all there 10 s after
+//! the head 408, a wrong method 405, an unknown path 404, a full queue 503
+//! with a `Retry-After` from the backlog and the measured drain rate, a
+//! passed deadline 504.
+//!
+//! Embed the router in your own axum app ([`Service::router`]), or run it
+//! on a listener with [`serve`], which stops accepting on a signal and
+//! answers every request it accepted:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use coexec::kernels::workloads::MlpWeights;
+//! use coexec::serve::{ServeConfig, Service};
+//! use coexec::stream::StreamConfig;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.start().await?);
+//! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
+//! let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new())?;
+//! let app = axum::Router::new().merge(svc.router());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! coexec::serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! svc.shutdown().await; // answers everything queued
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use coexec_kernels::workloads::MlpWeights;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::stream::{MlpModel, Stream, StreamConfig};
+use crate::{Error, Runtime};
+mod infer;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
+pub use server::{bind, serve, serve_bounded, DRAIN_GRACE, MAX_CONNECTIONS};
+
+/// The service's limits. Build with [`ServeConfig::new`] and its setters.
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = coexec::serve::ServeConfig::new()
+///     .max_body(1 << 20)
+///     .deadline(Some(Duration::from_millis(200)));
+/// assert_eq!(cfg.max_body_len(), 1 << 20);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    max_body: usize,
+    max_inputs: usize,
+    deadline: Option<Duration>,
+    max_retry_after: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServeConfig {
+    /// Bodies up to 2 MiB, 1024 inputs per request, no default deadline,
+    /// `Retry-After` at most 30 s.
+    pub fn new() -> Self {
+        Self {
+            max_body: 2 << 20,
+            max_inputs: 1024,
+            deadline: None,
+            max_retry_after: Duration::from_secs(30),
+        }
+    }
+
+    /// Largest request body in bytes (larger: 413).
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Most inputs in one request (more: 400).
+    pub fn max_inputs(mut self, n: usize) -> Self {
+        self.max_inputs = n;
+        self
+    }
+
+    /// The deadline of a request that names none (`deadline_ms` in its
+    /// body); `None`: no deadline.
+    pub fn deadline(mut self, d: Option<Duration>) -> Self {
+        self.deadline = d;
+        self
+    }
+
+    /// The largest `Retry-After` a 503 suggests.
+    pub fn max_retry_after(mut self, d: Duration) -> Self {
+        self.max_retry_after = d;
+        self
+    }
+
+    /// The body limit set.
+    pub fn max_body_len(&self) -> usize {
+        self.max_body
+    }
+}
+
+struct Inner {
+    stream: Stream<MlpModel>,
+    weights: Arc<MlpWeights>,
+    cfg: ServeConfig,
+    metrics: PrometheusHandle,
+    draining: AtomicBool,
+    epoch: Instant,
+    drain: Mutex<DrainRate>,
+    /// Rows accepted and not yet answered.
+    in_flight: AtomicU64,
+}
+
+/// The inference service: a [`Stream`] of an [`MlpModel`] and the HTTP
+/// handlers in front of it. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("stream", &self.inner.stream)
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// Starts a stream of `weights` on `rt` (its batches timed into the
+    /// service's metrics) and the service over it. Installs the process's
+    /// Prometheus recorder if none is.
+    pub fn start(
+        rt: Arc<Runtime>,
+        weights: Arc<MlpWeights>,
+        stream: StreamConfig,
+        cfg: ServeConfig,
+    ) -> Result<Self, Error> {
+        let metrics = crate::metrics::handle()?;
+        describe();
+        let stream = stream.on_batch(|t| {
+            let n = t.size.max(1);
+            histogram!("coexec_batch_size").record(t.size as f64);
+            histogram!("coexec_request_queue_duration_seconds")
+                .record_many((t.total_wait + t.prepare).as_secs_f64() / n as f64, n);
+            histogram!("coexec_request_inference_duration_seconds")
+                .record_many((t.run + t.deliver).as_secs_f64(), n);
+        });
+        let stream = Stream::start(rt, MlpModel::new(weights.clone()), stream)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                stream,
+                weights,
+                cfg,
+                metrics,
+                draining: AtomicBool::new(false),
+                epoch: Instant::now(),
+                drain: Mutex::new(DrainRate::default()),
+                in_flight: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The routes: `POST /v1/infer`, `GET /healthz`, `GET /readyz`, `GET
+    /// /metrics`; JSON 404 elsewhere, 405 for another method.
+    pub fn router(&self) -> Router {
+        let json405 = || async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed: POST /v1/infer; GET /healthz, /readyz, /metrics",
+            )
+        };
+        Router::new()
+            .route("/v1/infer", post(infer).fallback(json405))
+            .route("/healthz", get(|| async { "ok\n" }).fallback(json405))
+            .route("/readyz", get(ready).fallback(json405))
+            .route("/metrics", get(scrape).fallback(json405))
+            .fallback(|| async {
+                error(
+                    StatusCode::NOT_FOUND,
+                    "not found: POST /v1/infer; GET /healthz, /readyz, /metrics",
+                )
+            })
+            .with_state(self.clone())
+    }
+
+    /// Stops being ready: `/readyz` answers 503 and new inferences 503
+    /// (requests already accepted are answered).
+    pub fn start_draining(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Drains ([`Service::start_draining`]), answers every queued request
+    /// and stops the stream.
+    pub async fn shutdown(&self) {
+        self.start_draining();
+        self.inner.stream.shutdown().await;
+    }
+
+    fn now(&self) -> f64 {
+        self.inner.epoch.elapsed().as_secs_f64()
+    }
+
+    fn overloaded(&self) -> Response {
+        let i = &self.inner;
+        let rate = i
+            .drain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rate(self.now());
+        let backlog = i.in_flight.load(Ordering::Relaxed) as usize;
+        let secs = retry_after(backlog, rate, i.cfg.max_retry_after);
+        let mut r = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "overloaded: the queue of {} requests is full; retry after {secs} s",
+                i.stream.capacity()
+            ),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        r
+    }
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        "coexec_request_duration_seconds",
+        Unit::Seconds,
+        "Inference requests, arrival to answer, by outcome (as coexec_requests_total)."
+    );
+    describe_histogram!(
+        "coexec_request_queue_duration_seconds",
+        Unit::Seconds,
+        "Time an input row waited before its batch's job started (one sample per row, its batch's mean; a request of n rows counts n times)."
+    );
+    describe_histogram!(
+        "coexec_request_inference_duration_seconds",
+        Unit::Seconds,
+        "Time of an input row's batch job and delivery (one sample per row; a request of n rows counts n times)."
+    );
+    describe_histogram!(
+        "coexec_batch_size",
+        Unit::Count,
+        "Input rows per batch (a request of n rows brings n)."
+    );
+    describe_gauge!(
+        "coexec_queue_size",
+        Unit::Count,
+        "Input rows waiting in the stream's queue, not yet in a batch."
+    );
+    describe_counter!(
+        "coexec_requests_total",
+        Unit::Count,
+        "Inference requests by outcome: success, invalid, overloaded, deadline, failed, unavailable."
+    );
+    // Every outcome from the start, at 0: `rate()` and `increase()` then
+    // see a series' first requests, and an alert its first burst.
+    for o in OUTCOMES {
+        counter!("coexec_requests_total", "outcome" => o).increment(0);
+    }
+}
+
+async fn ready(State(svc): State<Service>) -> Response {
+    if svc.inner.draining.load(Ordering::Acquire) {
+        error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        "ready\n".into_response()
+    }
+}
+
+async fn scrape(State(svc): State<Service>) -> Response {
+    let i = &svc.inner;
+    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    i.metrics.run_upkeep();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(&i.metrics),
+    )
+        .into_response()
+}
