@@ -227,7 +227,7 @@ async fn a_slow_model_builds_off_the_executor() {
     }
     let took = t0.elapsed();
     let n = ticker.stop();
-    assert!(n >= 15, "{n} ticks in {took:?} of five 40 ms builds");
+    assert!(n >= 10, "{n} ticks in {took:?} of five 40 ms builds");
     stream.shutdown().await;
     drop(stream);
     Arc::try_unwrap(rt).expect("sole owner").shutdown().await;

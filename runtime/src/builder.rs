@@ -206,8 +206,11 @@ impl Builder {
     ///
     /// Outside a tokio runtime.
     pub async fn start(self) -> Result<Runtime, Error> {
-        tokio::task::spawn_blocking(move || self.build())
-            .await
-            .map_err(|e| Error::Internal(format!("building the runtime: {e}")))?
+        match tokio::task::spawn_blocking(move || self.build()).await {
+            Ok(built) => built,
+            // As `build` would have: its panic goes on in the caller.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(Error::Internal(format!("building the runtime: {e}"))),
+        }
     }
 }

@@ -161,7 +161,9 @@ impl Runtime {
             w = back;
             absorbed?;
         }
-        Ok((w.finish(), reports))
+        // `finish` hands the result over (no host work expected): inline.
+        let out = KernelError::catch(|| Ok(w.finish()))?;
+        Ok((out, reports))
     }
 
     /// The device classes and their workers.

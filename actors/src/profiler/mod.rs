@@ -234,8 +234,13 @@ impl Handler<Saved> for Profiler {
             return;
         };
         self.saving = false;
+        // Learned while the save was written: saved in turn. A failed save
+        // is tried again at the next run's learning (or at shutdown), not
+        // on a timer: a profile folder that cannot be written would be
+        // retried every second for nothing.
+        let written = matches!(done, SaveDone::Written(_));
         self.finish(done);
-        if self.store.dirty() {
+        if written && self.store.dirty() {
             self.save_soon(ctx);
         }
     }

@@ -605,8 +605,20 @@ impl SaveJob {
     /// processes may have saved since this one loaded), adds this process's
     /// new samples and runs to it, and replaces the file atomically
     /// (temporary file, rename).
+    /// A panic while merging (a profile on disk that breaks an assumption)
+    /// fails the save like an I/O error: the job and its learning come back.
     pub(crate) fn write(self) -> SaveDone {
-        match self.write_merged() {
+        let written =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write_merged()))
+                .unwrap_or_else(|p| {
+                    let why = p
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| p.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic");
+                    Err(std::io::Error::other(format!("merging panicked: {why}")))
+                });
+        match written {
             Ok(merged) => SaveDone::Written(merged),
             Err(e) => {
                 let e = std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display()));
