@@ -1,6 +1,7 @@
 //! The profiler actor: per-kernel speed models for each device class,
 //! learned from every run and remembered across processes.
 
+mod disk;
 mod history;
 mod saver;
 mod store;

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::disk::{merge_pending, read_profile, remove_orphans, Locked, Pending};
+pub(crate) use super::disk::{SaveDone, SaveJob};
 use super::RunHistory;
 use crate::perfmodel::{Sample, SpeedModel};
 use crate::policy::Forecast;
@@ -152,7 +154,7 @@ pub fn implausible(m: &SpeedModel) -> Option<String> {
 /// written: implausible models, splits that are not shares, sample windows
 /// longer than [`WINDOW`](crate::perfmodel::WINDOW). Returns what was
 /// dropped, one entry per model or split.
-fn sanitize(file: &mut ProfileFile) -> Vec<String> {
+pub(super) fn sanitize(file: &mut ProfileFile) -> Vec<String> {
     let mut dropped = Vec::new();
     for (kernel, k) in &mut file.kernels {
         k.models.retain(|class, m| match implausible(m) {
@@ -179,23 +181,6 @@ fn sanitize(file: &mut ProfileFile) -> Vec<String> {
         }
     }
     dropped
-}
-
-/// What this process learned since its last save: merged into whatever is
-/// on disk at the next save, so that processes sharing a profile add up
-/// instead of overwriting each other.
-#[derive(Debug, Default)]
-struct Pending {
-    /// New samples per class key (the last [`WINDOW`](crate::perfmodel::WINDOW)
-    /// of them: a model keeps no more) and how many there were in all.
-    samples: BTreeMap<String, (Vec<Sample>, u64)>,
-    runs: u64,
-    /// The split this process stored, if it replaced the one it found.
-    split: Option<BTreeMap<String, f64>>,
-    /// The run starts this process smoothed, per class key.
-    starts: BTreeMap<String, f64>,
-    /// The run history as this process left it, if it learned any.
-    history: Option<RunHistory>,
 }
 
 /// What a finished run says beyond its chunks' samples.
@@ -229,79 +214,6 @@ pub struct Learned {
     pub delta: f64,
     /// Whether Δ exceeded ν (or nothing was stored) and the split was replaced.
     pub split_replaced: bool,
-}
-
-/// Reads the profile at `path`: `Ok(None)` if there is none, `Err` with a
-/// sentence if it is unusable (corrupt, another version, another machine).
-/// What is loaded is sanitized; the second value says what was dropped.
-fn read_profile(
-    path: &Path,
-    fingerprint: &Fingerprint,
-) -> Result<Option<(ProfileFile, Vec<String>)>, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("unreadable ({e})")),
-    };
-    match serde_json::from_str::<ProfileFile>(&text) {
-        Ok(f) if f.version != PROFILE_VERSION => Err(format!(
-            "has format version {}, expected {PROFILE_VERSION}",
-            f.version
-        )),
-        Ok(f) if f.fingerprint != *fingerprint => Err("was learned on another machine".into()),
-        Ok(mut f) => {
-            let dropped = sanitize(&mut f);
-            Ok(Some((f, dropped)))
-        }
-        Err(e) => Err(format!("is corrupt ({e})")),
-    }
-}
-
-/// Holds the profile's lock file (`<profile>.lock`) while alive: one
-/// process at a time reads, merges and renames.
-struct Locked(std::fs::File);
-
-impl Locked {
-    fn take(path: &Path) -> std::io::Result<Self> {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path.with_extension("lock"))?;
-        f.lock()?;
-        Ok(Self(f))
-    }
-}
-
-impl Drop for Locked {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
-/// Removes the temporary files of saves that never reached their rename
-/// (a process killed mid-save). Only under the lock: a writer holds it from
-/// its temporary file to its rename, so any found then is an orphan.
-fn remove_orphans(path: &Path) {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let prefix = format!("{name}.");
-    for e in entries.flatten() {
-        let n = e.file_name();
-        let Some(n) = n.to_str() else { continue };
-        if n.starts_with(&prefix) && n.ends_with(".tmp") {
-            match std::fs::remove_file(e.path()) {
-                Ok(()) => tracing::info!(file = n, "removed a stale temporary profile"),
-                Err(e) => {
-                    tracing::debug!(file = n, "could not remove a stale temporary profile: {e}")
-                }
-            }
-        }
-    }
 }
 
 impl ProfileStore {
@@ -532,126 +444,6 @@ impl ProfileStore {
         self.last_save.map_or(std::time::Duration::ZERO, |t| {
             every.saturating_sub(t.elapsed())
         })
-    }
-}
-
-/// Adds what a process learned since its last save (`pending`) to `disk`.
-fn merge_pending(pending: &BTreeMap<String, Pending>, disk: &mut ProfileFile) {
-    for (key, p) in pending {
-        let k = disk.kernels.entry(key.clone()).or_default();
-        k.runs += p.runs;
-        for (class, (samples, n)) in &p.samples {
-            let m = k.models.entry(class.clone()).or_default();
-            let before = m.observed;
-            for s in samples {
-                m.observe(s.items, s.secs);
-            }
-            m.observed = before + n;
-        }
-        if let Some(split) = &p.split {
-            k.split = split.clone();
-        }
-        for (class, start) in &p.starts {
-            let m = k.models.entry(class.clone()).or_default();
-            *m = std::mem::take(m).with_start(*start);
-        }
-        if let Some(h) = &p.history {
-            k.history = h.clone();
-        }
-    }
-}
-
-impl Pending {
-    /// Adds `newer`, learned after `self`: samples after these (the last
-    /// window of them kept), runs added, the newer split, starts and history.
-    fn absorb(&mut self, newer: Pending) {
-        for (class, (samples, n)) in newer.samples {
-            let (kept, m) = self.samples.entry(class).or_default();
-            kept.extend(samples);
-            let excess = kept.len().saturating_sub(crate::perfmodel::WINDOW);
-            kept.drain(..excess);
-            *m += n;
-        }
-        self.runs += newer.runs;
-        if newer.split.is_some() {
-            self.split = newer.split;
-        }
-        self.starts.extend(newer.starts);
-        if newer.history.is_some() {
-            self.history = newer.history;
-        }
-    }
-}
-
-/// A save taken out of a [`ProfileStore`] ([`ProfileStore::take_save`]).
-pub(crate) struct SaveJob {
-    path: PathBuf,
-    /// The store's profile when the save was taken.
-    file: ProfileFile,
-    /// What the store learned since its last save.
-    pending: BTreeMap<String, Pending>,
-}
-
-/// How a [`SaveJob`] ended.
-pub(crate) enum SaveDone {
-    /// The file as written: what was on disk with the job's learning added.
-    Written(ProfileFile),
-    /// Not written (the error names the file); the job, to learn from again.
-    Failed(std::io::Error, SaveJob),
-}
-
-impl SaveJob {
-    /// Writes the profile: under its lock, reads what is on disk now (other
-    /// processes may have saved since this one loaded), adds this process's
-    /// new samples and runs to it, and replaces the file atomically
-    /// (temporary file, rename).
-    /// A panic while merging (a profile on disk that breaks an assumption)
-    /// fails the save like an I/O error: the job and its learning come back.
-    pub(crate) fn write(self) -> SaveDone {
-        let written =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write_merged()))
-                .unwrap_or_else(|p| {
-                    let why = p
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| p.downcast_ref::<&str>().copied())
-                        .unwrap_or("a panic");
-                    Err(std::io::Error::other(format!("merging panicked: {why}")))
-                });
-        match written {
-            Ok(merged) => SaveDone::Written(merged),
-            Err(e) => {
-                let e = std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display()));
-                SaveDone::Failed(e, self)
-            }
-        }
-    }
-
-    fn write_merged(&self) -> std::io::Result<ProfileFile> {
-        let path = &self.path;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let _lock = Locked::take(path)?;
-        remove_orphans(path);
-        let merged = match read_profile(path, &self.file.fingerprint) {
-            Ok(Some((mut disk, _))) => {
-                merge_pending(&self.pending, &mut disk);
-                disk
-            }
-            Ok(None) => self.file.clone(),
-            Err(why) => {
-                tracing::warn!(path = %path.display(), "profile {why}: overwritten");
-                self.file.clone()
-            }
-        };
-        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        Ok(merged)
     }
 }
 
