@@ -1,5 +1,6 @@
 use super::*;
 use safetensors::tensor::TensorView;
+use safetensors::Dtype;
 
 /// A safetensors file of f32 tensors `(name, shape, values)`.
 fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
