@@ -1,3 +1,4 @@
+use super::memory::{as_bytes, Pod};
 use super::*;
 
 use crate::workloads::{KmeansConfig, KmeansData, KmeansJob, NbodyJob, NbodyProblem, Workload};
