@@ -1,0 +1,105 @@
+//! The method's thresholds (μ, ν, the probe and static fractions) and the
+//! rules that can be turned off.
+
+/// The seed's thresholds and the engine's chunking constants (see
+/// `docs/method.md`): start from the defaults and set what differs.
+///
+/// ```
+/// let t = coexec_actors::policy::Thresholds::default().mu(0.2).static_fraction(0.7);
+/// assert_eq!((t.mu, t.static_fraction), (0.2, 0.7));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Thresholds {
+    /// μ: a probe whose imbalance exceeds this replaces the stored split.
+    pub mu: f64,
+    /// ν: a split that moved by more than this (relative) is stored.
+    pub nu: f64,
+    /// Fraction of a cold run each class probes (the seed: 5%).
+    pub cold_probe: f64,
+    /// Fraction of a warm run probed, split by the stored plan (the seed: 10%).
+    pub warm_probe: f64,
+    /// Fraction of a run handed out statically (the seed: 80%).
+    pub static_fraction: f64,
+    /// Static chunks per worker: more hedge against a slowed worker, fewer
+    /// cost less.
+    pub static_chunks_per_worker: usize,
+    /// Warm start: a run whose kernel's last co-executed run kept to its
+    /// models within μ skips the probe (see `docs/method.md`).
+    #[serde(default = "yes")]
+    pub warm_start: bool,
+    /// The single-class rule: `hybrid` co-executes only where its forecast
+    /// is clearly below the best single class's, and goes to that class
+    /// alone otherwise (see `docs/method.md`).
+    #[serde(default = "yes")]
+    pub single_class: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            mu: 0.10,
+            nu: 0.05,
+            cold_probe: 0.05,
+            warm_probe: 0.10,
+            static_fraction: 0.80,
+            static_chunks_per_worker: 4,
+            warm_start: true,
+            single_class: true,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Sets μ.
+    pub fn mu(mut self, mu: f64) -> Self {
+        self.mu = mu;
+        self
+    }
+
+    /// Sets ν.
+    pub fn nu(mut self, nu: f64) -> Self {
+        self.nu = nu;
+        self
+    }
+
+    /// Sets the fraction of a cold run each class probes.
+    pub fn cold_probe(mut self, fraction: f64) -> Self {
+        self.cold_probe = fraction;
+        self
+    }
+
+    /// Sets the fraction of a warm run probed.
+    pub fn warm_probe(mut self, fraction: f64) -> Self {
+        self.warm_probe = fraction;
+        self
+    }
+
+    /// Sets the fraction of a run handed out statically.
+    pub fn static_fraction(mut self, fraction: f64) -> Self {
+        self.static_fraction = fraction;
+        self
+    }
+
+    /// Sets the static chunks per worker.
+    pub fn static_chunks_per_worker(mut self, chunks: usize) -> Self {
+        self.static_chunks_per_worker = chunks;
+        self
+    }
+
+    /// Turns the warm start on or off.
+    pub fn warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
+        self
+    }
+
+    /// Turns the single-class rule on or off.
+    pub fn single_class(mut self, on: bool) -> Self {
+        self.single_class = on;
+        self
+    }
+}
