@@ -61,67 +61,6 @@ pub(crate) struct Claimed {
     pub(crate) claims: Arc<ClaimSpace>,
 }
 
-#[derive(Debug, Clone, Default)]
-struct ClassState {
-    eligible: bool,
-    workers: usize,
-    model: SpeedModel,
-    run_samples: VecDeque<Sample>,
-    // Region accounting since the last (re)plan.
-    claimed: usize,
-    /// Its region's items at the last (re)plan.
-    region: usize,
-    /// Items of its region the probe takes (0 with no probe, and after a
-    /// re-plan): its static phase starts there. Read after the probe too, so
-    /// it is not in [`ProbeState`].
-    probe_target: usize,
-    static_target: usize,
-    // Static-phase throughput, for learning the split (the seed's step 4).
-    static_items: usize,
-    static_secs: f64,
-    // Report.
-    items: usize,
-    chunks: usize,
-    busy: f64,
-    finish: f64,
-    /// What the model at admission predicted for the chunks it completed.
-    predicted: f64,
-}
-
-impl ClassState {
-    fn b(&self) -> Option<f64> {
-        self.model.is_known().then(|| self.model.b())
-    }
-}
-
-/// One class's part of the probe under way; dropped when the probe ends
-/// (`probe.rs`).
-#[derive(Debug, Clone, Default)]
-struct ProbeState {
-    /// Next cold probe chunk per worker: starts small and doubles.
-    ramp: usize,
-    /// Items and chunks of probe completed.
-    done: usize,
-    chunks: usize,
-    /// When its latest probe chunk ended (seconds since the job started).
-    finish: f64,
-    /// What the stored model predicted for this class's warm probe chunk,
-    /// and the longest probe chunk it took (its own time: a compile before
-    /// the first chunk is not in it).
-    predicted: f64,
-    secs: f64,
-}
-
-impl ProbeState {
-    /// A probe chunk of `n` items ran from `end - secs` to `end`.
-    fn record(&mut self, n: usize, end: f64, secs: f64) {
-        self.done += n;
-        self.chunks += 1;
-        self.finish = self.finish.max(end);
-        self.secs = self.secs.max(secs);
-    }
-}
-
 /// What the worker should do after completing or failing a chunk.
 #[derive(Debug, Default)]
 pub(crate) struct After {
@@ -523,8 +462,10 @@ mod probe;
 mod report;
 mod retry;
 mod sizing;
+mod state;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use admit::Admitted;
 use retry::{Failures, Retry};
+use state::{ClassState, ProbeState};
