@@ -105,8 +105,8 @@ pub fn describe() {
 /// The `metrics` handles are resolved against the recorder installed when
 /// they are made; a recorder installed later (a service started on a
 /// runtime already running) bumps [`RECORDER_GEN`] and the worker resolves
-/// them again at its next report. Before, such a worker's busy and idle
-/// time, retries and chunk durations went nowhere.
+/// them again at its next report; otherwise such a worker's busy and idle
+/// time, retries and chunk durations would go nowhere.
 pub(crate) struct WorkerLabels {
     class: String,
     worker: usize,

@@ -23,9 +23,9 @@ use super::Decision;
 /// guarded steal from a slower one's share, the next batch's placement
 /// (every batch's report refreshes the models) and, for a chunk far past
 /// its prediction on a device that can stop, the runtime's take-back.
-/// (Before, on one class, the 80% static part cut a 32-row batch into 25 + 7
-/// rows, and on a kernel with no fixed cost the guard halved it into six
-/// chunks.)
+/// (With the method's 80% static part, a 32-row batch on one class would be
+/// cut into 25 + 7 rows, and on a kernel with no fixed cost the guard would
+/// halve it into six chunks.)
 #[derive(Debug)]
 pub(crate) struct Placed {
     pub(crate) shares: Vec<f64>,
