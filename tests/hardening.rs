@@ -173,11 +173,12 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
 
         let rt = build()??;
         let mut sim_items = Vec::new();
-        // The class is measured again every 8th job; a re-measuring job on
-        // a busy machine can still end before the sim's chunk, so 16 jobs
-        // give it two chances (with 8 it failed once in about 60 runs here).
-        for _ in 0..16 {
-            let mut done = rt.run(Synthetic::new(20_000, 50)).await?;
+        // The class is measured again every 8th job. Its region may be
+        // eaten by the CPU before the sim's thread wakes on a busy machine
+        // (a job of 20 000 items lasts ~2 ms here, and CI lost both chances
+        // of 16 such jobs once): jobs ten times as long, four chances.
+        for _ in 0..32 {
+            let mut done = rt.run(Synthetic::new(200_000, 50)).await?;
             done.kernel.verify()?;
             sim_items.push(done.report.classes[1].items);
         }
