@@ -71,7 +71,8 @@ async fn a_corrupt_profile_is_ignored_and_recalibrated() {
     rt.run(Synthetic::new(10_000, 10)).await.unwrap();
     let path = rt.profile_path().unwrap().to_path_buf();
     rt.shutdown().await;
-    std::fs::write(&path, b"{\"version\": 1, \"fingerprint\": ").unwrap();
+    let corrupt = b"{\"version\": 1, \"fingerprint\": ";
+    std::fs::write(&path, corrupt).unwrap();
     let rt = runtime(&dir);
     let r = rt.run(Synthetic::new(10_000, 10)).await.unwrap().report;
     assert_eq!(format!("{:?}", r.probe.unwrap().kind), "Cold");
@@ -81,6 +82,57 @@ async fn a_corrupt_profile_is_ignored_and_recalibrated() {
         serde_json::from_str::<serde_json::Value>(&text).is_ok(),
         "rewritten whole"
     );
+    // The corrupt file is kept beside it, not destroyed.
+    let name = path.file_name().unwrap().to_str().unwrap().to_string();
+    let aside: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(&format!("{name}.corrupt-"))
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "moved aside once");
+    assert_eq!(std::fs::read(aside[0].path()).unwrap(), corrupt);
+}
+
+/// A profile of another format version (a newer coexec sharing the
+/// folder) is neither read nor written: the runtime learns in memory.
+#[tokio::test(flavor = "current_thread")]
+async fn a_profile_of_another_version_is_never_written() {
+    let dir = tempdir("version");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = runtime(&dir);
+    let path = rt.profile_path().unwrap().to_path_buf();
+    rt.shutdown().await;
+    let newer = br#"{"version": 99, "kernels": {"synthetic/w10": {"shape": "new"}}}"#;
+    std::fs::write(&path, newer).unwrap();
+    let rt = runtime(&dir);
+    assert!(rt.profile_path().is_none(), "in memory");
+    for _ in 0..2 {
+        rt.run(Synthetic::new(10_000, 10)).await.unwrap();
+    }
+    rt.shutdown().await;
+    assert_eq!(std::fs::read(&path).unwrap(), newer, "left as it was");
+
+    // Written by a newer coexec while this one runs: its next save is
+    // refused, and it goes on in memory.
+    std::fs::remove_file(&path).unwrap();
+    let rt = runtime(&dir);
+    rt.run(Synthetic::new(10_000, 10)).await.unwrap();
+    // Its first save, written on the profile's thread.
+    let t0 = std::time::Instant::now();
+    while !path.exists() {
+        assert!(t0.elapsed().as_secs() < 10, "the first run was never saved");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    std::fs::write(&path, newer).unwrap();
+    for _ in 0..2 {
+        rt.run(Synthetic::new(10_000, 10)).await.unwrap();
+    }
+    rt.shutdown().await;
+    assert_eq!(std::fs::read(&path).unwrap(), newer, "not overwritten");
 }
 
 /// A run kept off a class (as a stream's batch is, placed whole on one

@@ -32,24 +32,69 @@ pub(super) struct Pending {
 pub(super) fn read_profile(
     path: &Path,
     fingerprint: &Fingerprint,
-) -> Result<Option<(ProfileFile, Vec<String>)>, String> {
+) -> Result<Option<(ProfileFile, Vec<String>)>, Unusable> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("unreadable ({e})")),
+        Err(e) => return Err(Unusable::Unreadable(e.to_string())),
     };
+    // The version first, from any JSON object that has one: a newer
+    // coexec's profile need not parse as this one's.
+    let version = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("version").and_then(serde_json::Value::as_u64));
+    if let Some(v) = version.filter(|&v| v != u64::from(PROFILE_VERSION)) {
+        return Err(Unusable::Version(v));
+    }
     match serde_json::from_str::<ProfileFile>(&text) {
-        Ok(f) if f.version != PROFILE_VERSION => Err(format!(
-            "has format version {}, expected {PROFILE_VERSION}",
-            f.version
-        )),
-        Ok(f) if f.fingerprint != *fingerprint => Err("was learned on another machine".into()),
+        Ok(f) if f.fingerprint != *fingerprint => Err(Unusable::Foreign),
         Ok(mut f) => {
             let dropped = sanitize(&mut f);
             Ok(Some((f, dropped)))
         }
-        Err(e) => Err(format!("is corrupt ({e})")),
+        Err(e) => Err(Unusable::Corrupt(e.to_string())),
     }
+}
+
+/// Why a profile file cannot be used.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Unusable {
+    /// Another format version (a newer coexec sharing the folder): neither
+    /// read nor ever written by this one.
+    Version(u64),
+    /// Learned on another machine (a copied file).
+    Foreign,
+    /// Not a profile (cut short, edited, another program's).
+    Corrupt(String),
+    /// The file could not be read.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Version(v) => write!(
+                f,
+                "has format version {v}, and this coexec reads and writes version {PROFILE_VERSION}"
+            ),
+            Self::Foreign => f.write_str("was learned on another machine"),
+            Self::Corrupt(e) => write!(f, "is corrupt ({e})"),
+            Self::Unreadable(e) => write!(f, "is unreadable ({e})"),
+        }
+    }
+}
+
+/// Moves the unusable profile at `path` aside, to `<path>.<kind>-<unix
+/// seconds>`, so that writing a new one destroys nothing; its new name.
+fn move_aside(path: &Path, kind: &str) -> std::io::Result<PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{kind}-{secs}"));
+    let aside = PathBuf::from(name);
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
 }
 
 /// Holds the profile's lock file (`<profile>.lock`) while alive: one
@@ -204,8 +249,24 @@ impl SaveJob {
                 disk
             }
             Ok(None) => self.file.clone(),
+            Err(why @ Unusable::Version(_)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("{why}: not overwritten"),
+                ))
+            }
             Err(why) => {
-                tracing::warn!(path = %path.display(), "profile {why}: overwritten");
+                let kind = if why == Unusable::Foreign {
+                    "foreign"
+                } else {
+                    "corrupt"
+                };
+                let aside = move_aside(path, kind)?;
+                tracing::warn!(
+                    path = %path.display(),
+                    "profile {why}: moved to {}, writing a new one",
+                    aside.display()
+                );
                 self.file.clone()
             }
         };

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::disk::{merge_pending, read_profile, remove_orphans, Locked, Pending};
+use super::disk::{merge_pending, read_profile, remove_orphans, Locked, Pending, Unusable};
 pub(crate) use super::disk::{SaveDone, SaveJob};
 use super::RunHistory;
 use crate::perfmodel::{Sample, SpeedModel};
@@ -234,8 +234,11 @@ impl ProfileStore {
 
     /// The store for `fingerprint` in `dir`, loaded if a valid file is there.
     /// A corrupt or foreign file is ignored with a warning and recalibrated
-    /// (overwritten at the next save); implausible models in a valid file
-    /// are dropped with one warning (and measured again).
+    /// (the next save moves it aside, to `<file>.corrupt-<secs>` or
+    /// `.foreign-<secs>`, and writes a new one); a file of another format
+    /// version (a newer coexec's) is neither read nor ever written, and
+    /// this store lives in memory; implausible models in a valid file are
+    /// dropped with one warning (and measured again).
     pub fn open(dir: &Path, fingerprint: Fingerprint) -> Self {
         let path = dir.join(format!("coexec-profile-{}.json", fingerprint.id()));
         let mut store = Self::in_memory(fingerprint);
@@ -257,8 +260,16 @@ impl ProfileStore {
                 store.file = f;
             }
             Ok(None) => {}
+            Err(why @ Unusable::Version(_)) => {
+                // Never written either: this process learns in memory.
+                tracing::warn!(
+                    path = %path.display(),
+                    "profile {why}: neither read nor written; this process learns in memory"
+                );
+                return store;
+            }
             Err(why) => {
-                tracing::warn!(path = %path.display(), "profile {why}: ignored, recalibrating")
+                tracing::warn!(path = %path.display(), "profile {why}: ignored, recalibrating (the next save moves it aside)")
             }
         }
         store.path = Some(path);
@@ -422,6 +433,15 @@ impl ProfileStore {
                 merge_pending(&self.pending, &mut merged);
                 self.file = merged;
                 Ok(())
+            }
+            // A newer coexec's profile appeared meanwhile: it is never
+            // written; this process goes on in memory.
+            SaveDone::Failed(e, _) if e.kind() == std::io::ErrorKind::Unsupported => {
+                self.path = None;
+                Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e}; this process learns in memory from now on"),
+                ))
             }
             SaveDone::Failed(e, job) => {
                 let newer = std::mem::replace(&mut self.pending, job.pending);
