@@ -124,12 +124,31 @@ pub(super) fn rows_in(body: &[u8]) -> usize {
 
 pub(super) const EXPECTED: &str = r#"a JSON object {"inputs": [[64 numbers], ...]}"#;
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct InferRequest {
     inputs: Vec<Vec<f32>>,
-    #[serde(default)]
-    deadline_ms: Option<u64>,
+    #[serde(default, deserialize_with = "deadline_ms")]
+    pub(super) deadline_ms: Option<u64>,
+}
+
+/// The longest `deadline_ms` accepted: a day (longer is no deadline a
+/// client waits for, and past `Instant`'s range it would overflow).
+pub(super) const MAX_DEADLINE_MS: u64 = 86_400_000;
+
+/// `deadline_ms`: a whole number of milliseconds up to [`MAX_DEADLINE_MS`],
+/// or null; anything else is refused with an error that names the field.
+fn deadline_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(ms) if ms <= MAX_DEADLINE_MS => Ok(Some(ms)),
+            _ => Err(serde::de::Error::custom(format!(
+                "`deadline_ms` must be a whole number of milliseconds from 0 to {MAX_DEADLINE_MS}, not {v}"
+            ))),
+        },
+    }
 }
 
 /// Rows counted in `in_flight` while it lives: a client that goes away

@@ -240,3 +240,28 @@ fn drain_rate_measures_windows_and_decays_when_idle() {
     // Nothing answered for 10 s: the estimate falls.
     assert!(d.rate(11.0) < 30.0, "{}", d.rate(11.0));
 }
+
+/// A bad `deadline_ms` is refused by name; a good one, or none, is taken.
+#[test]
+fn a_bad_deadline_is_refused_by_name() {
+    let req = |d: &str| {
+        serde_json::from_str::<InferRequest>(&format!(
+            r#"{{"inputs": [[1.0]], "deadline_ms": {d}}}"#
+        ))
+    };
+    for bad in [
+        "-1",
+        "1.5",
+        "1e20",
+        "\"x\"",
+        "18446744073709551615",
+        "86400001",
+    ] {
+        let e = req(bad).expect_err(bad).to_string();
+        assert!(e.contains("`deadline_ms`"), "{bad}: {e}");
+    }
+    assert_eq!(req("250").unwrap().deadline_ms, Some(250));
+    assert_eq!(req("null").unwrap().deadline_ms, None);
+    let none: InferRequest = serde_json::from_str(r#"{"inputs": [[1.0]]}"#).unwrap();
+    assert_eq!(none.deadline_ms, None);
+}
