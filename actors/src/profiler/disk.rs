@@ -207,6 +207,21 @@ pub(crate) enum SaveDone {
     Written(ProfileFile),
     /// Not written (the error names the file); the job, to learn from again.
     Failed(std::io::Error, SaveJob),
+    /// Not written, and never to be: the file is another format version's
+    /// (the sentence names the file).
+    Refused(String),
+}
+
+/// Why [`SaveJob::write_merged`] wrote nothing.
+enum NotWritten {
+    Refused(Unusable),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for NotWritten {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 impl SaveJob {
@@ -217,26 +232,24 @@ impl SaveJob {
     /// A panic while merging (a profile on disk that breaks an assumption)
     /// fails the save like an I/O error: the job and its learning come back.
     pub(crate) fn write(self) -> SaveDone {
-        let written =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write_merged()))
-                .unwrap_or_else(|p| {
-                    let why = p
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| p.downcast_ref::<&str>().copied())
-                        .unwrap_or("a panic");
-                    Err(std::io::Error::other(format!("merging panicked: {why}")))
-                });
+        let written = coexec_kernels::KernelError::catch(|| Ok(self.write_merged()))
+            .unwrap_or_else(|e| {
+                Err(NotWritten::Io(std::io::Error::other(format!(
+                    "merging: {e}"
+                ))))
+            });
+        let path = self.path.display();
         match written {
             Ok(merged) => SaveDone::Written(merged),
-            Err(e) => {
-                let e = std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display()));
+            Err(NotWritten::Refused(why)) => SaveDone::Refused(format!("{path} {why}")),
+            Err(NotWritten::Io(e)) => {
+                let e = std::io::Error::new(e.kind(), format!("{path}: {e}"));
                 SaveDone::Failed(e, self)
             }
         }
     }
 
-    fn write_merged(&self) -> std::io::Result<ProfileFile> {
+    fn write_merged(&self) -> Result<ProfileFile, NotWritten> {
         let path = &self.path;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -249,12 +262,7 @@ impl SaveJob {
                 disk
             }
             Ok(None) => self.file.clone(),
-            Err(why @ Unusable::Version(_)) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    format!("{why}: not overwritten"),
-                ))
-            }
+            Err(why @ Unusable::Version(_)) => return Err(NotWritten::Refused(why)),
             Err(why) => {
                 let kind = if why == Unusable::Foreign {
                     "foreign"
@@ -274,7 +282,7 @@ impl SaveJob {
         let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
         if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
             let _ = std::fs::remove_file(&tmp);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(merged)
     }

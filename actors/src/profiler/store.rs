@@ -436,12 +436,11 @@ impl ProfileStore {
             }
             // A newer coexec's profile appeared meanwhile: it is never
             // written; this process goes on in memory.
-            SaveDone::Failed(e, _) if e.kind() == std::io::ErrorKind::Unsupported => {
+            SaveDone::Refused(why) => {
                 self.path = None;
-                Err(std::io::Error::new(
-                    e.kind(),
-                    format!("{e}; this process learns in memory from now on"),
-                ))
+                Err(std::io::Error::other(format!(
+                    "{why}: not overwritten; this process learns in memory from now on"
+                )))
             }
             SaveDone::Failed(e, job) => {
                 let newer = std::mem::replace(&mut self.pending, job.pending);
