@@ -196,7 +196,7 @@ impl Pending {
 pub(crate) struct SaveJob {
     pub(super) path: PathBuf,
     /// The store's profile when the save was taken.
-    pub(super) file: ProfileFile,
+    pub(super) file: std::sync::Arc<ProfileFile>,
     /// What the store learned since its last save.
     pub(super) pending: BTreeMap<String, Pending>,
 }
@@ -261,7 +261,7 @@ impl SaveJob {
                 merge_pending(&self.pending, &mut disk);
                 disk
             }
-            Ok(None) => self.file.clone(),
+            Ok(None) => (*self.file).clone(),
             Err(why @ Unusable::Version(_)) => return Err(NotWritten::Refused(why)),
             Err(why) => {
                 let kind = if why == Unusable::Foreign {
@@ -275,7 +275,7 @@ impl SaveJob {
                     "profile {why}: moved to {}, writing a new one",
                     aside.display()
                 );
-                self.file.clone()
+                (*self.file).clone()
             }
         };
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -200,7 +201,10 @@ pub(crate) struct RunOutcome {
 #[derive(Debug)]
 pub struct ProfileStore {
     path: Option<PathBuf>,
-    file: ProfileFile,
+    /// Shared with a save in hand (which reads it only where the file on
+    /// disk is missing or unusable): learning copies it only while a save
+    /// holds it, and a save copies nothing.
+    file: Arc<ProfileFile>,
     pending: BTreeMap<String, Pending>,
     dirty: bool,
     last_save: Option<Instant>,
@@ -221,11 +225,11 @@ impl ProfileStore {
     pub fn in_memory(fingerprint: Fingerprint) -> Self {
         Self {
             path: None,
-            file: ProfileFile {
+            file: Arc::new(ProfileFile {
                 version: PROFILE_VERSION,
                 fingerprint,
                 kernels: BTreeMap::new(),
-            },
+            }),
             pending: BTreeMap::new(),
             dirty: false,
             last_save: None,
@@ -257,7 +261,7 @@ impl ProfileStore {
                         dropped.join("; ")
                     );
                 }
-                store.file = f;
+                store.file = Arc::new(f);
             }
             Ok(None) => {}
             Err(why @ Unusable::Version(_)) => {
@@ -317,7 +321,10 @@ impl ProfileStore {
         run: &RunOutcome,
         mu: f64,
     ) {
-        let k = self.file.kernels.entry(key.to_string()).or_default();
+        let k = Arc::make_mut(&mut self.file)
+            .kernels
+            .entry(key.to_string())
+            .or_default();
         let pending = self.pending.entry(key.to_string()).or_default();
         for (c, s) in classes.iter().zip(&run.starts) {
             if let Some(s) = *s {
@@ -349,7 +356,10 @@ impl ProfileStore {
         learned: &[f64],
         nu: f64,
     ) -> Learned {
-        let k = self.file.kernels.entry(key.to_string()).or_default();
+        let k = Arc::make_mut(&mut self.file)
+            .kernels
+            .entry(key.to_string())
+            .or_default();
         let pending = self.pending.entry(key.to_string()).or_default();
         for (c, s) in classes.iter().zip(samples) {
             if s.is_empty() {
@@ -431,7 +441,7 @@ impl ProfileStore {
         match done {
             SaveDone::Written(mut merged) => {
                 merge_pending(&self.pending, &mut merged);
-                self.file = merged;
+                self.file = Arc::new(merged);
                 Ok(())
             }
             // A newer coexec's profile appeared meanwhile: it is never
