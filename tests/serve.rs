@@ -725,3 +725,82 @@ fn cpu_list(list: &str) -> Vec<usize> {
         })
         .collect()
 }
+
+/// A field of `/proc/<pid>/status` in bytes (`VmRSS`, `VmHWM`).
+fn proc_kb(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    let kb: u64 = line[field.len() + 1..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// Four connections each announce a 2 MB body and send it one byte per TCP
+/// segment for `secs` seconds (`chunked`: as one-byte chunks); how much
+/// the server's peak resident memory grew over it.
+fn trickle_growth(chunked: bool, secs: u64) -> u64 {
+    let s = Server::start(&["--devices", "cpu:1"]);
+    let pid = s.child.id();
+    let before = proc_kb(pid, "VmRSS");
+    let head = if chunked {
+        "transfer-encoding: chunked".to_string()
+    } else {
+        "content-length: 2000000".to_string()
+    };
+    let head = format!(
+        "POST /v1/infer HTTP/1.1\r\nhost: {}\r\n{head}\r\n\r\n",
+        s.addr
+    );
+    let sent: u64 = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut c =
+                        TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
+                    c.set_nodelay(true).unwrap();
+                    c.write_all(head.as_bytes()).unwrap();
+                    let piece: &[u8] = if chunked { b"1\r\n \r\n" } else { b" " };
+                    let t = Instant::now();
+                    let mut n = 0;
+                    while t.elapsed() < Duration::from_secs(secs) && c.write_all(piece).is_ok() {
+                        n += 1;
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    n
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let peak = proc_kb(pid, "VmHWM");
+    let growth = peak.saturating_sub(before);
+    eprintln!(
+        "trickle (chunked: {chunked}): {sent} one-byte segments on 4 connections in {secs} s; \
+         peak RSS grew {:.1} MiB",
+        growth as f64 / (1 << 20) as f64
+    );
+    growth
+}
+
+/// Memory follows the bytes a body brings, not the packets they come in:
+/// four connections sending their bodies one byte per TCP segment for 8 s,
+/// as lengths and as one-byte chunks, grow the server by less than 64 MiB
+/// (by about 1 GB when each frame kept its read buffer).
+#[test]
+fn a_body_sent_a_byte_per_packet_costs_its_bytes() {
+    let (plain, chunked) = std::thread::scope(|sc| {
+        let plain = sc.spawn(|| trickle_growth(false, 8));
+        let chunked = sc.spawn(|| trickle_growth(true, 8));
+        (plain.join().unwrap(), chunked.join().unwrap())
+    });
+    for (what, g) in [("content-length", plain), ("chunked", chunked)] {
+        assert!(g < 64 << 20, "{what}: peak RSS grew {} MiB", g >> 20);
+    }
+}

@@ -232,13 +232,19 @@ pub(super) enum BodyFault {
 /// Reads a body of at most `limit` bytes within `deadline`. A declared
 /// length over the limit is refused before any of the body is read (a
 /// client that sent `Expect: 100-continue` is not asked for it).
+///
+/// Memory follows the bytes received, not the frames they came in: each
+/// frame is copied into one buffer and dropped at once. A frame is a slice
+/// of the connection's read buffer and keeps all of it alive, so keeping
+/// the frames (as collecting them does) let a client sending one byte per
+/// TCP segment hold kilobytes per byte.
 pub(super) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
     deadline: Duration,
 ) -> Result<Bytes, BodyFault> {
-    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    use http_body_util::BodyExt;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -246,12 +252,28 @@ pub(super) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(BodyFault::TooLarge);
     }
-    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(BodyFault::Stalled),
-        Ok(Ok(b)) => Ok(b.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyFault::TooLarge),
-        Ok(Err(e)) => Err(BodyFault::Read(e.to_string())),
-    }
+    let read = async {
+        let mut body = body;
+        let mut buf = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyFault::Read(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            if data.len() > limit - buf.len() {
+                return Err(BodyFault::TooLarge);
+            }
+            // A body that came whole (the common case) is kept as it is.
+            if buf.is_empty() && http_body::Body::is_end_stream(&body) {
+                return Ok(data);
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or(Err(BodyFault::Stalled))
 }
 
 /// The first value of `rows` that is not a finite `f32` (JSON numbers past

@@ -214,6 +214,68 @@ fn a_stalled_body_ends_at_its_deadline() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
+/// A frame of one byte that, like hyper's, keeps a whole read buffer
+/// alive; counts how many are alive at once.
+struct Frame {
+    buf: Vec<u8>,
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..1]
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A body sent one byte per frame is held as its bytes, not as its frames
+/// (each frame's buffer dropped as it is read): a client sending one byte
+/// per TCP segment held kilobytes per byte.
+#[test]
+fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const FRAMES: usize = 2000;
+    let live = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (mut tx, body) = http_body_util::Channel::<Bytes, std::io::Error>::new(1);
+    let (l, p) = (live.clone(), peak.clone());
+    let r = block_on(async move {
+        let send = async move {
+            for k in 0..FRAMES {
+                let n = l.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(n, Ordering::SeqCst);
+                let mut buf = vec![0u8; 8192];
+                buf[0] = b'0' + (k % 10) as u8;
+                let frame = Frame {
+                    buf,
+                    live: l.clone(),
+                };
+                if tx.send_data(Bytes::from_owner(frame)).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let headers = with_length(FRAMES);
+        let read = read_body(&headers, Body::new(body), 1 << 20, Duration::from_secs(5));
+        tokio::join!(send, read).1
+    });
+    let got = r.unwrap();
+    assert_eq!(got.len(), FRAMES);
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(k, &b)| b == b'0' + (k % 10) as u8));
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 4, "{peak} frames alive at once");
+}
+
 #[test]
 fn non_finite_inputs_are_found_by_row_and_column() {
     assert_eq!(first_non_finite(&[vec![1.0, 2.0], vec![0.0, 3e38]]), None);
