@@ -804,3 +804,56 @@ fn a_body_sent_a_byte_per_packet_costs_its_bytes() {
         assert!(g < 64 << 20, "{what}: peak RSS grew {} MiB", g >> 20);
     }
 }
+
+/// A request whose head came before SIGTERM and whose body finished after
+/// it was accepted: it is answered, not turned away as draining.
+#[test]
+fn a_request_whose_head_came_before_sigterm_is_answered() {
+    let mut s = Server::start(&["--devices", "cpu:1"]);
+    let t = test_rows();
+    let body = request(&[rows_of(&t, 0), rows_of(&t, 1)]);
+    let mut c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /v1/infer HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\n\r\n",
+        s.addr,
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&body[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.terminate();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(&body[10..]).unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(s.wait(Duration::from_secs(20)).success());
+}
+
+/// A client that pipelines requests and never reads the answers does not
+/// hold the process after SIGTERM: past the drain's bound its connection
+/// is closed and the process exits 0 (before, it ran as long as the
+/// client stayed).
+#[test]
+fn a_client_that_never_reads_does_not_hold_the_drain() {
+    let mut s = Server::start(&["--devices", "cpu:1", "--drain-timeout-s", "2"]);
+    let c = TcpStream::connect_timeout(&s.addr, Duration::from_secs(5)).unwrap();
+    let mut w = c.try_clone().unwrap();
+    let asks = format!("GET /metrics HTTP/1.1\r\nhost: {}\r\n\r\n", s.addr).repeat(20_000);
+    // Blocks once the server stops reading (its answers fill both socket
+    // buffers); ends when the server closes the connection.
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(asks.as_bytes());
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    s.terminate();
+    let status = s.wait(Duration::from_secs(15));
+    let took = t.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(took < Duration::from_secs(6), "exit {took:?} after SIGTERM");
+    drop(c);
+    writer.join().unwrap();
+}

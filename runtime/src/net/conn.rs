@@ -26,7 +26,7 @@ fn now_ns() -> u64 {
 }
 
 /// One HTTP/1.1 connection's request count, kept by the service that answers
-/// it and read by its [`HeadDeadline`] stream, and whether and since when it
+/// it and read by its [`TimedIo`] stream, and whether and since when it
 /// is idle (for [`Connections::evict_idlest`]).
 #[derive(Debug)]
 pub(crate) struct Requests {
@@ -111,6 +111,14 @@ impl Connections {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Connections with a request in progress.
+    pub(crate) fn in_progress(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|r| r.running.load(Ordering::Acquire))
+            .count()
+    }
+
     /// Asks the connection idle longest to close; whether one was idle. A
     /// request that reaches it as it closes is lost to its client, as on
     /// any server that closes idle connections: this runs only when every
@@ -153,7 +161,10 @@ impl Drop for Open {
 /// A connection whose request heads must arrive within `limit` of their
 /// first byte, and its first head within `limit` of the connection, while
 /// an idle keep-alive connection (no byte of a next request yet) is left to
-/// the server's longer idle timeout.
+/// the server's longer idle timeout; and whose writes fail once the client
+/// has taken none of the bytes for `write_limit` (its receive window
+/// full), so that a client that never reads holds neither a connection
+/// slot nor a drain.
 ///
 /// hyper's `header_read_timeout` starts as soon as it waits for a head, so
 /// it closes a keep-alive connection idle for that long; a client that
@@ -165,7 +176,7 @@ impl Drop for Open {
 /// previous request (pipelined), and the rest of a body the service did not
 /// read (the service then answers with `Connection: close`, see
 /// [`WatchedBody`], so the connection does not outlive it).
-pub(crate) struct HeadDeadline<S> {
+pub(crate) struct TimedIo<S> {
     io: S,
     requests: Arc<Requests>,
     limit: Duration,
@@ -174,23 +185,67 @@ pub(crate) struct HeadDeadline<S> {
     /// When that head must be complete (one timer per connection, reset for
     /// each head).
     clock: Pin<Box<Sleep>>,
+    write_limit: Duration,
+    /// When a write that could not proceed must have (made when a write
+    /// first waits; `None` while writes proceed).
+    write_clock: Option<Pin<Box<Sleep>>>,
+    /// Whether `write_clock` runs: the last write waited.
+    write_waiting: bool,
 }
 
-impl<S> HeadDeadline<S> {
-    pub(crate) fn new(io: S, requests: Arc<Requests>, limit: Duration) -> Self {
+impl<S> TimedIo<S> {
+    pub(crate) fn new(
+        io: S,
+        requests: Arc<Requests>,
+        limit: Duration,
+        write_limit: Duration,
+    ) -> Self {
         // The first head is timed from the connection: a client that
         // connects and sends nothing gives its slot back after `limit`.
-        HeadDeadline {
+        TimedIo {
             io,
             requests,
             limit,
             head: Some(0),
             clock: Box::pin(tokio::time::sleep(limit)),
+            write_limit,
+            write_clock: None,
+            write_waiting: false,
         }
+    }
+
+    /// `poll`'s result, timed: a write that keeps waiting (the client takes
+    /// none of the bytes) fails after `write_limit`; one that proceeds
+    /// stops the clock.
+    fn timed_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: impl FnOnce(&mut S, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let r = poll(&mut self.io, cx);
+        if r.is_ready() {
+            self.write_waiting = false;
+            return r;
+        }
+        let at = tokio::time::Instant::now() + self.write_limit;
+        let clock = self
+            .write_clock
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if !self.write_waiting {
+            self.write_waiting = true;
+            clock.as_mut().reset(at);
+        }
+        if clock.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no bytes of the response in time",
+            )));
+        }
+        Poll::Pending
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for TimedIo<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -226,13 +281,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for TimedIo<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        self.timed_write(cx, |io, cx| Pin::new(io).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -240,7 +295,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        self.timed_write(cx, |io, cx| Pin::new(io).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -248,7 +303,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        self.timed_write(cx, |io, cx| Pin::new(io).poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -299,5 +354,50 @@ impl<B: http_body::Body + Unpin> http_body::Body for WatchedBody<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn timed(io: tokio::io::DuplexStream) -> TimedIo<tokio::io::DuplexStream> {
+        let requests = Arc::new(Requests::default());
+        TimedIo::new(
+            io,
+            requests,
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// A response the client takes none of fails after the write limit; one
+    /// the client takes slowly, a little at a time, goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_fails_only_while_the_client_takes_nothing() {
+        let (server, _client) = tokio::io::duplex(64);
+        let mut io = timed(server);
+        let t = tokio::time::Instant::now();
+        let e = io.write_all(&[7u8; 1024]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(11),
+            "{took:?}"
+        );
+
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut io = timed(server);
+        let reader = tokio::spawn(async move {
+            let (mut buf, mut n) = ([0u8; 64], 0);
+            while n < 1024 {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                n += client.read(&mut buf).await.unwrap();
+            }
+            n
+        });
+        io.write_all(&[7u8; 1024]).await.unwrap();
+        assert_eq!(reader.await.unwrap(), 1024);
     }
 }

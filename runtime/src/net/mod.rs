@@ -2,7 +2,7 @@
 //! (a connection slot, then a connection; or, for the service, a connection,
 //! then a slot, freed by closing the connection idle longest when there is
 //! none); and, for the service, its connections' bookkeeping and the
-//! deadline on their request heads ([`conn`]).
+//! deadlines on their request heads and responses ([`conn`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[cfg(feature = "serve")]
 mod conn;
 #[cfg(feature = "serve")]
-pub(crate) use conn::{Connections, HeadDeadline, Requests, WatchedBody};
+pub(crate) use conn::{Connections, Requests, TimedIo, WatchedBody};
 
 /// How long to wait after a failed accept (out of descriptors and the like).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);

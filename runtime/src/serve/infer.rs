@@ -287,6 +287,9 @@ pub(super) fn first_non_finite(rows: &[Vec<f32>]) -> Option<(usize, usize)> {
 
 pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response {
     let i = &svc.inner;
+    // A request whose head came before the drain began is answered, though
+    // its body may finish arriving after it.
+    let accepted = !i.draining.load(Ordering::Acquire);
     let body = match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
         Ok(b) => b,
         Err(fault) => {
@@ -322,10 +325,7 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
     // One that could never fit is left to the parse, to get its 400.
     let most = i.cfg.max_inputs.min(i.stream.capacity());
     let rows = rows_in(&body);
-    if rows <= most
-        && i.stream.queued() + rows > i.stream.capacity()
-        && !i.draining.load(Ordering::Acquire)
-    {
+    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
         return svc.overloaded();
     }
     // serde's derived structs also take a JSON array of their fields
@@ -373,7 +373,7 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
             ),
         );
     }
-    if i.draining.load(Ordering::Acquire) {
+    if !accepted {
         return draining();
     }
     let rows = req.inputs.len();

@@ -59,7 +59,9 @@ mod server;
 mod tests;
 
 use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
-pub use server::{bind, serve, serve_bounded, DRAIN_GRACE, MAX_CONNECTIONS};
+pub use server::{
+    bind, serve, serve_with, Drained, ServerConfig, DRAIN_GRACE, DRAIN_TIMEOUT, MAX_CONNECTIONS,
+};
 
 /// The service's limits. Build with [`ServeConfig::new`] and its setters.
 ///
@@ -285,6 +287,12 @@ fn describe() {
         Unit::Count,
         "Inference requests by outcome: success, invalid, overloaded, deadline, failed, unavailable."
     );
+    describe_counter!(
+        "coexec_drain_closed_connections_total",
+        Unit::Count,
+        "Connections still open at the drain's deadline after a signal, closed then (their answers lost)."
+    );
+    counter!("coexec_drain_closed_connections_total").increment(0);
     // Every outcome from the start, at 0: `rate()` and `increase()` then
     // see a series' first requests, and an alert its first burst.
     for o in OUTCOMES {

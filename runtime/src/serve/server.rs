@@ -11,10 +11,11 @@ use axum::Router;
 use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use metrics::counter;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::net::{Connections, HeadDeadline, Requests, WatchedBody};
+use crate::net::{Connections, Requests, TimedIo, WatchedBody};
 use crate::Error;
 
 /// Longest a client may take to send a request head, from its first byte.
@@ -33,6 +34,14 @@ pub(super) const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// How long [`serve`] lets open connections go on after its signal before
 /// it closes the idle ones.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
+/// Default bound on a drain ([`ServerConfig::drain_timeout`]): well inside
+/// Kubernetes' default grace period of 30 s, with room for the stream to
+/// answer what it queued before the process exits.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest a response may wait on a client that does not take its bytes
+/// (its socket buffer full), from the last write that made progress, as
+/// nginx's `send_timeout`: then the connection closes.
+pub(super) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Largest request head read (larger heads get 431).
 pub(super) const MAX_HEAD: usize = 16 * 1024;
 /// Connections [`serve`] serves at once. A client past it takes the slot of
@@ -48,15 +57,80 @@ pub(super) const EVICT_RETRY: Duration = Duration::from_millis(100);
 /// its slot back before another is asked.
 pub(super) const EVICT_AGAIN: Duration = Duration::from_secs(1);
 
+/// How [`serve_with`] serves: how many connections at once and how long a
+/// drain may last. Build with [`ServerConfig::new`] and its setters.
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = coexec::serve::ServerConfig::new()
+///     .max_connections(512)
+///     .drain_timeout(Duration::from_secs(25));
+/// assert_eq!(cfg.max_connections_len(), 512);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    max_connections: usize,
+    drain_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServerConfig {
+    /// [`MAX_CONNECTIONS`] connections, a drain of at most
+    /// [`DRAIN_TIMEOUT`].
+    pub fn new() -> Self {
+        Self {
+            max_connections: MAX_CONNECTIONS,
+            drain_timeout: DRAIN_TIMEOUT,
+        }
+    }
+
+    /// Connections served at once (at least one).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// Longest the drain after the signal may last; past it the
+    /// connections still open are closed, counted in
+    /// `coexec_drain_closed_connections_total` and logged.
+    pub fn drain_timeout(mut self, d: Duration) -> Self {
+        self.drain_timeout = d;
+        self
+    }
+
+    /// The connection limit set.
+    pub fn max_connections_len(&self) -> usize {
+        self.max_connections
+    }
+}
+
+/// How a drain ended, as [`serve_with`] returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Drained {
+    /// Connections still open at the drain's deadline, closed then (a
+    /// client not reading its answers, or a request not answered in time).
+    pub closed: usize,
+    /// Of them, the ones with a request in progress (its answer lost).
+    pub in_progress: usize,
+}
+
 /// Serves `app` on `listener` until `signal` completes; then accepts the
 /// connections already in the listen queue (they get an answer, not a
 /// reset), stops accepting, lets open connections go on for up to
 /// [`DRAIN_GRACE`] (a draining [`Service`](super::Service) answers their requests 503 with
 /// `Connection: close`), and returns once every connection's requests are
-/// answered.
+/// answered, or at [`DRAIN_TIMEOUT`] after the signal, closing the
+/// connections still open.
 ///
 /// Each connection is its own task; request heads are bounded in size and
-/// time. At most [`MAX_CONNECTIONS`] are served at once (at shutdown, the
+/// time, and a response waits at most 10 s on a client that does not read
+/// it. At most [`MAX_CONNECTIONS`] are served at once (at shutdown, the
 /// ones still in the listen queue come on top): a client past that takes
 /// the slot of the keep-alive connection idle longest, which is closed (a
 /// request its client sends just then is lost, as on any server that
@@ -68,23 +142,20 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     signal: impl Future<Output = ()> + Send,
-) {
-    serve_bounded(listener, app, signal, MAX_CONNECTIONS).await;
+) -> Drained {
+    serve_with(listener, app, signal, ServerConfig::new()).await
 }
 
-/// [`serve`] with at most `max_connections` connections at once (at least
-/// one) instead of [`MAX_CONNECTIONS`].
-pub async fn serve_bounded(
+/// [`serve`] with its connection limit and drain bound from `cfg`.
+pub async fn serve_with(
     listener: tokio::net::TcpListener,
     app: Router,
     signal: impl Future<Output = ()> + Send,
-    max_connections: usize,
-) {
+    cfg: ServerConfig,
+) -> Drained {
     let (stop_tx, stop) = watch::channel(false);
     let service = TowerToHyperService::new(app);
-    let slots = Arc::new(Semaphore::new(
-        max_connections.clamp(1, Semaphore::MAX_PERMITS),
-    ));
+    let slots = Arc::new(Semaphore::new(cfg.max_connections));
     let open = Arc::new(Connections::default());
     let mut conns = tokio::task::JoinSet::new();
     let spawn = |conns: &mut tokio::task::JoinSet<()>,
@@ -96,7 +167,7 @@ pub async fn serve_bounded(
             let requests = Arc::new(Requests::default());
             let _open = open.open(requests.clone());
             let evicted = requests.clone();
-            let io = HeadDeadline::new(stream, requests.clone(), HEAD_DEADLINE);
+            let io = TimedIo::new(stream, requests.clone(), HEAD_DEADLINE, WRITE_DEADLINE);
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                 let running = requests.start();
                 let (parts, body) = req.into_parts();
@@ -118,7 +189,7 @@ pub async fn serve_bounded(
             });
             // hyper's head timeout runs from when it starts waiting for a
             // head, idle time included: here it is the idle timeout, and
-            // `HeadDeadline` times the head itself.
+            // `TimedIo` times the head itself.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(IDLE_TIMEOUT)
@@ -197,12 +268,31 @@ pub async fn serve_bounded(
         spawn(&mut conns, (slots.clone().try_acquire_owned().ok(), c));
     }
     drop(listener);
-    let _ = tokio::time::timeout(DRAIN_GRACE, async {
+    let drained = tokio::time::timeout(cfg.drain_timeout, async {
+        let _ = tokio::time::timeout(DRAIN_GRACE, async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        let _ = stop_tx.send(true);
         while conns.join_next().await.is_some() {}
     })
     .await;
-    let _ = stop_tx.send(true);
-    while conns.join_next().await.is_some() {}
+    if drained.is_ok() {
+        return Drained::default();
+    }
+    let gone = Drained {
+        closed: conns.len(),
+        in_progress: open.in_progress(),
+    };
+    conns.shutdown().await;
+    counter!("coexec_drain_closed_connections_total").increment(gone.closed as u64);
+    tracing::warn!(
+        "drain: {} connection(s) still open after {:?} closed, {} with a request in progress",
+        gone.closed,
+        cfg.drain_timeout,
+        gone.in_progress
+    );
+    gone
 }
 
 /// Binds `addr` (warning when it is not a loopback address).

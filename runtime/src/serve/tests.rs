@@ -70,7 +70,13 @@ fn a_client_past_the_limit_takes_the_slot_of_the_connection_idle_longest() {
             let signal = async {
                 let _ = stopped.await;
             };
-            serve_bounded(listener, app, signal, 2).await;
+            serve_with(
+                listener,
+                app,
+                signal,
+                ServerConfig::new().max_connections(2),
+            )
+            .await;
         });
     });
     const HEAD: &[u8] = b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n";

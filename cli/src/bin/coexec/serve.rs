@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::kernels::workloads::MlpWeights;
-use coexec::serve::{ServeConfig, Service};
+use coexec::serve::{ServeConfig, ServerConfig, Service};
 use coexec::stream::{Placement, StreamConfig};
 use coexec::Runtime;
 
@@ -60,6 +60,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = coexec::serve::MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     max_connections: u64,
+    /// Longest the drain after SIGTERM or Ctrl-C may last, in seconds;
+    /// past it the connections still open are closed (counted in
+    /// `coexec_drain_closed_connections_total`) and the process exits 0.
+    /// Keep it under Kubernetes' terminationGracePeriodSeconds.
+    #[arg(long, default_value_t = coexec::serve::DRAIN_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    drain_timeout_s: u64,
     /// Bind each CPU worker to a core of its own and every other thread
     /// (handlers, sim and GPU workers, actors) to the cores left (Linux).
     #[arg(long)]
@@ -117,7 +124,10 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
             svc.start_draining();
         }
     };
-    coexec::serve::serve_bounded(listener, svc.router(), signal, a.max_connections as usize).await;
+    let server = ServerConfig::new()
+        .max_connections(usize::try_from(a.max_connections).unwrap_or(usize::MAX))
+        .drain_timeout(Duration::from_secs(a.drain_timeout_s));
+    coexec::serve::serve_with(listener, svc.router(), signal, server).await;
     svc.shutdown().await;
     drop(svc);
     match Arc::try_unwrap(rt) {
