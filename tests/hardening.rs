@@ -283,6 +283,30 @@ fn sizes_past_this_machines_memory_exit_2_naming_the_limit() {
     );
 }
 
+/// A size within the machine's memory but past the process's address-space
+/// limit exits 2 naming that limit (it aborted with rc 134: the check read
+/// only the memory available).
+#[cfg(target_os = "linux")]
+#[test]
+fn sizes_past_the_address_space_limit_exit_2_naming_it() {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 3000000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_coexec"))
+        .args(["run", "synthetic", "--size", "2000000000", "--work", "0"])
+        .args(["--devices", "cpu:1"])
+        .env(
+            "COEXEC_PROFILE_DIR",
+            std::env::temp_dir().join("coexec-hardening-as"),
+        )
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("ulimit -v"), "{err}");
+}
+
 #[test]
 fn kmeans_input_with_nan_or_inf_and_negative_thresholds_are_refused() {
     let dir = std::env::temp_dir().join(format!("coexec-hardening-km-{}", std::process::id()));

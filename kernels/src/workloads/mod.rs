@@ -32,6 +32,7 @@
 
 mod kmeans;
 mod matmul;
+mod memory;
 mod mlp;
 mod nbody;
 mod pathfinder;
@@ -176,40 +177,30 @@ pub fn check_bytes(
             .checked_mul(p)
             .ok_or_else(|| KernelError::invalid(what, format!("{parts:?} overflows")))?;
     }
-    let limit = memory_limit();
+    let limit = memory::limit();
     match n.checked_mul(elem_bytes) {
-        Some(b) if b as u64 <= limit => Ok(n),
+        Some(b) if b as u64 <= limit.bytes => Ok(n),
         _ => Err(KernelError::invalid(
             what,
             format!(
-                "{parts:?} × {elem_bytes} bytes exceeds the memory limit of {:.1} GiB (memory available at start)",
-                limit as f64 / (1u64 << 30) as f64
+                "{parts:?} × {elem_bytes} bytes exceeds the memory limit of {:.1} GiB ({})",
+                limit.bytes as f64 / (1u64 << 30) as f64,
+                limit.what
             ),
         )),
     }
 }
 
-/// Where the machine's memory cannot be read, the most a workload buffer
-/// may take (64 GiB): beyond it a size is a typo, not a benchmark.
-pub(crate) const MAX_BYTES: u64 = 64 << 30;
-
-/// The most one workload buffer may take: the memory this machine had
-/// available (`MemAvailable` in `/proc/meminfo`) when first asked, measured
-/// once per process; 64 GiB where that cannot be read. Asking for
-/// more would not fail at allocation (Linux overcommits) but abort, or bring
-/// the OOM killer, once the buffer is touched.
+/// The most one workload buffer may take: the tightest of the memory this
+/// machine had available (`MemAvailable` in `/proc/meminfo`), the process's
+/// address-space limit (`ulimit -v`) less what it maps, and its cgroup's
+/// memory limit (`memory.max`, or v1's `memory.limit_in_bytes`) less the
+/// cgroup's usage, measured once per process when first asked; 64 GiB where
+/// none can be read. Asking for more would not fail at allocation (Linux
+/// overcommits) but abort, or bring the OOM killer, once the buffer is
+/// touched.
 pub fn memory_limit() -> u64 {
-    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemAvailable:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .map_or(MAX_BYTES, |kib| kib.saturating_mul(1024))
-    })
+    memory::limit().bytes
 }
 
 /// A zero-filled vector of `n` elements, or an error instead of an abort when

@@ -21,13 +21,30 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
-    /// `items` items of `work` rounds each.
+    /// `items` items of `work` rounds each. Aborts if its 12 bytes per item
+    /// cannot be allocated, as `Vec` does; see [`Synthetic::try_new`].
     pub fn new(items: usize, work: u32) -> Self {
         Self {
             work,
             out: DisjointBuf::new(items, 1),
             audit: (0..items).map(|_| AtomicU32::new(0)).collect(),
         }
+    }
+
+    /// [`Synthetic::new`], or an error where its buffers cannot be
+    /// allocated.
+    pub fn try_new(items: usize, work: u32) -> Result<Self, KernelError> {
+        let out = super::try_zeroed::<u64>("synthetic", items)?;
+        let mut audit = Vec::new();
+        audit.try_reserve_exact(items).map_err(|e| {
+            KernelError::invalid("synthetic", format!("cannot allocate {items} items: {e}"))
+        })?;
+        audit.extend((0..items).map(|_| AtomicU32::new(0)));
+        Ok(Self {
+            work,
+            out: DisjointBuf::from_vec(out, 1),
+            audit: audit.into_boxed_slice(),
+        })
     }
 
     /// The value item `i` must hold once computed.

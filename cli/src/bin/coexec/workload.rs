@@ -142,8 +142,9 @@ impl Prepared {
                         ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
                     }
                 };
-                // One u64 output per item, checked against this machine.
-                check_bytes("--size", &[items], 8)?;
+                // A u64 output and a u32 count per item, checked against
+                // this machine and the process's limits.
+                check_bytes("--size", &[items], 12)?;
                 Prepared::Synthetic {
                     items,
                     work: a.work,
@@ -261,8 +262,12 @@ impl Prepared {
     pub(crate) async fn run(&self, rt: &Runtime, opts: JobOptions) -> Result<Ran, coexec::Error> {
         Ok(match self {
             Prepared::Synthetic { items, work } => {
-                let (k, reports, wall_s, inputs_s) =
-                    drive(rt, || Ok(OneShot::new(Synthetic::new(*items, *work))), opts).await?;
+                let (k, reports, wall_s, inputs_s) = drive(
+                    rt,
+                    || Ok(OneShot::new(Synthetic::try_new(*items, *work)?)),
+                    opts,
+                )
+                .await?;
                 let verified = k
                     .map(|mut k| k.verify())
                     .unwrap_or_else(|| Err("no kernel came back".into()));
@@ -338,7 +343,7 @@ impl Prepared {
     pub(crate) fn run_rayon(&self, pool: &rayon::ThreadPool) -> Result<f64, KernelError> {
         Ok(match self {
             Prepared::Synthetic { items, work } => {
-                rayon_timed(pool, OneShot::new(Synthetic::new(*items, *work)))?
+                rayon_timed(pool, OneShot::new(Synthetic::try_new(*items, *work)?))?
             }
             Prepared::Empty { items } => rayon_timed(pool, OneShot::new(Empty::new(*items)))?,
             Prepared::Matmul(p) => rayon_timed(pool, MatmulJob::new(*p)?)?,
