@@ -436,3 +436,31 @@ fn warnings_to_a_file_carry_no_colour_codes() {
     assert!(err.contains("WARN"), "a warning is expected: {err}");
     assert!(!err.contains('\u{1b}'), "ANSI codes in {err:?}");
 }
+
+/// A profile folder that cannot be written is warned about once, not at
+/// every save that fails the same way (it was printed twice: after the run
+/// and at shutdown).
+#[test]
+fn a_profile_that_cannot_be_saved_is_warned_about_once() {
+    let blocker =
+        std::env::temp_dir().join(format!("coexec-hardening-nodir-{}", std::process::id()));
+    std::fs::write(&blocker, b"a file, not a folder").unwrap();
+    let dir = blocker.join("profiles");
+    let (code, _, err) = coexec(&[
+        "run",
+        "synthetic",
+        "--size",
+        "100000",
+        "--devices",
+        "cpu:1,sim:1@0.5",
+        "--profile-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&blocker);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.matches("could not save the profile").count(),
+        1,
+        "{err}"
+    );
+}

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::store::{sanitize, Fingerprint, ProfileFile, PROFILE_VERSION};
+#[cfg(doc)]
+use super::store::KernelProfile;
+use super::store::{sanitize, Fingerprint, ProfileFile, MAX_FILE_BYTES, PROFILE_VERSION};
 use super::RunHistory;
 use crate::perfmodel::Sample;
 
@@ -24,6 +26,8 @@ pub(super) struct Pending {
     pub(super) starts: BTreeMap<String, f64>,
     /// The run history as this process left it, if it learned any.
     pub(super) history: Option<RunHistory>,
+    /// When this process last ran it (see [`KernelProfile::last_run_ms`]).
+    pub(super) last_run_ms: u64,
 }
 
 /// Reads the profile at `path`: `Ok(None)` if there is none, `Err` with a
@@ -33,6 +37,10 @@ pub(super) fn read_profile(
     path: &Path,
     fingerprint: &Fingerprint,
 ) -> Result<Option<(ProfileFile, Vec<String>)>, Unusable> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > MAX_FILE_BYTES => return Err(Unusable::TooLarge(m.len())),
+        _ => {}
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -66,6 +74,8 @@ pub(super) enum Unusable {
     Foreign,
     /// Not a profile (cut short, edited, another program's).
     Corrupt(String),
+    /// Over [`MAX_FILE_BYTES`] (its size): not read.
+    TooLarge(u64),
     /// The file could not be read.
     Unreadable(String),
 }
@@ -79,6 +89,10 @@ impl std::fmt::Display for Unusable {
             ),
             Self::Foreign => f.write_str("was learned on another machine"),
             Self::Corrupt(e) => write!(f, "is corrupt ({e})"),
+            Self::TooLarge(n) => write!(
+                f,
+                "is {n} bytes, over the limit of {MAX_FILE_BYTES}: not read"
+            ),
             Self::Unreadable(e) => write!(f, "is unreadable ({e})"),
         }
     }
@@ -167,6 +181,7 @@ pub(super) fn merge_pending(pending: &BTreeMap<String, Pending>, disk: &mut Prof
         if let Some(h) = &p.history {
             k.history = h.clone();
         }
+        k.last_run_ms = k.last_run_ms.max(p.last_run_ms);
     }
 }
 
@@ -189,6 +204,7 @@ impl Pending {
         if newer.history.is_some() {
             self.history = newer.history;
         }
+        self.last_run_ms = self.last_run_ms.max(newer.last_run_ms);
     }
 }
 
@@ -264,10 +280,10 @@ impl SaveJob {
             Ok(None) => (*self.file).clone(),
             Err(why @ Unusable::Version(_)) => return Err(NotWritten::Refused(why)),
             Err(why) => {
-                let kind = if why == Unusable::Foreign {
-                    "foreign"
-                } else {
-                    "corrupt"
+                let kind = match why {
+                    Unusable::Foreign => "foreign",
+                    Unusable::TooLarge(_) => "oversized",
+                    _ => "corrupt",
                 };
                 let aside = move_aside(path, kind)?;
                 tracing::warn!(
@@ -278,6 +294,14 @@ impl SaveJob {
                 (*self.file).clone()
             }
         };
+        // Written by the rule it will be read by: what the next load would
+        // drop (a kernel past the cap, an implausible model merged from
+        // another process) is dropped now.
+        let mut merged = merged;
+        let dropped = sanitize(&mut merged);
+        if !dropped.is_empty() {
+            tracing::debug!(path = %path.display(), "profile: not saved: {}", dropped.join("; "));
+        }
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
         if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {

@@ -14,7 +14,7 @@ pub use history::RunHistory;
 pub(crate) use store::RunOutcome;
 pub use store::{
     implausible, split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore,
-    MAX_FIXED_S, PROFILE_VERSION, SPEED_RANGE,
+    MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, PROFILE_VERSION, SPEED_RANGE,
 };
 
 use crate::perfmodel::{Sample, SpeedModel};
@@ -35,6 +35,9 @@ pub(crate) struct Profiler {
     saver: Option<Saver>,
     /// Whether that thread has a save in hand.
     saving: bool,
+    /// The last failed save's error, warned about once: the same failure
+    /// again (the retry at shutdown, say) is logged at debug level.
+    failed: Option<String>,
 }
 
 impl Profiler {
@@ -46,6 +49,7 @@ impl Profiler {
             save_due: false,
             saver: None,
             saving: false,
+            failed: None,
         }
     }
 
@@ -100,8 +104,17 @@ impl Profiler {
     }
 
     fn finish(&mut self, done: SaveDone) {
-        if let Err(e) = self.store.finish_save(done) {
-            tracing::warn!("could not save the profile: {e}");
+        match self.store.finish_save(done) {
+            Ok(()) => self.failed = None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.failed.as_ref() == Some(&e) {
+                    tracing::debug!("could not save the profile, again: {e}");
+                } else {
+                    tracing::warn!("could not save the profile: {e}");
+                    self.failed = Some(e);
+                }
+            }
         }
     }
 }

@@ -76,6 +76,10 @@ pub struct KernelProfile {
     /// What the runs taught beyond the models.
     #[serde(default)]
     pub history: RunHistory,
+    /// When a run of it was last learned from (milliseconds since the Unix
+    /// epoch): past [`MAX_KERNELS`], the least recently run go first.
+    #[serde(default)]
+    pub last_run_ms: u64,
 }
 
 /// The profile file's content.
@@ -117,9 +121,12 @@ pub fn split_delta(stored: &[f64], learned: &[f64]) -> f64 {
 /// A stored fixed cost per chunk above this is not believed (seconds): no
 /// probe measures a chunk's launch and transfer at a minute.
 pub const MAX_FIXED_S: f64 = 60.0;
-/// Stored speeds outside this range are not believed (items per second per
-/// worker): slower than an item per quarter hour, or faster than a trillion.
-pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e12;
+/// Speeds outside this range are not believed (items per second per
+/// worker): slower than an item per quarter hour. No finite speed is too
+/// fast: a chunk whose time is all fixed cost fits a speed as large as
+/// `f64` holds (a GPU's 1e20 items/s on short matmul runs; the empty
+/// kernel's 8.5e14).
+pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=f64::MAX;
 
 /// Why a stored model is not believed, or `None` if it is plausible.
 ///
@@ -151,12 +158,38 @@ pub fn implausible(m: &SpeedModel) -> Option<String> {
     (bad > 0).then(|| format!("{bad} sample(s) not finite and positive"))
 }
 
-/// Drops what a loaded file holds that no run of this build would have
-/// written: implausible models, splits that are not shares, sample windows
-/// longer than [`WINDOW`](crate::perfmodel::WINDOW). Returns what was
-/// dropped, one entry per model or split.
+/// Kernels a profile keeps at most: past it, the least recently run are
+/// dropped (a service that made a kernel key per request would otherwise
+/// grow its profile, and every load and save, without end).
+pub const MAX_KERNELS: usize = 512;
+/// Largest profile file read (bytes): a larger one is not read (it would
+/// take seconds and gigabytes to parse) and is moved aside at the next
+/// save. [`MAX_KERNELS`] kernels with four classes' full sample windows
+/// take about 14 MiB (28 KiB each).
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The one validity rule of a profile, applied to what is loaded and to
+/// what is saved alike: implausible models, splits that are not shares,
+/// sample windows longer than [`WINDOW`](crate::perfmodel::WINDOW), and
+/// kernels past [`MAX_KERNELS`] (the least recently run) are dropped.
+/// Returns what was dropped, one entry per model, split or kernel count.
 pub(super) fn sanitize(file: &mut ProfileFile) -> Vec<String> {
     let mut dropped = Vec::new();
+    let excess = file.kernels.len().saturating_sub(MAX_KERNELS);
+    if excess > 0 {
+        let mut by_age: Vec<(u64, String)> = file
+            .kernels
+            .iter()
+            .map(|(k, p)| (p.last_run_ms, k.clone()))
+            .collect();
+        by_age.sort_unstable();
+        for (_, k) in by_age.into_iter().take(excess) {
+            file.kernels.remove(&k);
+        }
+        dropped.push(format!(
+            "{excess} least recently run kernel(s) past the cap of {MAX_KERNELS}"
+        ));
+    }
     for (kernel, k) in &mut file.kernels {
         k.models.retain(|class, m| match implausible(m) {
             Some(why) => {
@@ -208,6 +241,9 @@ pub struct ProfileStore {
     pending: BTreeMap<String, Pending>,
     dirty: bool,
     last_save: Option<Instant>,
+    /// The last run's stamp (see [`KernelProfile::last_run_ms`]), so that
+    /// this process's stamps increase even within a millisecond.
+    last_stamp: u64,
 }
 
 /// What observing a run changed.
@@ -233,6 +269,7 @@ impl ProfileStore {
             pending: BTreeMap::new(),
             dirty: false,
             last_save: None,
+            last_stamp: 0,
         }
     }
 
@@ -261,6 +298,8 @@ impl ProfileStore {
                         dropped.join("; ")
                     );
                 }
+                // This process's runs are more recent than any stored.
+                store.last_stamp = f.kernels.values().map(|k| k.last_run_ms).max().unwrap_or(0);
                 store.file = Arc::new(f);
             }
             Ok(None) => {}
@@ -321,11 +360,7 @@ impl ProfileStore {
         run: &RunOutcome,
         mu: f64,
     ) {
-        let k = Arc::make_mut(&mut self.file)
-            .kernels
-            .entry(key.to_string())
-            .or_default();
-        let pending = self.pending.entry(key.to_string()).or_default();
+        let (k, pending) = self.kernel_mut(key);
         for (c, s) in classes.iter().zip(&run.starts) {
             if let Some(s) = *s {
                 let m = k.models.entry(c.clone()).or_default();
@@ -339,6 +374,33 @@ impl ProfileStore {
             pending.history = Some(k.history.clone());
         }
         self.dirty = true;
+    }
+
+    /// Kernel `key`'s profile and pending learning, stamped as run now;
+    /// the least recently run kernel goes first where `key` is new and
+    /// [`MAX_KERNELS`] are stored.
+    fn kernel_mut(&mut self, key: &str) -> (&mut KernelProfile, &mut Pending) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.last_stamp = now.max(self.last_stamp + 1);
+        let file = Arc::make_mut(&mut self.file);
+        if file.kernels.len() >= MAX_KERNELS && !file.kernels.contains_key(key) {
+            let oldest = file
+                .kernels
+                .iter()
+                .min_by_key(|(k, p)| (p.last_run_ms, *k))
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                file.kernels.remove(&k);
+                self.pending.remove(&k);
+            }
+        }
+        let k = file.kernels.entry(key.to_string()).or_default();
+        k.last_run_ms = self.last_stamp;
+        let pending = self.pending.entry(key.to_string()).or_default();
+        pending.last_run_ms = self.last_stamp;
+        (k, pending)
     }
 
     /// Everything stored.
@@ -356,11 +418,7 @@ impl ProfileStore {
         learned: &[f64],
         nu: f64,
     ) -> Learned {
-        let k = Arc::make_mut(&mut self.file)
-            .kernels
-            .entry(key.to_string())
-            .or_default();
-        let pending = self.pending.entry(key.to_string()).or_default();
+        let (k, pending) = self.kernel_mut(key);
         for (c, s) in classes.iter().zip(samples) {
             if s.is_empty() {
                 continue;
@@ -368,6 +426,15 @@ impl ProfileStore {
             let m = k.models.entry(c.clone()).or_default();
             for x in s {
                 m.observe(x.items, x.secs);
+            }
+            // What the next load would not believe is not kept (a fixed
+            // cost past `MAX_FIXED_S`): the class is measured again, as
+            // after that load.
+            if let Some(why) = implausible(m) {
+                tracing::debug!(kernel = key, class = %c, "not learned: {why}");
+                k.models.remove(c);
+                pending.samples.remove(c);
+                continue;
             }
             let (kept, n) = pending.samples.entry(c.clone()).or_default();
             kept.extend_from_slice(s);

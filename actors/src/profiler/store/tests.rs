@@ -162,3 +162,129 @@ fn a_failed_save_names_the_file_and_waits_before_trying_again() {
     assert!(s.models("k", &["cpu".to_string()])[0].observed > 0, "kept");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn profile_path(dir: &Path) -> PathBuf {
+    dir.join(format!("coexec-profile-{}.json", fp().id()))
+}
+
+/// Save and load share one validity rule: the empty kernel over 2^32 items
+/// (8.5e14 items/s, refused by the next load before) is kept and believed
+/// after a load; a model the load would refuse (a fixed cost of 100 s) is
+/// not kept, so the file saved loads with nothing dropped.
+#[test]
+fn what_is_saved_is_what_the_next_load_believes() {
+    let dir = tempdir("one-rule");
+    let classes = vec!["cpu".to_string(), "sim@2+0us".to_string()];
+    let mut s = ProfileStore::open(&dir, fp());
+    let sample = |items: f64, secs: f64| Sample { items, secs };
+    let samples = vec![
+        vec![sample(4_294_967_296.0, 5e-6)],
+        vec![sample(10.0, 100.001), sample(1000.0, 100.1)],
+    ];
+    s.observe("empty", &classes, &samples, &[0.5, 0.5], 0.05);
+    let k = &s.file().kernels["empty"];
+    assert!(k.models["cpu"].b() > 8e14, "{}", k.models["cpu"].b());
+    assert!(
+        !k.models.contains_key("sim@2+0us"),
+        "a fixed cost of 100 s is not kept"
+    );
+    s.save().unwrap();
+    let (f, dropped) = read_profile(&profile_path(&dir), &fp()).unwrap().unwrap();
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(f.kernels["empty"].models.len(), 1);
+    assert!(f.kernels["empty"].models["cpu"].b() > 8e14);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// At most `MAX_KERNELS` kernels are kept, the least recently run going
+/// first, in memory, in the file and when two processes' kernels merge.
+#[test]
+fn the_least_recently_run_kernels_go_past_the_cap() {
+    let dir = tempdir("cap");
+    let mut a = ProfileStore::open(&dir, fp());
+    for i in 0..MAX_KERNELS + 5 {
+        run_of(&mut a, &format!("k{i}"), 0.01);
+    }
+    assert_eq!(a.file().kernels.len(), MAX_KERNELS);
+    assert!(!a.file().kernels.contains_key("k4"), "the oldest went");
+    assert!(a.file().kernels.contains_key("k5"));
+    // Run again: no longer the least recently run.
+    run_of(&mut a, "k5", 0.01);
+    a.save().unwrap();
+    // Another process adds kernels of its own to the same file.
+    let mut b = ProfileStore::open(&dir, fp());
+    assert_eq!(b.file().kernels.len(), MAX_KERNELS);
+    run_of(&mut b, "new0", 0.01);
+    run_of(&mut b, "new1", 0.01);
+    b.save().unwrap();
+    let (f, dropped) = read_profile(&profile_path(&dir), &fp()).unwrap().unwrap();
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(f.kernels.len(), MAX_KERNELS);
+    let newest = format!("k{}", MAX_KERNELS + 4);
+    for k in ["k5", "new0", "new1", &newest] {
+        assert!(f.kernels.contains_key(k), "{k} kept");
+    }
+    assert!(!f.kernels.contains_key("k6") && !f.kernels.contains_key("k7"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file over `MAX_FILE_BYTES` is not read (10^6 kernels took a small run
+/// 10.9 s and 3.3 GB) and is moved aside, not overwritten, at the next save.
+#[test]
+fn an_oversized_profile_is_not_read_and_kept_aside() {
+    let dir = tempdir("oversized");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = profile_path(&dir);
+    let big = vec![b' '; MAX_FILE_BYTES as usize + 1];
+    std::fs::write(&path, &big).unwrap();
+    let mut s = ProfileStore::open(&dir, fp());
+    assert!(s.file().kernels.is_empty());
+    run_of(&mut s, "k", 0.01);
+    s.save().unwrap();
+    let aside: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".oversized-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(aside[0].metadata().unwrap().len(), MAX_FILE_BYTES + 1);
+    let (f, _) = read_profile(&path, &fp()).unwrap().unwrap();
+    assert!(f.kernels.contains_key("k"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `MAX_KERNELS` kernels with full sample windows on four classes and a
+/// run history fit well within `MAX_FILE_BYTES`: the size cap never
+/// refuses a file the kernel cap allows.
+#[test]
+fn a_full_profile_fits_the_size_cap() {
+    let mut s = ProfileStore::in_memory(fp());
+    let classes: Vec<String> = ["cpu", "cuda:0", "cuda:1", "sim@2+0us"]
+        .map(String::from)
+        .to_vec();
+    let samples: Vec<Vec<Sample>> = (0..4)
+        .map(|c| {
+            (0..crate::perfmodel::WINDOW)
+                .map(|i| Sample {
+                    items: 1000.0 + i as f64 + c as f64 / 7.0,
+                    secs: 0.012_345_678_9 + i as f64 * 1e-7,
+                })
+                .collect()
+        })
+        .collect();
+    for i in 0..MAX_KERNELS {
+        s.observe(
+            &format!("kmeans-{i:08}"),
+            &classes,
+            &samples,
+            &[0.1, 0.3, 0.3, 0.3],
+            0.05,
+        );
+    }
+    let text = serde_json::to_string_pretty(s.file()).unwrap();
+    assert!(
+        (text.len() as u64) < MAX_FILE_BYTES / 2,
+        "{} bytes",
+        text.len()
+    );
+}
