@@ -97,14 +97,81 @@ impl KernelError {
     /// Runs user code (a kernel's or a model's method), a panic in it
     /// becoming [`KernelError::Panicked`] with the panic's message.
     ///
+    /// The panic is printed (by the panic hook in place, with its backtrace
+    /// where `RUST_BACKTRACE` asks) the first time code panics at that
+    /// place, and not again: a kernel that panics on every chunk fails its
+    /// job with one report, not one per chunk and retry. To do so the
+    /// first call wraps the process's panic hook; panics outside these
+    /// calls reach the previous hook as before.
+    ///
     /// ```
     /// use coexec_kernels::KernelError;
     /// let r: Result<(), _> = KernelError::catch(|| panic!("row {} is bad", 3));
     /// assert!(matches!(r, Err(KernelError::Panicked(m)) if m == "row 3 is bad"));
     /// ```
     pub fn catch<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
+        quiet::install();
+        let _catching = quiet::Catching::enter();
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
             .unwrap_or_else(|p| Err(Self::Panicked(panic_message(&*p).to_string())))
+    }
+}
+
+mod quiet {
+    //! The panic hook around [`KernelError::catch`](super::KernelError::catch):
+    //! a panic inside it is printed the first time its place panics.
+
+    use std::cell::Cell;
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+
+    /// Places whose panics were printed; past this many, no more are
+    /// (a kernel whose message moves with its input stays bounded).
+    const MAX_PLACES: usize = 256;
+
+    thread_local! {
+        /// `catch` calls in progress on this thread.
+        static DEPTH: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// A `catch` call in progress on this thread, until dropped.
+    pub(super) struct Catching;
+
+    impl Catching {
+        pub(super) fn enter() -> Self {
+            DEPTH.with(|d| d.set(d.get() + 1));
+            Catching
+        }
+    }
+
+    impl Drop for Catching {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+
+    /// Wraps the process's panic hook, once.
+    pub(super) fn install() {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            let previous = std::panic::take_hook();
+            let printed: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
+            std::panic::set_hook(Box::new(move |info| {
+                if DEPTH.with(Cell::get) == 0 {
+                    return previous(info);
+                }
+                let place = info
+                    .location()
+                    .map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
+                let first = {
+                    let mut p = printed.lock().unwrap_or_else(|e| e.into_inner());
+                    p.len() < MAX_PLACES && p.insert(place)
+                };
+                if first {
+                    previous(info);
+                }
+            }));
+        });
     }
 }
 
