@@ -103,6 +103,42 @@ fn run_and_list() {
     assert!(out.starts_with("cpu"));
 }
 
+/// A class whose warm-up model says it is far too slow to run alone is
+/// checked by a run alone (cut at 20x the fastest, at least 1 s) before its
+/// time is a prediction: a sim with 5 ms of latency was printed as "T alone
+/// sim 10.16 s (predicted)" for a job it runs in about 10 ms, and its
+/// forecast then stayed near zero.
+#[test]
+fn bench_measures_a_class_its_warm_up_mispredicted() {
+    let (code, out, err) = coexec(&[
+        "bench",
+        "synthetic",
+        "--devices",
+        "cpu:1,sim:1@2+5ms",
+        "--policies",
+        "hybrid",
+        "--size",
+        "2000",
+        "--work",
+        "200",
+        "--repeat",
+        "3",
+        "--budget",
+        "0",
+        "--pairs",
+        "0",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let sim = out
+        .lines()
+        .find(|l| l.contains("T alone sim"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(!sim.contains("predicted"), "{sim}");
+    let secs: f64 = sim.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(secs < 1.0, "{sim}");
+}
+
 #[test]
 fn bench_without_an_accelerator_runs_the_cpu_classes() {
     // As in CI: accel-only has nothing to run on, the rest still runs.

@@ -13,6 +13,13 @@ use crate::policy::Forecast;
 const RESIDUAL_WEIGHT: f64 = 0.3;
 /// The most a run's residual counts beyond the smoothed one.
 const MAX_STEP: f64 = 0.25;
+/// The lowest residual learned: a run more than twice as fast as its plan
+/// was planned from models it has just corrected (a probe's stall, a fixed
+/// cost fitted as a speed), not by a method that overestimates. Learned,
+/// such a run left a residual near -1 that made the next forecasts of its
+/// configuration near zero: a sim with 5 ms of latency was forecast at
+/// 1.2 ms alone, ran alone, and took 15 ms against the CPU's 9.6 ms.
+const MIN_RESIDUAL: f64 = -0.5;
 
 /// A kernel's run history (see the module docs); `Default` knows nothing.
 ///
@@ -56,7 +63,11 @@ pub struct RunHistory {
 impl RunHistory {
     /// The smoothed residual of `config` (0 where it never ran).
     pub fn residual(&self, config: &str) -> f64 {
-        self.residuals.get(config).copied().unwrap_or(0.0)
+        self.residuals
+            .get(config)
+            .copied()
+            .unwrap_or(0.0)
+            .max(MIN_RESIDUAL)
     }
 
     /// Single-class runs to wait, after `losses` lost co-executions in a
@@ -80,16 +91,19 @@ impl RunHistory {
             return;
         }
         let observed = makespan / forecast.plan_s - 1.0;
-        let r = self
-            .residuals
-            .entry(forecast.config.clone())
-            .or_insert(observed);
-        // One run moves it by at most a quarter of the plan: a run that a
-        // passing stall made several times slower (seen on the H100, a GPU
-        // slowed sevenfold for one co-executed run) is noise, not a new
-        // machine; one that keeps recurring still moves it within runs.
-        let step = (observed - *r).clamp(-MAX_STEP, MAX_STEP);
-        *r += RESIDUAL_WEIGHT * step;
+        if observed >= MIN_RESIDUAL {
+            let r = self
+                .residuals
+                .entry(forecast.config.clone())
+                .or_insert(observed);
+            // One run moves it by at most a quarter of the plan: a run that
+            // a passing stall made several times slower (seen on the H100, a
+            // GPU slowed sevenfold for one co-executed run) is noise, not a
+            // new machine; one that keeps recurring still moves it within
+            // runs.
+            let step = (observed - *r).clamp(-MAX_STEP, MAX_STEP);
+            *r = (*r + RESIDUAL_WEIGHT * step).max(MIN_RESIDUAL);
+        }
         if forecast.classes < 2 {
             self.since_coexec = self.since_coexec.saturating_add(1);
             self.cooling = self.cooling.saturating_sub(1);
@@ -148,6 +162,24 @@ mod tests {
         h.learn(&f, 10.0, None, 0.1);
         assert!((h.residual("gpu") - (0.2 + RESIDUAL_WEIGHT * MAX_STEP)).abs() < 1e-12);
         assert_eq!(h.since_coexec, 2);
+    }
+
+    /// A run far faster than its plan (planned from a broken model) teaches
+    /// no residual, and none stays below -0.5: the next forecast of the
+    /// configuration is at least half its plan.
+    #[test]
+    fn a_plan_far_too_slow_teaches_no_residual() {
+        let mut h = RunHistory::default();
+        h.learn(&forecast(1, 66.0, None), 0.0357, None, 0.1);
+        assert_eq!(h.residual("gpu"), 0.0);
+        assert_eq!(h.since_coexec, 1);
+        h.residuals.insert("gpu".into(), -0.9995); // a profile saved before
+        assert_eq!(h.residual("gpu"), MIN_RESIDUAL);
+        // Runs slower than their plans raise it from there.
+        h.learn(&forecast(1, 0.01, None), 0.015, None, 0.1);
+        assert_eq!(h.residual("gpu"), MIN_RESIDUAL);
+        h.learn(&forecast(1, 0.01, None), 0.015, None, 0.1);
+        assert!(h.residual("gpu") > MIN_RESIDUAL, "{}", h.residual("gpu"));
     }
 
     #[test]
