@@ -5,7 +5,7 @@
 #   .bin/coexec               the CLI
 #   .bin/cuda_equals_cpu      the kernels' GPU-vs-CPU test binary
 #   .bin/data/kdd_cup.xz      Rodinia's kmeans input (../shared does not travel)
-# Writes eight files into $OUT (default ./gpu-out) and prints a short table last.
+# Writes its files into $OUT (default ./gpu-out) and prints a short table last.
 # Budget: under 9 minutes in all (each step has its own timeout), so that one
 # device command of 600 s holds it.
 #
@@ -90,6 +90,27 @@ if [ -x .bin/cuda_equals_cpu ]; then
   skips=$(grep -oE '[a-z_]+: SKIPPED' "$OUT/cuda_equals_cpu.txt" | cut -d: -f1 | sort -u | tr '\n' ' ')
   [ -n "$failed" ] && row "  failed" "" "$failed"
   [ -n "$skips" ] && row "  skipped" "" "$skips"
+fi
+
+# --- a user's declared twin (examples/07_mandelbrot.rs) ----------------------
+# Each run checks every 64th row against the CPU code (it panics on a
+# difference); E = T*/T from the medians of the CPU alone, the GPU alone
+# and hybrid. MANDEL_ARGS: width, max iterations, runs.
+MANDEL_ARGS=${MANDEL_ARGS:-8192 2000 5}
+if [ -x .bin/07_mandelbrot ]; then
+  mandel() { COEXEC_DEVICES="$1" timeout 120 .bin/07_mandelbrot $MANDEL_ARGS >"$OUT/mandelbrot-$2.txt" 2>&1 \
+    && grep -oE 'median of [0-9]+ runs [0-9.]+' "$OUT/mandelbrot-$2.txt" | awk '{print $NF}'; }
+  m_hybrid=$(mandel "" hybrid)
+  m_gpu=$(mandel "cuda:0x2" gpu)
+  m_cpu=$(mandel "cpu" cpu)
+  if [ -n "$m_hybrid" ] && [ -n "$m_gpu" ] && [ -n "$m_cpu" ]; then
+    e=$(python3 -c "c,g,h=$m_cpu,$m_gpu,$m_hybrid; t=1/(1/c+1/g); print(f'E {t/h:.3f}, {min(c,g)/h:.3f}x best (cpu {c} s, gpu {g} s, hybrid {h} s)')")
+    row mandelbrot ok "$e"
+  else
+    row mandelbrot FAILED "cpu '${m_cpu}' gpu '${m_gpu}' hybrid '${m_hybrid}'; see mandelbrot-*.txt"
+  fi
+else
+  row mandelbrot SKIPPED "no .bin/07_mandelbrot"
 fi
 
 # --- the runtime's results on the GPU == on the CPU, per workload ----------------

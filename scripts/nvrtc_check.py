@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compiles every kernels/src/cu/*.cu with NVRTC for sm_90, in both math modes,
+"""Compiles every kernels/src/cu/*.cu and examples/cu/*.cu (the user example's
+twin) with NVRTC for sm_90, in both math modes,
 with the options kernels/src/cuda/nvrtc.rs passes. Needs no GPU, only NVRTC's
 libraries: the toolkit's lib64, or the `nvidia-cuda-nvrtc` wheel unpacked.
 
@@ -17,9 +18,11 @@ builtins = sorted(glob.glob(os.path.join(lib, "libnvrtc-builtins.so.13*")))
 if builtins:
     ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)
 nvrtc = ctypes.CDLL(os.path.join(lib, "libnvrtc.so.13"))
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "src", "cu")
+top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sources = sorted(glob.glob(os.path.join(top, "kernels", "src", "cu", "*.cu")))
+sources += sorted(glob.glob(os.path.join(top, "examples", "cu", "*.cu")))
 failed = 0
-for path in sorted(glob.glob(os.path.join(root, "*.cu"))):
+for path in sources:
     src = open(path, "rb").read()
     for fmad in (b"false", b"true"):
         prog = ctypes.c_void_p()

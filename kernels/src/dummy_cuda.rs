@@ -222,3 +222,10 @@ no_twin!(
     crate::workloads::KmeansStep,
     crate::workloads::Mlp,
 );
+
+/// A declared twin is a CUDA kernel; nothing runs it in this build.
+impl<K: crate::GpuTwin> CudaKernel for K {
+    fn run_cuda(&self, worker: &mut StreamWorker, _chunk: &Chunk) -> Result<(), KernelError> {
+        match worker.never {}
+    }
+}

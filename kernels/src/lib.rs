@@ -31,6 +31,7 @@ mod buf;
 mod claim;
 mod error;
 mod kernel;
+mod twin;
 pub mod workloads;
 
 #[cfg(feature = "cuda")]
@@ -43,4 +44,5 @@ pub use buf::DisjointBuf;
 pub use claim::{claim_parts, with_chunk, Chunk, ClaimSpace};
 pub use error::KernelError;
 pub use kernel::Kernel;
+pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
 pub use workloads::{run_sequential, Empty, OneShot, Synthetic, Workload};

@@ -668,3 +668,107 @@ fn matmul_pinned_chunks_copy_at_dma_speed() {
         "{n} products"
     );
 }
+
+mod declared {
+    //! A twin declared through the public API ([`coexec_kernels::GpuTwin`]):
+    //! a run input, an item input of stride 2, an output, a per-block
+    //! output and two scalars, against its CPU code.
+
+    use coexec_kernels::{
+        Chunk, CudaSource, DisjointBuf, GpuTwin, Kernel, KernelError, Twin, TwinInput,
+    };
+
+    const SOURCE: CudaSource = CudaSource::new(
+        "twin_check.cu",
+        r#"extern "C" __global__ void twin_check(unsigned long long lo, unsigned int n,
+            const float* coef, const float* x, float* y, unsigned long long* sums,
+            unsigned int grain, float s) {
+            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i >= n) return;
+            y[i] = coef[0] * x[2 * i] + coef[1] * x[2 * i + 1] + coef[2] + s;
+            if (i % grain == 0) {
+                unsigned long long acc = 0;
+                for (unsigned int j = i; j < i + grain && j < n; j++) acc += (lo + j) * (lo + j);
+                sums[i / grain] = acc;
+            }
+        }"#,
+    );
+
+    pub(super) const GRAIN: usize = 64;
+
+    pub(super) struct Check {
+        pub(super) coef: TwinInput<f32>,
+        pub(super) x: TwinInput<f32>,
+        pub(super) s: f32,
+        pub(super) y: DisjointBuf<f32>,
+        pub(super) sums: DisjointBuf<u64>,
+    }
+
+    impl Check {
+        pub(super) fn new(n: usize) -> Self {
+            Self {
+                coef: TwinInput::new(vec![0.5, -1.25, 3.0]),
+                x: TwinInput::new((0..2 * n).map(|i| (i as f32).sin() * 100.0).collect()),
+                s: 0.1,
+                y: DisjointBuf::new(n, 1),
+                sums: DisjointBuf::new(n.div_ceil(GRAIN), 1),
+            }
+        }
+    }
+
+    impl Kernel for Check {
+        fn name(&self) -> &str {
+            "twin_check"
+        }
+        fn items(&self) -> usize {
+            self.y.items()
+        }
+        fn grain(&self) -> usize {
+            GRAIN
+        }
+        fn run_cpu(&self, c: &Chunk) -> Result<(), KernelError> {
+            let (k, x) = (&self.coef, &self.x);
+            for (y, i) in self.y.chunk_mut(c).iter_mut().zip(c.range()) {
+                *y = k[0] * x[2 * i] + k[1] * x[2 * i + 1] + k[2] + self.s;
+            }
+            let sums = self.sums.chunk_mut_blocks(c, GRAIN);
+            for (b, s) in sums.iter_mut().enumerate() {
+                let lo = c.lo() + b * GRAIN;
+                *s = (lo..(lo + GRAIN).min(c.hi())).map(|j| (j * j) as u64).sum();
+            }
+            Ok(())
+        }
+        fn cuda(&self) -> Option<&dyn coexec_kernels::cuda::CudaKernel> {
+            Some(self)
+        }
+    }
+
+    impl GpuTwin for Check {
+        fn twin(&self) -> Twin<'_> {
+            Twin::new(&SOURCE, "twin_check")
+                .run_input(&self.coef)
+                .item_input(&self.x, 2)
+                .output(&self.y)
+                .block_output(&self.sums)
+                .scalar(GRAIN as u32)
+                .scalar(self.s)
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn a_declared_twin_equals_cpu() {
+    let test = "a_declared_twin_equals_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    let n = 100_000;
+    let mut cpu = declared::Check::new(n);
+    coexec_kernels::with_chunk(&mut cpu, 0..n, |k, c| k.run_cpu(c)).unwrap();
+    let mut gpu = declared::Check::new(n);
+    assert!(run_gpu(test, &mut ws, &mut gpu).unwrap());
+    assert_eq!(
+        first_diff(&bits(gpu.y.as_slice()), &bits(cpu.y.as_slice())),
+        None
+    );
+    assert_eq!(first_diff(gpu.sums.as_slice(), cpu.sums.as_slice()), None);
+}

@@ -75,8 +75,8 @@ pub mod profile {
 /// buffer and the workloads.
 pub mod kernels {
     pub use coexec_kernels::{
-        claim_parts, run_sequential, with_chunk, Chunk, DisjointBuf, Empty, Kernel, KernelError,
-        OneShot, Synthetic, Workload,
+        claim_parts, run_sequential, with_chunk, Chunk, CudaSource, DeviceCopy, DisjointBuf, Empty,
+        GpuTwin, Kernel, KernelError, OneShot, Synthetic, Twin, TwinInput, Workload,
     };
 
     /// The built-in workloads: the method's benchmarks and the scheduler's
@@ -91,11 +91,12 @@ pub mod kernels {
         pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
     }
 
-    /// A kernel's GPU twin ([`Kernel::cuda`]) and the GPUs.
+    /// A kernel's GPU twin ([`Kernel::cuda`]; declare one with
+    /// [`GpuTwin`]) and the GPUs.
     pub mod cuda {
         pub use coexec_kernels::cuda::{
-            host_pin_stats, host_pinning, set_host_pinning, CudaKernel, GpuInfo, HostPinStats,
-            HostPinning, StreamWorker,
+            devices, host_pin_stats, host_pinning, is_deterministic, set_deterministic,
+            set_host_pinning, CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker,
         };
     }
 }

@@ -97,11 +97,14 @@ pub(super) fn error_for(items: usize) -> impl Fn(DriverError) -> KernelError {
 
 /// What every stream of one device shares: the context, the loaded modules and
 /// the run cache.
+/// A loaded module's program ([`Program::key`]) and math mode.
+type ModuleKey = ((&'static str, usize), bool);
+
 pub(crate) struct Device {
     pub(super) info: GpuInfo,
     pub(super) ctx: Arc<CudaContext>,
     /// Loaded modules by (program, deterministic).
-    modules: Mutex<HashMap<(&'static str, bool), Arc<CudaModule>>>,
+    modules: Mutex<HashMap<ModuleKey, Arc<CudaModule>>>,
     pub(super) run_cache: RunCache,
 }
 
@@ -189,7 +192,7 @@ impl Device {
     ) -> Result<CudaFunction, KernelError> {
         let module = {
             let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
-            match modules.get(&(program.name, deterministic)) {
+            match modules.get(&(program.key(), deterministic)) {
                 Some(m) => m.clone(),
                 None => {
                     let image =
@@ -198,7 +201,7 @@ impl Device {
                         .ctx
                         .load_module(image)
                         .map_err(|e| KernelError::Cuda(format!("loading {}: {e}", program.name)))?;
-                    modules.insert((program.name, deterministic), m.clone());
+                    modules.insert((program.key(), deterministic), m.clone());
                     m
                 }
             }

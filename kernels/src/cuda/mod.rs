@@ -43,6 +43,7 @@ mod driver;
 mod nvrtc;
 mod pin;
 mod stream;
+mod twin;
 mod workloads;
 
 use std::panic::AssertUnwindSafe;

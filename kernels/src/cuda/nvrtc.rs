@@ -10,13 +10,21 @@ use cudarc::nvrtc::{result, sys, Ptx};
 use super::guarded;
 use crate::KernelError;
 
-/// A CUDA C source of this crate.
+/// A CUDA C source: one of this crate's, or a declared twin's.
 #[derive(Debug)]
 pub(crate) struct Program {
-    /// File name, for errors and the cache key.
+    /// File name, for errors.
     pub(crate) name: &'static str,
     /// The source text.
     pub(crate) src: &'static str,
+}
+
+impl Program {
+    /// What identifies the source in the caches: its name and where its
+    /// text lives (a user's `"kernel.cu"` is not this crate's).
+    pub(crate) fn key(&self) -> (&'static str, usize) {
+        (self.name, self.src.as_ptr() as usize)
+    }
 }
 
 macro_rules! program {
@@ -54,7 +62,7 @@ pub(super) fn compile(
     cc: (u32, u32),
     deterministic: bool,
 ) -> Result<Ptx, KernelError> {
-    type Key = (&'static str, (u32, u32), bool);
+    type Key = ((&'static str, usize), (u32, u32), bool);
     static CACHE: OnceLock<Mutex<HashMap<Key, Ptx>>> = OnceLock::new();
     if !libnvrtc_present() {
         return Err(KernelError::CudaUnavailable(
@@ -67,7 +75,7 @@ pub(super) fn compile(
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    let key = (program.name, cc, deterministic);
+    let key = (program.key(), cc, deterministic);
     if let Some(p) = cache.get(&key) {
         return Ok(p.clone());
     }

@@ -226,12 +226,9 @@ impl StreamWorker {
             self.settle()?;
             kernel.run_cuda(self, chunk)
         }))
-        .unwrap_or_else(|p| {
-            Err(KernelError::Cuda(format!(
-                "panic while running a chunk: {}",
-                panic_message(&*p)
-            )))
-        });
+        // A panic in a twin's code is the kernel's fault: a failed chunk,
+        // run again, not a device error that counts against the stream.
+        .unwrap_or_else(|p| Err(KernelError::Panicked(panic_message(&*p).to_string())));
         match &r {
             // Taken back: the work stays in flight, and so do the buffers it
             // reads; the next use of the stream settles it.

@@ -1,0 +1,172 @@
+//! Declared twins ([`GpuTwin`]) run on a stream: the source compiled once
+//! per device, run inputs through the run cache, the chunk's item inputs
+//! uploaded, one device buffer per output holding the chunk's elements and
+//! nothing else, and those brought back into the chunk's part of each
+//! output buffer.
+
+use super::nvrtc::Program;
+use super::stream::{grid_1d, Arg, DevPtr, Out, StreamWorker};
+use super::CudaKernel;
+use crate::twin::{Scalar, Twin, TwinArg};
+use crate::{Chunk, GpuTwin, KernelError};
+
+/// Threads per launch at most: grids index threads with 32-bit integers.
+const MAX_THREADS: u64 = u32::MAX as u64;
+
+/// A launch argument: a device address or a scalar.
+enum Value {
+    Ptr(DevPtr),
+    Scalar(Scalar),
+}
+
+impl Value {
+    fn arg(&self) -> &dyn Arg {
+        match self {
+            Value::Ptr(p) => p,
+            Value::Scalar(Scalar::U8(v)) => v,
+            Value::Scalar(Scalar::I32(v)) => v,
+            Value::Scalar(Scalar::U32(v)) => v,
+            Value::Scalar(Scalar::I64(v)) => v,
+            Value::Scalar(Scalar::U64(v)) => v,
+            Value::Scalar(Scalar::F32(v)) => v,
+            Value::Scalar(Scalar::F64(v)) => v,
+        }
+    }
+}
+
+fn program(t: &Twin<'_>) -> Program {
+    Program {
+        name: t.source.name,
+        src: t.source.text,
+    }
+}
+
+fn invalid(t: &Twin<'_>, why: String) -> KernelError {
+    KernelError::invalid(
+        "GPU twin",
+        format!("{} `{}`: {why}", t.source.name, t.entry),
+    )
+}
+
+impl<K: GpuTwin> CudaKernel for K {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        let t = self.twin();
+        w.function(&program(&t), t.entry).map(drop)
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        let t = self.twin();
+        for a in &t.args {
+            match a {
+                TwinArg::Run { id, bytes, .. } => drop(w.run_input::<u8>(*id, bytes)?),
+                // Copied straight from and to while they live, where locked.
+                TwinArg::Items { host, .. } => {
+                    let _ = w.pin(host.pinnable, true);
+                }
+                TwinArg::Out { buf, .. } => {
+                    let _ = w.pin(buf.pinnable(), true);
+                }
+                TwinArg::Scalar(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn threads_per_item(&self) -> usize {
+        self.twin().threads_per_item
+    }
+
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        let t = self.twin();
+        let (items, grain) = (self.items(), self.grain().max(1));
+        let (lo, n) = (chunk.lo(), chunk.len());
+        if chunk.hi() > items {
+            return Err(invalid(
+                &t,
+                format!("chunk {lo}..{} past {items} items", chunk.hi()),
+            ));
+        }
+        let threads = n as u64 * t.threads_per_item as u64;
+        if threads > MAX_THREADS {
+            return Err(invalid(
+                &t,
+                format!(
+                    "{n} items × {} threads exceed one launch",
+                    t.threads_per_item
+                ),
+            ));
+        }
+        let blocks = n.div_ceil(grain);
+        let mut values = Vec::with_capacity(t.args.len());
+        // Output slots and whether each is by block.
+        let mut outs = Vec::new();
+        for (slot, a) in t.args.iter().enumerate() {
+            let v = match a {
+                TwinArg::Run { id, bytes, .. } => {
+                    let buf = w.run_input::<u8>(*id, bytes)?;
+                    Value::Ptr(w.addr(&buf))
+                }
+                TwinArg::Items {
+                    bytes,
+                    item_bytes,
+                    host,
+                } => {
+                    let need = items * item_bytes;
+                    if bytes.len() < need {
+                        return Err(invalid(
+                            &t,
+                            format!(
+                                "an item input of {} bytes for {items} items of {item_bytes}",
+                                bytes.len()
+                            ),
+                        ));
+                    }
+                    let part = &bytes[lo * item_bytes..(lo + n) * item_bytes];
+                    Value::Ptr(w.upload_from::<u8>(slot, part, host.pin)?)
+                }
+                TwinArg::Out {
+                    buf,
+                    blocks: by_block,
+                } => {
+                    let (len, want) = if *by_block {
+                        (blocks, items.div_ceil(grain))
+                    } else {
+                        (n, items)
+                    };
+                    if buf.len() < want {
+                        return Err(invalid(
+                            &t,
+                            format!("an output of {} entries for {want}", buf.len()),
+                        ));
+                    }
+                    outs.push((slot, *buf, *by_block));
+                    Value::Ptr(w.scratch::<u8>(slot, len * buf.item_bytes())?)
+                }
+                TwinArg::Scalar(s) => Value::Scalar(*s),
+            };
+            values.push(v);
+        }
+        let f = w.function(&program(&t), t.entry)?;
+        let (lo64, n32) = (lo as u64, n as u32);
+        let mut args: Vec<&dyn Arg> = vec![&lo64, &n32];
+        args.extend(values.iter().map(Value::arg));
+        let cfg = grid_1d(threads as usize, t.block);
+        // SAFETY: the parameters are `(u64 lo, u32 n, …)` then one per
+        // declared argument in order, as the twin's contract (`GpuTwin`)
+        // states; every pointer is a device buffer of this stream holding
+        // the declared extent (checked above against the buffers' sizes),
+        // valid until `finish_into` has synchronised the stream. Host memory
+        // is written only by `finish_into`, into the chunk's own part of
+        // each output buffer.
+        unsafe { w.launch(&f, cfg, &args)? };
+        let grain = Some(grain);
+        let mut dsts: Vec<Out<'_>> = outs
+            .iter()
+            .map(|&(slot, buf, by_block)| {
+                let dst = buf.chunk_bytes(chunk, if by_block { grain } else { None });
+                Out::new::<u8>(slot, 0, dst, buf.pin())
+            })
+            .collect();
+        w.finish_into(&mut dsts)
+    }
+}
