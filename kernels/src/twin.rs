@@ -210,11 +210,11 @@ pub(crate) enum TwinArg<'a> {
         id: u64,
         bytes: &'a [u8],
     },
-    /// The chunk's items, `item_bytes` each.
+    /// The chunk's items, `item_bytes` each; staged where `host` is `None`.
     Items {
         bytes: &'a [u8],
         item_bytes: usize,
-        host: Host<'a>,
+        host: Option<Host<'a>>,
     },
     /// The chunk's items (or with `blocks`, its grain blocks), brought back.
     Out {
@@ -319,7 +319,30 @@ impl<'a> Twin<'a> {
         self.args.push(TwinArg::Items {
             bytes: T::bytes(&input.buf),
             item_bytes: stride * std::mem::size_of::<T>(),
-            host: Host::of(&input.buf),
+            host: Some(Host::of(&input.buf)),
+        });
+        self
+    }
+
+    /// [`Twin::run_input`] for a built-in kernel's own data: `id` (from
+    /// [`crate::claim::next_id`]) names `data` for as long as it does not
+    /// change.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn run_slice<T: DeviceCopy>(mut self, id: u64, data: &'a [T]) -> Self {
+        self.args.push(TwinArg::Run {
+            id,
+            bytes: T::bytes(data),
+        });
+        self
+    }
+
+    /// [`Twin::item_input`] from a plain slice: its chunk part is staged.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn item_slice<T: DeviceCopy>(mut self, data: &'a [T], stride: usize) -> Self {
+        self.args.push(TwinArg::Items {
+            bytes: T::bytes(data),
+            item_bytes: stride * std::mem::size_of::<T>(),
+            host: None,
         });
         self
     }

@@ -11,15 +11,25 @@
 
 #define TILE 256
 
-extern "C" __global__ void nbody(const float* __restrict__ x,
+// Launched as a declared twin (see `GpuTwin for NbodyStep`): the chunk's
+// first body and count, the run's positions and masses (all n), the chunk's
+// old velocities, its new positions and velocities, then the scalars.
+extern "C" __global__ void nbody(unsigned long long lo,
+                                 unsigned int cnt,
+                                 const float* __restrict__ x,
                                  const float* __restrict__ y,
                                  const float* __restrict__ z,
                                  const float* __restrict__ m,
-                                 const float* __restrict__ vel,   // vx[cnt] vy[cnt] vz[cnt] of lo..lo+cnt
-                                 float* __restrict__ out,         // px py pz vx vy vz, cnt each
+                                 const float* __restrict__ vx,  // the chunk's, from lo
+                                 const float* __restrict__ vy,
+                                 const float* __restrict__ vz,
+                                 float* __restrict__ px,        // the chunk's, from lo
+                                 float* __restrict__ py,
+                                 float* __restrict__ pz,
+                                 float* __restrict__ ovx,
+                                 float* __restrict__ ovy,
+                                 float* __restrict__ ovz,
                                  unsigned int n,
-                                 unsigned int lo,
-                                 unsigned int cnt,
                                  float dt,
                                  float eps2,
                                  float damping)
@@ -28,7 +38,7 @@ extern "C" __global__ void nbody(const float* __restrict__ x,
 
     const unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = k < cnt;
-    const unsigned int i = live ? lo + k : lo;
+    const unsigned int i = (unsigned int)lo + (live ? k : 0);
     const float xi = x[i], yi = y[i], zi = z[i];
     float ax = 0.0f, ay = 0.0f, az = 0.0f;
 
@@ -59,16 +69,14 @@ extern "C" __global__ void nbody(const float* __restrict__ x,
     }
 
     if (live) {
-        // Offsets in 64 bits: 6·cnt overflows 32 bits past 715 M bodies.
-        unsigned long long c = cnt;
-        float nvx = (vel[k] + ax * dt) * damping;
-        float nvy = (vel[c + k] + ay * dt) * damping;
-        float nvz = (vel[2 * c + k] + az * dt) * damping;
-        out[k] = xi + nvx * dt;
-        out[c + k] = yi + nvy * dt;
-        out[2 * c + k] = zi + nvz * dt;
-        out[3 * c + k] = nvx;
-        out[4 * c + k] = nvy;
-        out[5 * c + k] = nvz;
+        float nvx = (vx[k] + ax * dt) * damping;
+        float nvy = (vy[k] + ay * dt) * damping;
+        float nvz = (vz[k] + az * dt) * damping;
+        px[k] = xi + nvx * dt;
+        py[k] = yi + nvy * dt;
+        pz[k] = zi + nvz * dt;
+        ovx[k] = nvx;
+        ovy[k] = nvy;
+        ovz[k] = nvz;
     }
 }

@@ -40,7 +40,6 @@ program!(SYNTHETIC, "synthetic.cu");
 program!(MATMUL, "matmul.cu");
 program!(KMEANS, "kmeans.cu");
 program!(PATHFINDER, "pathfinder.cu");
-program!(NBODY, "nbody.cu");
 program!(MLP, "mlp.cu");
 
 /// Whether an NVRTC library can be opened. Only `dlopen`s.

@@ -60,9 +60,10 @@ impl<K: GpuTwin> CudaKernel for K {
             match a {
                 TwinArg::Run { id, bytes, .. } => drop(w.run_input::<u8>(*id, bytes)?),
                 // Copied straight from and to while they live, where locked.
-                TwinArg::Items { host, .. } => {
-                    let _ = w.pin(host.pinnable, true);
+                TwinArg::Items { host: Some(h), .. } => {
+                    let _ = w.pin(h.pinnable, true);
                 }
+                TwinArg::Items { host: None, .. } => {}
                 TwinArg::Out { buf, .. } => {
                     let _ = w.pin(buf.pinnable(), true);
                 }
@@ -122,7 +123,10 @@ impl<K: GpuTwin> CudaKernel for K {
                         ));
                     }
                     let part = &bytes[lo * item_bytes..(lo + n) * item_bytes];
-                    Value::Ptr(w.upload_from::<u8>(slot, part, host.pin)?)
+                    Value::Ptr(match host {
+                        Some(h) => w.upload_from::<u8>(slot, part, h.pin)?,
+                        None => w.upload::<u8>(slot, &[part])?,
+                    })
                 }
                 TwinArg::Out {
                     buf,

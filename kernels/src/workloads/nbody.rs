@@ -42,7 +42,11 @@ use serde::Serialize;
 
 use super::rng::{stream, unit_f32};
 use super::{check_bytes, check_chunk, Workload};
-use crate::{Chunk, DisjointBuf, Kernel, KernelError};
+use crate::{Chunk, CudaSource, DisjointBuf, GpuTwin, Kernel, KernelError, Twin};
+
+/// The twin's source: one softened all-pairs step, the CPU's operations in
+/// the CPU's order.
+const NBODY_CU: CudaSource = CudaSource::new("nbody.cu", include_str!("../cu/nbody.cu"));
 
 /// An N-body problem: `bodies` bodies advanced `steps` time steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -251,33 +255,41 @@ pub struct NbodyStep {
 }
 
 impl NbodyStep {
-    /// This step's process-unique id.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// The state before this step (read by every chunk).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn old(&self) -> &Bodies {
-        &self.old
-    }
-
-    /// New positions x, y, z (one element per body).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn new_pos(&self) -> &[DisjointBuf<f32>; 3] {
-        &self.new_pos
-    }
-
-    /// New velocities x, y, z (one element per body).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
-    pub(crate) fn new_vel(&self) -> &[DisjointBuf<f32>; 3] {
-        &self.new_vel
-    }
-
     /// `(dt, eps², damping)`.
     pub(crate) fn params(&self) -> (f32, f32, f32) {
         (self.problem.dt, self.problem.eps2, self.problem.damping)
+    }
+}
+
+/// The GPU twin, declared: every chunk reads all old positions and masses
+/// (uploaded once per run and device) and its own old velocities, and
+/// writes its new positions and velocities. Blocks of 256: the source's
+/// shared-memory tile.
+impl GpuTwin for NbodyStep {
+    fn twin(&self) -> Twin<'_> {
+        let (o, id) = (&self.old, self.id);
+        let (dt, eps2, damping) = self.params();
+        let [px, py, pz] = &self.new_pos;
+        let [vx, vy, vz] = &self.new_vel;
+        Twin::new(&NBODY_CU, "nbody")
+            .block_size(256)
+            .run_slice(id, &o.x)
+            .run_slice(id, &o.y)
+            .run_slice(id, &o.z)
+            .run_slice(id, &o.m)
+            .item_slice(&o.vx, 1)
+            .item_slice(&o.vy, 1)
+            .item_slice(&o.vz, 1)
+            .output(px)
+            .output(py)
+            .output(pz)
+            .output(vx)
+            .output(vy)
+            .output(vz)
+            .scalar(u32::try_from(o.x.len()).unwrap_or(u32::MAX))
+            .scalar(dt)
+            .scalar(eps2)
+            .scalar(damping)
     }
 }
 

@@ -1,23 +1,27 @@
-//! The GPU twins of the workloads: `impl CudaKernel` for each kernel type,
-//! all in one place. Each copies its chunk's inputs in, launches the kernel
-//! of `src/cu/<name>.cu`, and copies the outputs into the kernel's host
-//! buffers. The transfer-bound ones (matmul, pathfinder, kmeans) page-lock
-//! their large buffers in `stage`, so their chunks copy straight from and to
-//! them; nbody (compute-bound: ~3 MB per 9 ms step), the mlp (a service's
-//! small batches) and the synthetic kernel stage their copies.
+//! The GPU twins of the workloads written against the stream directly:
+//! `impl CudaKernel` for the kernel types not (yet) declared as twins
+//! ([`crate::GpuTwin`]): some do what a declared launch cannot (matmul's
+//! pieces, pathfinder's passes and 2-D band copies, the mlp's cuBLAS calls,
+//! the synthetic kernel's audit); kmeans could be ported. Each copies its chunk's
+//! inputs in, launches the kernel of `src/cu/<name>.cu`, and copies the
+//! outputs into the kernel's host buffers. The transfer-bound ones (matmul,
+//! pathfinder, kmeans) page-lock their large buffers in `stage`, so their
+//! chunks copy straight from and to them; the mlp (a service's small
+//! batches) and the synthetic kernel stage their copies. nbody is a declared
+//! twin (`workloads/nbody.rs`).
 
 use std::sync::atomic::Ordering;
 
 use cudarc::driver::LaunchConfig;
 
-use super::nvrtc::{KMEANS, MATMUL, MLP, NBODY, PATHFINDER, SYNTHETIC};
+use super::nvrtc::{KMEANS, MATMUL, MLP, PATHFINDER, SYNTHETIC};
 use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
 
 /// A run-cache buffer on the device.
 type DevBytes = cudarc::driver::CudaSlice<u8>;
 use crate::workloads::{
-    check_chunk, KmeansStep, Matmul, Mlp, MlpWeights, NbodyStep, PathfinderStep, Synthetic,
+    check_chunk, KmeansStep, Matmul, Mlp, MlpWeights, PathfinderStep, Synthetic,
 };
 use crate::{Chunk, Kernel, KernelError};
 
@@ -229,75 +233,6 @@ impl CudaKernel for PathfinderStep {
         debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
         let dst = self.dst().chunk_mut(chunk);
         w.finish_into(&mut [Out::new(out_slot, 0, dst, self.dst().pin())])
-    }
-}
-
-impl NbodyStep {
-    /// All old positions and masses, on the device: every chunk reads them.
-    fn positions(
-        &self,
-        w: &mut StreamWorker,
-    ) -> Result<[std::sync::Arc<DevBytes>; 4], KernelError> {
-        let (o, id) = (self.old(), self.id());
-        Ok([
-            w.run_input(id, &o.x)?,
-            w.run_input(id, &o.y)?,
-            w.run_input(id, &o.z)?,
-            w.run_input(id, &o.m)?,
-        ])
-    }
-}
-
-impl CudaKernel for NbodyStep {
-    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        w.function(&NBODY, "nbody").map(drop)
-    }
-
-    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        self.positions(w).map(drop)
-    }
-
-    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
-        const BLOCK: u32 = 256; // = TILE in nbody.cu
-        check_chunk(chunk, self.items(), 1)?;
-        let n = self.items();
-        if n > MAX_LAUNCH {
-            return Err(too_large(chunk));
-        }
-        let o = self.old();
-        let f = w.function(&NBODY, "nbody")?;
-        // Every chunk reads all old positions and masses: once per run.
-        let [x, y, z, m] = self.positions(w)?;
-        let (xp, yp, zp, mp) = (w.addr(&x), w.addr(&y), w.addr(&z), w.addr(&m));
-        let r = chunk.range();
-        let cnt = chunk.len();
-        let vel = w.upload(0, &[&o.vx[r.clone()], &o.vy[r.clone()], &o.vz[r.clone()]])?;
-        let out = w.scratch::<f32>(1, 6 * cnt)?;
-        let (dt, eps2, damping) = self.params();
-        let (n32, lo32, cnt32) = (n as u32, chunk.lo() as u32, cnt as u32);
-        // SAFETY: `nbody(const float* x, y, z, m, const float* vel, float*
-        // out, u32 n, u32 lo, u32 cnt, float dt, eps2, damping)`: x, y, z, m
-        // hold `n` f32 (run cache, held until the stream is synchronised),
-        // `vel` 3·cnt, `out` 6·cnt; the kernel stays inside them.
-        unsafe {
-            w.launch(
-                &f,
-                grid_1d(cnt, BLOCK),
-                &[
-                    &xp, &yp, &zp, &mp, &vel, &out, &n32, &lo32, &cnt32, &dt, &eps2, &damping,
-                ],
-            )?
-        };
-        let [px, py, pz] = self.new_pos();
-        let [vx, vy, vz] = self.new_vel();
-        let mut outs: Vec<Out<'_>> = [px, py, pz, vx, vy, vz]
-            .into_iter()
-            .enumerate()
-            .map(|(k, buf)| Out::new(1, k * cnt, buf.chunk_mut(chunk), buf.pin()))
-            .collect();
-        w.finish_into(&mut outs)?;
-        drop((x, y, z, m));
-        Ok(())
     }
 }
 
