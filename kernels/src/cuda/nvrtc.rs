@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn sources_are_embedded_and_export_c_names() {
-        for p in [&SYNTHETIC, &MATMUL, &KMEANS, &PATHFINDER, &NBODY] {
+        for p in [&SYNTHETIC, &MATMUL, &KMEANS, &PATHFINDER] {
             assert!(p.src.contains("extern \"C\" __global__"), "{}", p.name);
             assert!(!p.src.contains('\0'), "{}", p.name);
             // NVRTC has no standard headers unless told where they are.

@@ -255,6 +255,18 @@ pub struct NbodyStep {
 }
 
 impl NbodyStep {
+    /// This step's process-unique id.
+    #[cfg(all(test, feature = "cuda"))]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The state before this step (read by every chunk).
+    #[cfg(all(test, feature = "cuda"))]
+    pub(crate) fn old(&self) -> &Bodies {
+        &self.old
+    }
+
     /// `(dt, eps², damping)`.
     pub(crate) fn params(&self) -> (f32, f32, f32) {
         (self.problem.dt, self.problem.eps2, self.problem.damping)
