@@ -218,7 +218,6 @@ no_twin!(
     crate::Synthetic,
     crate::workloads::Matmul,
     crate::workloads::PathfinderStep,
-    crate::workloads::KmeansStep,
     crate::workloads::Mlp,
 );
 

@@ -11,7 +11,9 @@
 //!       .run_input(&TwinInput)          whole, once per run and device
 //!       .item_input(&TwinInput, stride) the chunk's items only
 //!       .output(&DisjointBuf)           the chunk's items, brought back
+//!       .in_out(&DisjointBuf)           the chunk's items, uploaded and brought back
 //!       .block_output(&DisjointBuf)     the chunk's grain blocks, brought back
+//!       .block_per_grain(threads)       grid: one CUDA block per grain block
 //!       .scalar(x)                      by value
 //! ```
 //!
@@ -163,8 +165,6 @@ impl<T> std::fmt::Debug for TwinInput<T> {
 /// An output buffer's chunk part as bytes, whatever its element type.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) trait OutputBytes: Sync {
-    /// Bytes per item (or per block of a block output).
-    fn item_bytes(&self) -> usize;
     /// Items (or blocks) the buffer holds.
     fn len(&self) -> usize;
     /// The chunk's part: its items, or with `grain`, its blocks. Exclusive
@@ -178,9 +178,6 @@ pub(crate) trait OutputBytes: Sync {
 }
 
 impl<T: DeviceCopy> OutputBytes for DisjointBuf<T> {
-    fn item_bytes(&self) -> usize {
-        self.stride() * std::mem::size_of::<T>()
-    }
     fn len(&self) -> usize {
         self.items()
     }
@@ -216,10 +213,12 @@ pub(crate) enum TwinArg<'a> {
         item_bytes: usize,
         host: Option<Host<'a>>,
     },
-    /// The chunk's items (or with `blocks`, its grain blocks), brought back.
+    /// The chunk's items (or with `blocks`, its grain blocks), brought
+    /// back; with `input`, uploaded first (read and written in place).
     Out {
         buf: &'a dyn OutputBytes,
         blocks: bool,
+        input: bool,
     },
     Scalar(Scalar),
 }
@@ -263,6 +262,8 @@ pub struct Twin<'a> {
     pub(crate) entry: &'static str,
     pub(crate) threads_per_item: usize,
     pub(crate) block: u32,
+    /// One CUDA block per grain block ([`Twin::block_per_grain`]).
+    pub(crate) per_grain: bool,
     pub(crate) args: Vec<TwinArg<'a>>,
 }
 
@@ -286,6 +287,7 @@ impl<'a> Twin<'a> {
             entry,
             threads_per_item: 1,
             block: 256,
+            per_grain: false,
             args: Vec::new(),
         }
     }
@@ -353,6 +355,7 @@ impl<'a> Twin<'a> {
         self.args.push(TwinArg::Out {
             buf: out,
             blocks: false,
+            input: false,
         });
         self
     }
@@ -364,7 +367,30 @@ impl<'a> Twin<'a> {
         self.args.push(TwinArg::Out {
             buf: out,
             blocks: true,
+            input: false,
         });
+        self
+    }
+
+    /// An output read and written in place (`T*`): the chunk's items of
+    /// `buf` uploaded before the launch, then brought back into them (an
+    /// iteration's memberships, say).
+    pub fn in_out<T: DeviceCopy>(mut self, buf: &'a DisjointBuf<T>) -> Self {
+        self.args.push(TwinArg::Out {
+            buf,
+            blocks: false,
+            input: true,
+        });
+        self
+    }
+
+    /// One CUDA block of `threads` (1 to 1024) per block of
+    /// [`Kernel::grain`] items of the chunk, instead of `n ×
+    /// threads_per_item` threads: for a kernel that reduces each grain block
+    /// in one CUDA block (block `b` of the grid is the chunk's `b`-th).
+    pub fn block_per_grain(mut self, threads: u32) -> Self {
+        self.block = threads.clamp(1, 1024);
+        self.per_grain = true;
         self
     }
 

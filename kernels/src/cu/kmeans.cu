@@ -11,17 +11,22 @@
 
 #define FLT_MAX_ 3.402823466e+38f
 
-extern "C" __global__ void kmeans(const float* __restrict__ pts,     // points lo.., n x f
-                                  const float* __restrict__ centres, // k x f
-                                  int* __restrict__ member,          // n: old in, new out
-                                  float* __restrict__ sums,          // blocks x k x f
-                                  unsigned int* __restrict__ counts, // blocks x k
-                                  unsigned int* __restrict__ changed,// blocks
+// Launched as a declared twin (see `GpuTwin for KmeansStep`): the chunk's
+// first point and count, then the arguments in declaration order. One CUDA
+// block per reduction block of the chunk.
+extern "C" __global__ void kmeans(unsigned long long lo,
                                   unsigned int n,
+                                  const float* __restrict__ pts_all, // every point, n_all x f
+                                  const float* __restrict__ centres, // k x f
+                                  int* __restrict__ member,          // the chunk's: old in, new out
+                                  float* __restrict__ sums,          // the chunk's blocks x k x f
+                                  unsigned int* __restrict__ counts, // the chunk's blocks x k
+                                  unsigned int* __restrict__ changed,// the chunk's blocks
                                   unsigned int k,
                                   unsigned int f,
                                   unsigned int g)
 {
+    const float* __restrict__ pts = pts_all + (size_t)lo * f;
     __shared__ unsigned int moved;
     const unsigned int b = blockIdx.x;
     const unsigned int first = b * g;

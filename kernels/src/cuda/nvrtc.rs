@@ -38,7 +38,6 @@ macro_rules! program {
 
 program!(SYNTHETIC, "synthetic.cu");
 program!(MATMUL, "matmul.cu");
-program!(KMEANS, "kmeans.cu");
 program!(PATHFINDER, "pathfinder.cu");
 program!(MLP, "mlp.cu");
 
@@ -173,7 +172,7 @@ mod tests {
 
     #[test]
     fn sources_are_embedded_and_export_c_names() {
-        for p in [&SYNTHETIC, &MATMUL, &KMEANS, &PATHFINDER] {
+        for p in [&SYNTHETIC, &MATMUL, &PATHFINDER] {
             assert!(p.src.contains("extern \"C\" __global__"), "{}", p.name);
             assert!(!p.src.contains('\0'), "{}", p.name);
             // NVRTC has no standard headers unless told where they are.

@@ -5,6 +5,8 @@
 //! output buffer.
 
 use super::nvrtc::Program;
+use cudarc::driver::LaunchConfig;
+
 use super::stream::{grid_1d, Arg, DevPtr, Out, StreamWorker};
 use super::CudaKernel;
 use crate::twin::{Scalar, Twin, TwinArg};
@@ -99,11 +101,11 @@ impl<K: GpuTwin> CudaKernel for K {
         }
         let blocks = n.div_ceil(grain);
         let mut values = Vec::with_capacity(t.args.len());
-        // Output slots and whether each is by block.
-        let mut outs = Vec::new();
+        // Each output's slot and the chunk's part of it, taken once.
+        let mut dsts: Vec<Out<'_>> = Vec::new();
         for (slot, a) in t.args.iter().enumerate() {
             let v = match a {
-                TwinArg::Run { id, bytes, .. } => {
+                TwinArg::Run { id, bytes } => {
                     let buf = w.run_input::<u8>(*id, bytes)?;
                     Value::Ptr(w.addr(&buf))
                 }
@@ -131,11 +133,12 @@ impl<K: GpuTwin> CudaKernel for K {
                 TwinArg::Out {
                     buf,
                     blocks: by_block,
+                    input,
                 } => {
-                    let (len, want) = if *by_block {
-                        (blocks, items.div_ceil(grain))
+                    let want = if *by_block {
+                        items.div_ceil(grain)
                     } else {
-                        (n, items)
+                        items
                     };
                     if buf.len() < want {
                         return Err(invalid(
@@ -143,8 +146,14 @@ impl<K: GpuTwin> CudaKernel for K {
                             format!("an output of {} entries for {want}", buf.len()),
                         ));
                     }
-                    outs.push((slot, *buf, *by_block));
-                    Value::Ptr(w.scratch::<u8>(slot, len * buf.item_bytes())?)
+                    let dst = buf.chunk_bytes(chunk, by_block.then_some(grain));
+                    let ptr = if *input {
+                        w.upload_from::<u8>(slot, dst, buf.pin())?
+                    } else {
+                        w.scratch::<u8>(slot, dst.len())?
+                    };
+                    dsts.push(Out::new::<u8>(slot, 0, dst, buf.pin()));
+                    Value::Ptr(ptr)
                 }
                 TwinArg::Scalar(s) => Value::Scalar(*s),
             };
@@ -154,7 +163,15 @@ impl<K: GpuTwin> CudaKernel for K {
         let (lo64, n32) = (lo as u64, n as u32);
         let mut args: Vec<&dyn Arg> = vec![&lo64, &n32];
         args.extend(values.iter().map(Value::arg));
-        let cfg = grid_1d(threads as usize, t.block);
+        let cfg = if t.per_grain {
+            LaunchConfig {
+                grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
+                block_dim: (t.block, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        } else {
+            grid_1d(threads as usize, t.block)
+        };
         // SAFETY: the parameters are `(u64 lo, u32 n, …)` then one per
         // declared argument in order, as the twin's contract (`GpuTwin`)
         // states; every pointer is a device buffer of this stream holding
@@ -163,14 +180,6 @@ impl<K: GpuTwin> CudaKernel for K {
         // is written only by `finish_into`, into the chunk's own part of
         // each output buffer.
         unsafe { w.launch(&f, cfg, &args)? };
-        let grain = Some(grain);
-        let mut dsts: Vec<Out<'_>> = outs
-            .iter()
-            .map(|&(slot, buf, by_block)| {
-                let dst = buf.chunk_bytes(chunk, if by_block { grain } else { None });
-                Out::new::<u8>(slot, 0, dst, buf.pin())
-            })
-            .collect();
         w.finish_into(&mut dsts)
     }
 }

@@ -2,27 +2,25 @@
 //! `impl CudaKernel` for the kernel types not (yet) declared as twins
 //! ([`crate::GpuTwin`]): some do what a declared launch cannot (matmul's
 //! pieces, pathfinder's passes and 2-D band copies, the mlp's cuBLAS calls,
-//! the synthetic kernel's audit); kmeans could be ported. Each copies its chunk's
+//! the synthetic kernel's audit). Each copies its chunk's
 //! inputs in, launches the kernel of `src/cu/<name>.cu`, and copies the
 //! outputs into the kernel's host buffers. The transfer-bound ones (matmul,
 //! pathfinder, kmeans) page-lock their large buffers in `stage`, so their
 //! chunks copy straight from and to them; the mlp (a service's small
-//! batches) and the synthetic kernel stage their copies. nbody is a declared
-//! twin (`workloads/nbody.rs`).
+//! batches) and the synthetic kernel stage their copies. nbody and kmeans
+//! are declared twins (`workloads/nbody.rs`, `workloads/kmeans/step.rs`).
 
 use std::sync::atomic::Ordering;
 
 use cudarc::driver::LaunchConfig;
 
-use super::nvrtc::{KMEANS, MATMUL, MLP, PATHFINDER, SYNTHETIC};
+use super::nvrtc::{MATMUL, MLP, PATHFINDER, SYNTHETIC};
 use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
 
 /// A run-cache buffer on the device.
 type DevBytes = cudarc::driver::CudaSlice<u8>;
-use crate::workloads::{
-    check_chunk, KmeansStep, Matmul, Mlp, MlpWeights, PathfinderStep, Synthetic,
-};
+use crate::workloads::{check_chunk, Matmul, Mlp, MlpWeights, PathfinderStep, Synthetic};
 use crate::{Chunk, Kernel, KernelError};
 
 mod mlp;
@@ -233,90 +231,5 @@ impl CudaKernel for PathfinderStep {
         debug_assert_eq!((in_lo, in_len), (lo, hi - lo));
         let dst = self.dst().chunk_mut(chunk);
         w.finish_into(&mut [Out::new(out_slot, 0, dst, self.dst().pin())])
-    }
-}
-
-impl KmeansStep {
-    /// The points (keyed by the data set, not the step: they cross the bus
-    /// once per job and device) and this step's centres, on the device.
-    fn run_inputs(
-        &self,
-        w: &mut StreamWorker,
-    ) -> Result<[std::sync::Arc<DevBytes>; 2], KernelError> {
-        let data = self.data();
-        Ok([
-            w.run_input(data.id(), data.values())?,
-            w.run_input(self.id(), self.centres())?,
-        ])
-    }
-}
-
-impl CudaKernel for KmeansStep {
-    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        w.function(&KMEANS, "kmeans").map(drop)
-    }
-
-    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        // Memberships cross both ways every run: page-locked once per job
-        // (the buffers pass from step to step). The partial sums too when
-        // large; counts and changes are small.
-        w.pin(self.membership().pinnable(), true);
-        w.pin(self.sums().pinnable(), true);
-        self.run_inputs(w).map(drop)
-    }
-
-    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
-        check_chunk(chunk, self.items(), self.block())?;
-        let data = self.data();
-        let (k, f, g) = (self.clusters(), data.features(), self.block());
-        let n = chunk.len();
-        if n > MAX_LAUNCH || k.saturating_mul(f) > MAX_LAUNCH {
-            return Err(too_large(chunk));
-        }
-        let blocks = chunk.lo() / g..chunk.hi().div_ceil(g);
-        let nb = blocks.len();
-        let func = w.function(&KMEANS, "kmeans")?;
-        let [pts, centres] = self.run_inputs(w)?;
-        let pts_ptr = w.addr(&pts) + (chunk.lo() * f * 4) as u64;
-        let c_ptr = w.addr(&centres);
-        // This chunk's memberships: uploaded as the kernel's input here, and
-        // overwritten with its output below (the same mutable slice).
-        let member_buf = self.membership();
-        let old = member_buf.chunk_mut(chunk);
-        let member = w.upload_from(0, &*old, member_buf.pin())?;
-        let sums = w.scratch::<f32>(1, nb * k * f)?;
-        let counts = w.scratch::<u32>(2, nb * k)?;
-        let changed = w.scratch::<u32>(3, nb)?;
-        let (n32, k32, f32_, g32) = (n as u32, k as u32, f as u32, g as u32);
-        let cfg = LaunchConfig {
-            grid_dim: (nb as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `kmeans(const float* pts, const float* centres, int* member,
-        // float* sums, u32* counts, u32* changed, u32 n, u32 k, u32 f, u32 g)`:
-        // `pts` holds the chunk's n·f values (run cache, held until the stream
-        // is synchronised), `centres` k·f, `member` n, `sums` nb·k·f, `counts`
-        // nb·k, `changed` nb, and block b touches only its own points and
-        // partials.
-        unsafe {
-            w.launch(
-                &func,
-                cfg,
-                &[
-                    &pts_ptr, &c_ptr, &member, &sums, &counts, &changed, &n32, &k32, &f32_, &g32,
-                ],
-            )?
-        };
-        // The chunk's blocks (chunks are block-aligned).
-        let (sums, counts, changed) = (self.sums(), self.counts(), self.changed());
-        w.finish_into(&mut [
-            Out::new(0, 0, old, member_buf.pin()),
-            Out::new(1, 0, sums.chunk_mut_blocks(chunk, g), sums.pin()),
-            Out::new(2, 0, counts.chunk_mut_blocks(chunk, g), counts.pin()),
-            Out::new(3, 0, changed.chunk_mut_blocks(chunk, g), changed.pin()),
-        ])?;
-        drop((pts, centres));
-        Ok(())
     }
 }

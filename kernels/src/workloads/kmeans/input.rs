@@ -245,7 +245,6 @@ impl KmeansData {
     }
 
     /// This data set's process-unique id (its values never change).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA twin
     pub(crate) fn id(&self) -> u64 {
         self.id
     }

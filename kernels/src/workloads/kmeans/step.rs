@@ -6,7 +6,11 @@ use serde::Serialize;
 
 use super::super::check_chunk;
 use super::KmeansData;
-use crate::{Chunk, DisjointBuf, Kernel, KernelError};
+use crate::{Chunk, CudaSource, DisjointBuf, GpuTwin, Kernel, KernelError, Twin};
+
+/// The twin's source: one iteration over whole reduction blocks, the CPU's
+/// operations in the CPU's order.
+const KMEANS_CU: CudaSource = CudaSource::new("kmeans.cu", include_str!("../../cu/kmeans.cu"));
 
 /// kmeans parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -94,52 +98,23 @@ pub struct KmeansStep {
 /// Clusters whose distances one pass over a point's features computes.
 pub(super) const LANES: usize = 8;
 
-// Read by the GPU twin (`cuda/`), not by the CPU kernel.
-#[allow(dead_code)]
 impl KmeansStep {
     /// This step's process-unique id.
+    #[cfg(all(test, feature = "cuda"))]
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
     /// The points.
+    #[cfg(all(test, feature = "cuda"))]
     pub(crate) fn data(&self) -> &Arc<KmeansData> {
         &self.data
     }
 
-    /// `K`.
-    pub(crate) fn clusters(&self) -> usize {
-        self.clusters
-    }
-
-    /// Points per reduction block.
-    pub(crate) fn block(&self) -> usize {
-        self.block
-    }
-
     /// This iteration's centres, `K × F` row-major.
+    #[cfg(all(test, feature = "cuda"))]
     pub(crate) fn centres(&self) -> &[f32] {
         &self.centres
-    }
-
-    /// Membership per point (read, then overwritten).
-    pub(crate) fn membership(&self) -> &DisjointBuf<i32> {
-        &self.membership
-    }
-
-    /// Per-block partial sums, item stride `K × F`.
-    pub(crate) fn sums(&self) -> &DisjointBuf<f32> {
-        &self.sums
-    }
-
-    /// Per-block counts, item stride `K`.
-    pub(crate) fn counts(&self) -> &DisjointBuf<u32> {
-        &self.counts
-    }
-
-    /// Per-block changed points, item stride 1.
-    pub(crate) fn changed(&self) -> &DisjointBuf<u32> {
-        &self.changed
     }
 
     /// The nearest centre of `x` (module docs).
@@ -164,6 +139,28 @@ impl KmeansStep {
             }
         }
         idx
+    }
+}
+
+/// The GPU twin, declared: the data set's points (keyed by the data set,
+/// so they cross the bus once per job and device) and this step's centres
+/// as run inputs, the chunk's memberships read and rewritten in place, and
+/// per reduction block its partial sums, counts and changed points; one
+/// CUDA block of 256 threads per reduction block.
+impl GpuTwin for KmeansStep {
+    fn twin(&self) -> Twin<'_> {
+        let d = &self.data;
+        Twin::new(&KMEANS_CU, "kmeans")
+            .block_per_grain(256)
+            .run_slice(d.id(), d.values())
+            .run_slice(self.id, &self.centres)
+            .in_out(&self.membership)
+            .block_output(&self.sums)
+            .block_output(&self.counts)
+            .block_output(&self.changed)
+            .scalar(u32::try_from(self.clusters).unwrap_or(u32::MAX))
+            .scalar(u32::try_from(d.features()).unwrap_or(u32::MAX))
+            .scalar(u32::try_from(self.block).unwrap_or(u32::MAX))
     }
 }
 
