@@ -87,7 +87,8 @@ def oha_at(args, url, rate, n):
     errors = sum(out.get("errorDistribution", {}).values())
     pct = out.get("latencyPercentiles", {})
     ok = codes.get(200, 0)
-    report = dict(ok=ok, status_503=codes.get(503, 0), status_504=codes.get(504, 0),
+    report = dict(ok=ok, status_429=codes.get(429, 0), status_503=codes.get(503, 0),
+                  status_504=codes.get(504, 0),
                   lost=errors, duplicated=0, malformed=0, crossed=0,
                   latency_ok=dict(count=ok, **{f"{q}_ms": 1e3 * (pct.get(q) or math.nan)
                                                for q in ("p50", "p95", "p99")}),
@@ -136,7 +137,8 @@ def median(values):
 
 def line(run):
     r = run["report"]
-    return (f"{run['config']:>10} {run['rate']:>7g}/s  200 {r['ok']:>6}  503 {r['status_503']:>5}  "
+    return (f"{run['config']:>10} {run['rate']:>7g}/s  200 {r['ok']:>6}  "
+            f"429 {r.get('status_429', 0):>5}  503 {r['status_503']:>5}  "
             f"504 {r['status_504']:>4}  lost {r['lost']}  dup {r['duplicated']}  p50 {ms(r, 'p50'):7.2f}  "
             f"p95 {ms(r, 'p95'):7.2f}  p99 {ms(r, 'p99'):7.2f} ms")
 

@@ -5,7 +5,7 @@ Sweep (default): for each configuration -- each device class alone, the two
 classes under `greedy`, and under `hybrid` -- start `coexec serve` on
 127.0.0.1:0, warm it, and search for the highest arrival rate whose p99
 stays <= the bound (50 ms): rates double until a probe fails (one that fails on
-latency or 503/504s alone is tried once more), then bisect.
+latency or 429/503/504s alone is tried once more), then bisect.
 Configurations are interleaved and the whole round repeated (3 times by
 default, in a rotated order), so their medians are measured side by side.
 Each probe is one bounded `coexec-load` run (open loop, latency from each
@@ -14,7 +14,7 @@ request's scheduled send). Prints a table and writes JSON and a markdown page
 
 A probe passes when, at that rate: nothing is lost or refused, no answer is
 duplicated, malformed or crossed, every request was sent (the time limit did
-not cut the run), at most 1 % of answers are not 200 (503/504 count as
+not cut the run), at most 1 % of answers are not 200 (429/503/504 count as
 misses), and the p99 of the 200s is <= the bound.
 
     python3 scripts/serve_sweep.py                      # the CPU + sim sweep
@@ -26,7 +26,7 @@ Latency mode (`--latency-at`): for each configuration, in the same
 interleaved, rotated repeats, one server runs one bounded open-loop load at
 each given rate in turn (ascending); the page gives, per rate, the medians
 over repeats of each configuration's p50 and p99 of its 200s, and its
-503/504s and lost in all. What a service's users see at a fixed load, below
+429/503/504s and lost in all. What a service's users see at a fixed load, below
 and around capacity, side by side.
 
 `--server-cmd` replaces the server command (a template with {addr},
@@ -231,11 +231,17 @@ def probe_requests(args, rate):
     return int(min(args.max_probe_requests, max(args.min_probe_requests, rate * args.probe_seconds)))
 
 
+def refusals(r):
+    """Requests turned away: 429 (queue full) and 503 (draining); reports
+    from before the 429 have only 503s."""
+    return r.get("status_429", 0) + r["status_503"]
+
+
 def verdict(r, bound_ms):
     """Why a probe fails (None if it passes), and whether trying it again
     may pass: a miss on status codes or latency may be the machine's noise;
     a lost, unsent or bad answer is not."""
-    answered = r["ok"] + r["status_503"] + r["status_504"] + r["other"]
+    answered = r["ok"] + refusals(r) + r["status_504"] + r["other"]
     misses = answered - r["ok"]
     if r["unsent"]:
         return f"{r['unsent']} unsent (time limit)", False
@@ -252,7 +258,7 @@ def verdict(r, bound_ms):
 
 
 def probe(args, url, rate, probes):
-    """Whether `rate` passes. A probe that fails on latency or on 503/504s
+    """Whether `rate` passes. A probe that fails on latency or on 429/503/504s
     alone is tried again, up to --retry-failed times, and passes if a try
     does: on this shared VM one scheduling spike would otherwise end the
     doubling early (seen: hybrid failed 6400/s at p99 59 ms, then passed
@@ -522,7 +528,7 @@ def sweep_markdown(report):
         *page_head(report, f"coexec serve: capacity at p99 <= {report['bound_ms']:g} ms"),
         "Highest open-loop arrival rate (requests/s, "
         f"{s['rows_per_request']} row(s) each) whose p99 of 200s stays <= "
-        f"{report['bound_ms']:g} ms with nothing lost and <= 1 % 503/504; median of "
+        f"{report['bound_ms']:g} ms with nothing lost and <= 1 % 429/503/504; median of "
         f"{s['repeats']} interleaved repeats.",
         "",
         "| config | devices | policy | median | repeats |",
@@ -555,7 +561,7 @@ def sweep_markdown(report):
         f"max({s['min_probe_requests']}, rate × {s['probe_seconds']} s) requests "
         f"(at most {s['max_probe_requests']}), timeout {s['timeout']} s; rates double from "
         f"{s['start_rate']}/s, then {s['refine']} bisection steps; a probe failing on latency "
-        f"or 503/504s alone is tried again up to {s.get('retry_failed') or 0} time(s) and "
+        f"or 429/503/504s alone is tried again up to {s.get('retry_failed') or 0} time(s) and "
         "passes if a try does. Every probe's command and "
         "full report is in the JSON beside this page.",
         "",
@@ -611,11 +617,11 @@ def overload(args):
     checks = []
     for k, rd in enumerate(rounds):
         r = rd["report"]
-        answered = r["ok"] + r["status_503"] + r["status_504"]
+        answered = r["ok"] + refusals(r) + r["status_504"]
         tag = f"round {k + 1}:"
         checks += [
-            (f"{tag} every request answered exactly once: sent {r['sent']} = 200 {r['ok']} + 503 "
-             f"{r['status_503']} + 504 {r['status_504']} (other {r['other']}, lost {r['lost']}, "
+            (f"{tag} every request answered exactly once: sent {r['sent']} = 200 {r['ok']} + 429/503 "
+             f"{refusals(r)} + 504 {r['status_504']} (other {r['other']}, lost {r['lost']}, "
              f"refused {r['refused']}, duplicated {r['duplicated']}, unsent {r['unsent']})",
              answered == r["sent"] and r["unsent"] == 0 and r["other"] == 0 and r["lost"] == 0
              and r["refused"] == 0 and r["duplicated"] == 0),
@@ -712,7 +718,7 @@ def sigterm(args):
     if "report" not in result:
         die("coexec-load did not finish (see above)", 1)
     argv, r = result["argv"], result["report"]
-    answered = r["ok"] + r["status_503"] + r["status_504"] + r["other"]
+    answered = r["ok"] + refusals(r) + r["status_504"] + r["other"]
     checks = [
         (f"server exit code {code} (0 wanted), {drain_s:.2f} s after SIGTERM", code == 0),
         (f"every request that reached the server answered: sent {r['sent']} = answered {answered} "
@@ -787,7 +793,7 @@ def latency(args):
                     points.append(dict(rate=rate, requests=n, command=shlex.join(argv), report=r))
                     log(f"    {fmt_rate(rate):>8}/s  p50 {r['latency_ok']['p50_ms']:8.2f}  "
                         f"p99 {r['latency_ok']['p99_ms']:8.2f} ms  200 {r['ok']}/{r['sent']}  "
-                        f"503 {r['status_503']}  lost {r['lost']}")
+                        f"429/503 {refusals(r)}  lost {r['lost']}")
             finally:
                 code = srv.terminate()
             runs[name].append(dict(repeat=rep + 1, server_command=shlex.join(srv.argv),
@@ -803,7 +809,7 @@ def latency(args):
                 p50_ms=statistics.median(x["p50_ms"] for x in ok) if ok else None,
                 p99_ms=statistics.median(x["p99_ms"] for x in ok) if ok else None,
                 p99_ms_runs=[x["p99_ms"] for x in ok],
-                not_200=sum(r["status_503"] + r["status_504"] + r["other"] for r in rs),
+                not_200=sum(refusals(r) + r["status_504"] + r["other"] for r in rs),
                 lost=sum(r["lost"] + r["unsent"] for r in rs),
                 sent=sum(r["sent"] for r in rs),
             )

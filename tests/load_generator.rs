@@ -26,7 +26,7 @@ use serde_json::Value;
 enum Behavior {
     /// Correct answers, one at a time, each taking this long.
     Serial(Duration),
-    /// By `id % 4`: 200, 503 (with Retry-After), 504, never.
+    /// By `id % 4`: 200, 429 (with Retry-After), 504, never.
     Mixed,
     /// Never answers.
     Hang,
@@ -111,7 +111,7 @@ async fn infer(State(s): State<Arc<Stub>>, headers: HeaderMap, body: Bytes) -> R
         Behavior::Mixed => match id % 4 {
             0 => outputs(&body, 0, false).into_response(),
             1 => (
-                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::TOO_MANY_REQUESTS,
                 [("retry-after", "1")],
                 "full",
             )
@@ -282,7 +282,7 @@ fn open_loop_latency_includes_the_servers_queueing() {
 }
 
 #[test]
-fn counts_503_504_and_lost_where_they_belong() {
+fn counts_429_504_and_lost_where_they_belong() {
     let addr = stub(Behavior::Mixed);
     let (rates, took) = run_json(
         addr,
@@ -302,7 +302,7 @@ fn counts_503_504_and_lost_where_they_belong() {
     assert_eq!(
         [
             n(r, "ok"),
-            n(r, "status_503"),
+            n(r, "status_429"),
             n(r, "status_504"),
             n(r, "other")
         ],
@@ -319,7 +319,8 @@ fn counts_503_504_and_lost_where_they_belong() {
         (0, 0, 0),
         "{r}"
     );
-    assert_eq!(n(r, "status_503_without_retry_after"), 0, "{r}");
+    assert_eq!(n(r, "status_429_without_retry_after"), 0, "{r}");
+    assert_eq!(n(r, "status_503"), 0, "{r}");
     assert_eq!(n(&r["latency_ok"], "count"), 10, "{r}");
     assert_eq!(n(&r["latency_all"], "count"), 30, "{r}");
     assert!(took < Duration::from_secs(4), "took {took:?}");
@@ -470,10 +471,10 @@ fn records_every_requests_fate() {
         let unix: f64 = row[3].parse().unwrap();
         assert!(unix <= now_ms && unix > now_ms - 60_000.0, "{row:?}");
         assert!(row[4].parse::<f64>().unwrap() >= 0.0, "{row:?}");
-        // The stub answers by id modulo 4: 200, 503, 504, never.
+        // The stub answers by id modulo 4: 200, 429, 504, never.
         let (outcome, answered) = match i % 4 {
             0 => ("200", true),
-            1 => ("503", true),
+            1 => ("429", true),
             2 => ("504", true),
             _ => ("timeout", false),
         };

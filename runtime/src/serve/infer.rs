@@ -113,7 +113,7 @@ pub(super) fn draining() -> Response {
 /// The rows a body `{"inputs": [[...], ...]}` holds, by its brackets (no
 /// other part of a well-formed body has one), at least 1: a cheap count
 /// for refusing before the parse. A malformed body may count wrong; it
-/// then gets a 503 instead of its 400 while the queue is full.
+/// then gets a 429 instead of its 400 while the queue is full.
 pub(super) fn rows_in(body: &[u8]) -> usize {
     body.iter()
         .filter(|&&b| b == b'[')
@@ -192,16 +192,13 @@ pub(super) const OUTCOMES: [&str; 6] = [
 ];
 
 /// A `/v1/infer` answer's outcome, read from the answer itself so that the
-/// counter and the latency histogram cannot disagree: a 503 with
-/// `Retry-After` is a full queue, one without it a draining or closed
-/// service.
+/// counter and the latency histogram cannot disagree: a 429 is a full
+/// queue, a 503 a draining or closed service.
 pub(super) fn outcome_of(r: &Response) -> &'static str {
     match r.status() {
         StatusCode::OK => "success",
         StatusCode::GATEWAY_TIMEOUT => "deadline",
-        StatusCode::SERVICE_UNAVAILABLE if r.headers().contains_key(header::RETRY_AFTER) => {
-            "overloaded"
-        }
+        StatusCode::TOO_MANY_REQUESTS => "overloaded",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         s if s.is_client_error() => "invalid",
         _ => "failed",
@@ -384,7 +381,7 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
         .map(|d| Instant::now() + d);
     // All the request's rows are queued, or none: a refused request leaves
     // nothing in the queue. (A deadline already past is checked first: 504
-    // before 503.)
+    // before 429.)
     let admitted = match deadline {
         Some(d) => i.stream.try_infer_many_by(req.inputs, d),
         None => i.stream.try_infer_many(req.inputs),

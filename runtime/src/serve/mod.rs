@@ -12,7 +12,7 @@
 //! expected; also an input so large that the model's output overflows,
 //! never a `null` probability), a body over the limit 413 (refused by its
 //! `Content-Length` before it is read), a body not all there 10 s after
-//! the head 408, a wrong method 405, an unknown path 404, a full queue 503
+//! the head 408, a wrong method 405, an unknown path 404, a full queue 429
 //! with a `Retry-After` from the backlog and the measured drain rate, a
 //! passed deadline 504.
 //!
@@ -118,7 +118,7 @@ impl ServeConfig {
         self
     }
 
-    /// The largest `Retry-After` a 503 suggests.
+    /// The largest `Retry-After` a 429 suggests.
     pub fn max_retry_after(mut self, d: Duration) -> Self {
         self.max_retry_after = d;
         self
@@ -242,8 +242,11 @@ impl Service {
             .rate(self.now());
         let backlog = i.in_flight.load(Ordering::Relaxed) as usize;
         let secs = retry_after(backlog, rate, i.cfg.max_retry_after);
+        // 429, not 503: a full queue is this moment's load, not the
+        // service failing; a 5xx would burn availability budgets, make
+        // proxies eject the pod and trigger `retry_on: 5xx` retries.
         let mut r = error(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
             format!(
                 "overloaded: the queue of {} requests is full; retry after {secs} s",
                 i.stream.capacity()

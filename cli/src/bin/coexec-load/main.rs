@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! rates ─► schedule i at start + i/rate ─► POST /v1/infer (rows of the test set)
-//!                                            │ answer, 503, 504, timeout, cut
+//!                                            │ answer, 429, 503, 504, timeout, cut
 //!                                            ▼
 //!          tally per rate: counts, labels vs the test labels, HDR latencies
 //!          measured from each request's *scheduled* time

@@ -44,7 +44,7 @@ pub(crate) enum Outcome {
         index: u64,
         status: u16,
         latency: Duration,
-        /// For 503: whether it carried `Retry-After`.
+        /// For 429: whether it carried `Retry-After`.
         retry_after: bool,
         /// For 200 only.
         check: Option<Check>,
@@ -102,12 +102,15 @@ pub(crate) struct RateReport {
     /// Requests never sent because the time limit came first.
     pub(crate) unsent: u64,
     pub(crate) ok: u64,
+    /// Too many requests: the queue was full (with `Retry-After`).
+    pub(crate) status_429: u64,
+    /// Unavailable: draining or not ready.
     pub(crate) status_503: u64,
     pub(crate) status_504: u64,
     /// Any other status.
     pub(crate) other: u64,
-    /// 503s without a `Retry-After` header.
-    pub(crate) status_503_without_retry_after: u64,
+    /// 429s without a `Retry-After` header.
+    pub(crate) status_429_without_retry_after: u64,
     /// Connections refused: the server never saw these.
     pub(crate) refused: u64,
     /// Sent and never answered: `lost_timeout + lost_cut + lost_closed`.
@@ -181,10 +184,11 @@ impl Tally {
                 sent: 0,
                 unsent: 0,
                 ok: 0,
+                status_429: 0,
                 status_503: 0,
                 status_504: 0,
                 other: 0,
-                status_503_without_retry_after: 0,
+                status_429_without_retry_after: 0,
                 refused: 0,
                 lost: 0,
                 lost_timeout: 0,
@@ -284,12 +288,13 @@ impl Tally {
                         r.ok += 1;
                         self.hist_ok.saturating_record(us.max(1));
                     }
-                    503 => {
-                        r.status_503 += 1;
+                    429 => {
+                        r.status_429 += 1;
                         if !retry_after {
-                            r.status_503_without_retry_after += 1;
+                            r.status_429_without_retry_after += 1;
                         }
                     }
+                    503 => r.status_503 += 1,
                     504 => r.status_504 += 1,
                     _ => r.other += 1,
                 }
@@ -340,8 +345,8 @@ impl Tally {
 /// The human table, one line per rate.
 pub(crate) fn table(reports: &[RateReport]) -> String {
     let mut s = format!(
-        "{:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
-        "rate/s", "sent", "200", "503", "504", "other", "lost", "refsd", "dup/bad", "acc",
+        "{:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+        "rate/s", "sent", "200", "429", "503", "504", "other", "lost", "refsd", "dup/bad", "acc",
         "answ/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "p99all ms"
     );
     for r in reports {
@@ -350,10 +355,11 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
             .map_or_else(|| "-".to_string(), |a| format!("{a:.4}"));
         let (ok, all) = (&r.latency_ok, &r.latency_all);
         s.push_str(&format!(
-            "{:>8.1} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "{:>8.1} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
             r.rate,
             r.sent,
             r.ok,
+            r.status_429,
             r.status_503,
             r.status_504,
             r.other,
@@ -374,7 +380,7 @@ pub(crate) fn table(reports: &[RateReport]) -> String {
 
 /// Why the run fails (exit 1, after the report): a rate whose sends got no
 /// answer at all, or a service that broke its contract: an answer
-/// duplicated, malformed, or meant for another request. Timeouts, 503s and
+/// duplicated, malformed, or meant for another request. Timeouts, 429s, 503s and
 /// 504s are answers a service may give under load, so they alone do not
 /// fail a run.
 pub(crate) fn broken(reports: &[RateReport]) -> Option<String> {
@@ -435,10 +441,10 @@ pub(crate) fn notes(reports: &[RateReport]) -> Vec<String> {
                 r.rate, r.crossed
             ));
         }
-        if r.status_503_without_retry_after > 0 {
+        if r.status_429_without_retry_after > 0 {
             v.push(format!(
-                "rate {}: {} 503s without Retry-After",
-                r.rate, r.status_503_without_retry_after
+                "rate {}: {} 429s without Retry-After",
+                r.rate, r.status_429_without_retry_after
             ));
         }
     }
@@ -477,7 +483,7 @@ mod tests {
         t.record(answered(0, 200, 10, valid(2)));
         t.record(answered(1, 200, 30, valid(1)));
         t.record(answered(1, 200, 30, valid(1)));
-        t.record(answered(2, 503, 1, None));
+        t.record(answered(2, 429, 1, None));
         t.record(answered(3, 504, 50, None));
         t.record(answered(4, 500, 2, None));
         t.record(answered(5, 200, 20, Some(Check::Malformed("x".into()))));
@@ -492,8 +498,8 @@ mod tests {
         t.record(Outcome::Refused { index: 8 });
         let (r, _) = t.finish();
         assert_eq!((r.sent, r.unsent), (9, 1));
-        assert_eq!((r.ok, r.status_503, r.status_504, r.other), (3, 1, 1, 1));
-        assert_eq!(r.status_503_without_retry_after, 1);
+        assert_eq!((r.ok, r.status_429, r.status_504, r.other), (3, 1, 1, 1));
+        assert_eq!(r.status_429_without_retry_after, 1);
         assert_eq!(
             (r.lost, r.lost_timeout, r.lost_cut, r.refused),
             (2, 1, 1, 1)
