@@ -858,3 +858,33 @@ fn a_client_that_never_reads_does_not_hold_the_drain() {
     drop(c);
     writer.join().unwrap();
 }
+
+/// With a drain delay, SIGTERM turns `/readyz` to 503 at once while new
+/// connections and requests are still served until the delay ends (a load
+/// balancer stops routing first); then the process drains and exits 0.
+#[test]
+fn the_drain_delay_serves_while_readyz_says_not_ready() {
+    let mut s = Server::start(&["--devices", "cpu:1", "--drain-delay-s", "2"]);
+    let a = s.addr;
+    let t = test_rows();
+    let body = request(&[rows_of(&t, 0)]);
+    assert_eq!(http(a, "GET", "/readyz", b"").status, 200);
+    let t0 = Instant::now();
+    s.terminate();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = http(a, "GET", "/readyz", b"");
+    assert_eq!(r.status, 503, "{}", r.body);
+    for _ in 0..5 {
+        let r = http(a, "POST", "/v1/infer", &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        t0.elapsed()
+    );
+    let status = s.wait(Duration::from_secs(15));
+    assert!(status.success(), "{status}");
+    assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
+}

@@ -135,6 +135,8 @@ struct Inner {
     weights: Arc<MlpWeights>,
     cfg: ServeConfig,
     metrics: PrometheusHandle,
+    /// `/readyz` answers 200 (until a drain begins or `set_ready(false)`).
+    ready: AtomicBool,
     draining: AtomicBool,
     epoch: Instant,
     drain: Mutex<DrainRate>,
@@ -185,6 +187,7 @@ impl Service {
                 weights,
                 cfg,
                 metrics,
+                ready: AtomicBool::new(true),
                 draining: AtomicBool::new(false),
                 epoch: Instant::now(),
                 drain: Mutex::new(DrainRate::default()),
@@ -219,7 +222,16 @@ impl Service {
     /// Stops being ready: `/readyz` answers 503 and new inferences 503
     /// (requests already accepted are answered).
     pub fn start_draining(&self) {
+        self.set_ready(false);
         self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether `/readyz` answers 200; inferences are served either way.
+    /// For the drain delay a load balancer needs: not ready at once on
+    /// SIGTERM, so that it stops routing here, while the requests it still
+    /// sends meanwhile are answered; then [`Service::start_draining`].
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.store(ready, Ordering::Release);
     }
 
     /// Drains ([`Service::start_draining`]), answers every queued request
@@ -304,8 +316,11 @@ fn describe() {
 }
 
 async fn ready(State(svc): State<Service>) -> Response {
-    if svc.inner.draining.load(Ordering::Acquire) {
+    let i = &svc.inner;
+    if i.draining.load(Ordering::Acquire) {
         error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else if !i.ready.load(Ordering::Acquire) {
+        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down")
     } else {
         "ready\n".into_response()
     }

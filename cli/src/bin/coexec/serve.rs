@@ -67,6 +67,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = coexec::serve::DRAIN_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     drain_timeout_s: u64,
+    /// Seconds between SIGTERM and the drain: `/readyz` answers 503 at
+    /// once, so that a load balancer or Kubernetes stops routing here,
+    /// while everything that still arrives is served; then the listener
+    /// closes and the drain begins. A second signal cuts it short. Set it
+    /// to the time your balancer takes to notice (its health-check
+    /// interval times its fall count).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    drain_delay_s: u64,
     /// Bind each CPU worker to a core of its own and every other thread
     /// (handlers, sim and GPU workers, actors) to the cores left (Linux).
     #[arg(long)]
@@ -118,8 +126,17 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
     }
     let signal = {
         let svc = svc.clone();
+        let delay = Duration::from_secs(a.drain_delay_s);
         async move {
             shutdown_signal().await;
+            if !delay.is_zero() {
+                tracing::info!("not ready; serving for {delay:?} before the drain");
+                svc.set_ready(false);
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = shutdown_signal() => {}
+                }
+            }
             tracing::info!("draining: answering every accepted request");
             svc.start_draining();
         }
