@@ -864,7 +864,8 @@ fn a_client_that_never_reads_does_not_hold_the_drain() {
 /// balancer stops routing first); then the process drains and exits 0.
 #[test]
 fn the_drain_delay_serves_while_readyz_says_not_ready() {
-    let mut s = Server::start(&["--devices", "cpu:1", "--drain-delay-s", "2"]);
+    // 4 s: room for five answers on a loaded machine before it ends.
+    let mut s = Server::start(&["--devices", "cpu:1", "--drain-delay-s", "4"]);
     let a = s.addr;
     let t = test_rows();
     let body = request(&[rows_of(&t, 0)]);
@@ -880,11 +881,11 @@ fn the_drain_delay_serves_while_readyz_says_not_ready() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        t0.elapsed() < Duration::from_millis(1800),
+        t0.elapsed() < Duration::from_millis(3800),
         "{:?}",
         t0.elapsed()
     );
-    let status = s.wait(Duration::from_secs(15));
+    let status = s.wait(Duration::from_secs(20));
     assert!(status.success(), "{status}");
-    assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() >= Duration::from_secs(4), "{:?}", t0.elapsed());
 }
