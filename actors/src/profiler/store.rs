@@ -383,7 +383,7 @@ impl ProfileStore {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        self.last_stamp = now.max(self.last_stamp + 1);
+        self.last_stamp = now.max(self.last_stamp.saturating_add(1));
         let file = Arc::make_mut(&mut self.file);
         if file.kernels.len() >= MAX_KERNELS && !file.kernels.contains_key(key) {
             let oldest = file
