@@ -150,9 +150,14 @@ mod quiet {
         }
     }
 
-    /// Wraps the process's panic hook, once.
+    /// Wraps the process's panic hook, once. Not from a thread that is
+    /// unwinding (a `catch` in a destructor): changing the hook there would
+    /// panic again and abort; a later call installs it.
     pub(super) fn install() {
         static INSTALLED: OnceLock<()> = OnceLock::new();
+        if std::thread::panicking() {
+            return;
+        }
         INSTALLED.get_or_init(|| {
             let previous = std::panic::take_hook();
             let printed: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
