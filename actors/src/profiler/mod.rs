@@ -5,6 +5,7 @@ mod disk;
 mod history;
 mod saver;
 mod store;
+mod validity;
 
 use std::time::Duration;
 
