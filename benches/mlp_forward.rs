@@ -20,12 +20,8 @@ fn forward(c: &mut Criterion) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
     let w = Arc::new(MlpWeights::load(dir.join("digits_mlp.safetensors")).expect("the model"));
     let t = LabeledRows::load(dir.join("digits_test.safetensors")).expect("the test split");
-    let mut g = c.benchmark_group(format!(
-        "mlp_forward/{}x{}x{}",
-        w.inputs(),
-        w.hidden(),
-        w.classes()
-    ));
+    let widths: Vec<String> = w.widths().iter().map(usize::to_string).collect();
+    let mut g = c.benchmark_group(format!("mlp_forward/{}", widths.join("x")));
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));

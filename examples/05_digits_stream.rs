@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coexec::kernels::workloads::{argmax, LabeledRows, MlpWeights};
+use coexec::kernels::workloads::{LabeledRows, MlpWeights};
 use coexec::stream::{MlpModel, Stream, StreamConfig};
 
 #[tokio::main]
@@ -37,14 +37,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (s, row) = (stream.clone(), row.to_vec());
             tokio::spawn(async move {
                 let t = Instant::now();
-                s.infer(row).await.map(|p| (argmax(&p), t.elapsed()))
+                s.infer(row).await.map(|c| (c.label, t.elapsed()))
             })
         })
         .collect();
     let (mut correct, mut latencies) = (0, Vec::new());
     for (t, &label) in tasks.into_iter().zip(&test.labels) {
         let (predicted, latency) = t.await??;
-        correct += usize::from(predicted == Some(label as usize));
+        correct += usize::from(predicted == label as usize);
         latencies.push(latency);
     }
     let wall = start.elapsed();

@@ -1,6 +1,8 @@
 //! The digits service inside your own axum app: coexec's router (`/v1/infer`,
-//! `/healthz`, `/readyz`, `/metrics`) merged beside a route of yours, served
-//! on loopback, asked once, then drained and stopped.
+//! `/healthz`, `/readyz`, and `/metrics` from the recorder the app installs)
+//! merged beside a route of yours, served on loopback, asked once, then
+//! drained and stopped. `08_user_service` does the same for a model of
+//! your own.
 //!
 //! `cargo run --release --example 06_digits_service`
 //!
@@ -13,7 +15,7 @@ use std::time::Duration;
 use axum::routing::get;
 use coexec::kernels::workloads::{LabeledRows, MlpWeights};
 use coexec::serve::{ServeConfig, Service};
-use coexec::stream::{Placement, StreamConfig};
+use coexec::stream::{MlpModel, Placement, StreamConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,8 +33,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_wait(Duration::from_micros(500))
         .in_flight(3)
         .placement(Placement::Hybrid);
-    let cfg = ServeConfig::new().deadline(Some(Duration::from_millis(500)));
-    let svc = Service::start(rt, weights, stream, cfg)?;
+    // The process's metrics recorder is the app's to install.
+    let prometheus = coexec::metrics::install()?;
+    let cfg = ServeConfig::new()
+        .deadline(Some(Duration::from_millis(500)))
+        .prometheus(prometheus);
+    let svc = Service::start(rt, MlpModel::new(weights), stream, cfg)?;
 
     // Your app: your routes, and coexec's.
     let app = axum::Router::new()

@@ -52,6 +52,46 @@ impl Kernel for Moody {
     }
 }
 
+/// A kernel whose every chunk panics.
+#[derive(Debug)]
+struct Panics;
+
+impl Kernel for Panics {
+    fn name(&self) -> &str {
+        "panics"
+    }
+    fn items(&self) -> usize {
+        1000
+    }
+    fn run_cpu(&self, _chunk: &Chunk) -> Result<(), KernelError> {
+        panic!("a bug in the kernel")
+    }
+}
+
+/// A panic is the kernel's fault, not the device's: it fails its job and
+/// is no strike against the worker, so five panicking jobs on a machine of
+/// one worker (three device errors in a row take a worker out of service)
+/// leave it serving the next job. The same rule holds for a GPU stream,
+/// whose twin's panics `StreamWorker::run` turns into the same error.
+#[test]
+fn panics_fail_their_jobs_and_take_no_worker_out_of_service() {
+    within(Duration::from_secs(60), async {
+        let rt = coexec::Runtime::builder()
+            .devices("sim:1@1")?
+            .in_memory_profiles()
+            .build()?;
+        for _ in 0..5 {
+            let e = rt.run(Panics).await.expect_err("a panicking job fails");
+            assert!(e.to_string().contains("a bug in the kernel"), "{e}");
+        }
+        let mut done = rt.run(Synthetic::new(5_000, 10)).await?;
+        done.kernel.verify()?;
+        rt.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn a_kernel_whose_items_panics_fails_its_job_and_nothing_else() {
     within(Duration::from_secs(30), async {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use coexec::kernels::workloads::MlpWeights;
 use coexec::serve::{ServeConfig, Service};
-use coexec::stream::StreamConfig;
+use coexec::stream::{MlpModel, StreamConfig};
 
 /// Resident memory in KiB (Linux), `None` elsewhere.
 fn rss_kib() -> Option<u64> {
@@ -49,8 +49,10 @@ async fn histograms_are_drained_without_a_scrape() {
             .build()
             .unwrap(),
     );
-    // Installs coexec's recorder, as `coexec serve` does.
-    let svc = Service::start(rt, w, StreamConfig::new(), ServeConfig::new()).unwrap();
+    // coexec's recorder, installed as `coexec serve` does.
+    let prometheus = coexec::metrics::install().unwrap();
+    let cfg = ServeConfig::new().prometheus(prometheus);
+    let svc = Service::start(rt, MlpModel::new(w), StreamConfig::new(), cfg).unwrap();
 
     // ~2 M samples a second: 2 s to reach a steady state, then 4 s more,
     // which add ~100 MB if nothing drains them and nothing when a second's

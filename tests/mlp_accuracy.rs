@@ -1,6 +1,7 @@
-//! The committed digits model, served through the runtime (CPU and `sim`
-//! classes splitting the batch), gets the training script's accuracy on the
-//! script's own test split, row for row.
+//! The committed models (digits: 64 → 1024 → 1024 → 10; wine: 13 → 48 → 24
+//! → 12 → 3, its depth and widths read from the file), run through the
+//! runtime (CPU and `sim` classes splitting the batch), get the training
+//! script's accuracy on the script's own test split, row for row.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,18 +14,26 @@ fn models() -> PathBuf {
 
 /// `"correct": N` from the script's report, without a JSON dependency on the
 /// format's details beyond that one field.
-fn script_correct() -> usize {
-    let text = std::fs::read_to_string(models().join("digits_mlp.json")).unwrap();
+fn script_correct(name: &str) -> usize {
+    let text = std::fs::read_to_string(models().join(format!("{name}_mlp.json"))).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["correct"].as_u64().expect("`correct` in digits_mlp.json") as usize
+    v["correct"].as_u64().expect("`correct` in the report") as usize
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn served_forward_pass_matches_the_training_script() {
-    let w = Arc::new(MlpWeights::load(models().join("digits_mlp.safetensors")).unwrap());
-    assert_eq!((w.inputs(), w.classes()), (64, 10));
-    assert!(w.hidden() >= 1024);
-    let t = LabeledRows::load(models().join("digits_test.safetensors")).unwrap();
+async fn digits_forward_pass_matches_the_training_script() {
+    matches_the_training_script("digits", &[64, 1024, 1024, 10]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wine_forward_pass_matches_the_training_script() {
+    matches_the_training_script("wine", &[13, 48, 24, 12, 3]).await;
+}
+
+async fn matches_the_training_script(name: &str, widths: &[usize]) {
+    let w = Arc::new(MlpWeights::load(models().join(format!("{name}_mlp.safetensors"))).unwrap());
+    assert_eq!(w.widths(), widths);
+    let t = LabeledRows::load(models().join(format!("{name}_test.safetensors"))).unwrap();
     assert_eq!(t.features, w.inputs());
 
     for devices in ["cpu:2", "cpu:1,sim:1@0.5"] {
@@ -46,7 +55,7 @@ async fn served_forward_pass_matches_the_training_script() {
                 .map(|p| argmax(p).unwrap() as i64)
                 .collect();
             let correct = labels.iter().zip(&t.labels).filter(|(a, b)| a == b).count();
-            assert_eq!(correct, script_correct(), "accuracy on {devices}");
+            assert_eq!(correct, script_correct(name), "accuracy on {devices}");
             assert_eq!(labels, t.predicted, "per-row labels on {devices}");
             for (r, (got, want)) in probs
                 .chunks_exact(w.classes())

@@ -628,7 +628,8 @@ fn draining_turns_readyz_and_new_requests_to_503() {
             )
             .unwrap(),
         );
-        let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new()).unwrap();
+        let model = coexec::stream::MlpModel::new(weights);
+        let svc = Service::start(rt, model, StreamConfig::new(), ServeConfig::new()).unwrap();
         let listener = coexec::serve::bind("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -888,4 +889,62 @@ fn the_drain_delay_serves_while_readyz_says_not_ready() {
     let status = s.wait(Duration::from_secs(20));
     assert!(status.success(), "{status}");
     assert!(t0.elapsed() >= Duration::from_secs(4), "{:?}", t0.elapsed());
+}
+
+/// `--model` serves any MLP in safetensors: the wine model (13 → 48 → 24 →
+/// 12 → 3, another depth and width than the built-in digits model) answers
+/// its test split as its training script labelled it, and a row of the
+/// digits model's 64 numbers is refused naming the 13 this model takes. A
+/// file that is no MLP stops the command with an error naming the file.
+#[test]
+fn model_serves_an_mlp_of_another_shape() {
+    let models = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+    let wine = models.join("wine_mlp.safetensors");
+    let srv = Server::start(&["--devices", "cpu:1", "--model", wine.to_str().unwrap()]);
+    let t = LabeledRows::load(models.join("wine_test.safetensors")).unwrap();
+    assert_eq!(t.features, 13);
+    let rows: Vec<&[f32]> = t.x.chunks(t.features).collect();
+    let r = http(srv.addr, "POST", "/v1/infer", &request(&rows));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let outs = r.json()["outputs"].as_array().unwrap().clone();
+    assert_eq!(outs.len(), t.rows());
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o["probs"].as_array().unwrap().len(), 3);
+        assert_eq!(o["label"].as_i64().unwrap(), t.predicted[i], "row {i}");
+    }
+    let digits = test_rows();
+    let r = http(
+        srv.addr,
+        "POST",
+        "/v1/infer",
+        &request(&[&digits.x[..digits.features]]),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    let e = r.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        e.contains("inputs[0]: 64 numbers; the model takes 13"),
+        "{e}"
+    );
+    let r = http(srv.addr, "POST", "/v1/infer", b"{\"inputs\": 5}");
+    assert!(r.body.contains("[13 numbers]"), "{}", r.body);
+    // The command installs the recorder and serves it.
+    let m = http(srv.addr, "GET", "/metrics", b"");
+    assert_eq!(m.status, 200);
+    assert!(m
+        .body
+        .contains("coexec_requests_total{outcome=\"success\"} 1"));
+
+    let not_a_model = models.join("wine_test.safetensors");
+    let out = Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--model"])
+        .arg(&not_a_model)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("wine_test.safetensors") && err.contains("fc1.weight"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no server started");
 }

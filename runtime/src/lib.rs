@@ -43,8 +43,8 @@
 
 mod builder;
 mod error;
+mod exporter;
 mod host;
-mod metrics;
 mod net;
 mod runtime;
 #[cfg(feature = "serve")]
@@ -99,6 +99,17 @@ pub mod kernels {
             set_host_pinning, CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker,
         };
     }
+}
+
+/// coexec's Prometheus recorder, for the application to install.
+///
+/// The `metrics` crate has one global recorder per process, and a library
+/// must not take it behind the application's back: coexec installs its own
+/// only when asked, here or by [`Builder::metrics`] (which also serves it).
+/// Without any recorder coexec's metrics cost nothing; with another
+/// recorder the application installed, they go to it.
+pub mod metrics {
+    pub use crate::exporter::install;
 }
 
 /// Policies: the built-in ones by name, and the trait to write one.

@@ -43,7 +43,7 @@ pub struct Runtime {
     engine: Engine,
     /// Stops with the runtime (declared after `engine`: it outlives the
     /// last job's metrics).
-    metrics: Option<crate::metrics::MetricsServer>,
+    metrics: Option<crate::exporter::MetricsServer>,
 }
 
 impl Runtime {
@@ -56,7 +56,7 @@ impl Runtime {
     pub(crate) fn start(b: Builder) -> Result<Self, Error> {
         let metrics = b
             .metrics
-            .map(crate::metrics::MetricsServer::start)
+            .map(crate::exporter::MetricsServer::start)
             .transpose()?;
         Ok(Self {
             engine: Engine::start(b.cfg)?,

@@ -9,12 +9,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use coexec_kernels::workloads::argmax;
 use metrics::{counter, gauge, histogram};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::server::BODY_DEADLINE;
-use super::Service;
+use super::{ServeModel, Service};
 use crate::stream::{Pending, StreamError};
 
 /// Rows answered per second, measured over windows of at least
@@ -110,24 +110,65 @@ pub(super) fn draining() -> Response {
     r
 }
 
-/// The rows a body `{"inputs": [[...], ...]}` holds, by its brackets (no
-/// other part of a well-formed body has one), at least 1: a cheap count
-/// for refusing before the parse. A malformed body may count wrong; it
-/// then gets a 429 instead of its 400 while the queue is full.
-pub(super) fn rows_in(body: &[u8]) -> usize {
-    body.iter()
-        .filter(|&&b| b == b'[')
-        .count()
-        .saturating_sub(1)
-        .max(1)
+/// The inputs a body `{"inputs": [...], ...}` holds, at least 1: a cheap
+/// count for refusing before the parse. It counts the values of the first
+/// array at the object's top level by its commas, whatever the inputs are
+/// (numbers, arrays, objects; strings skipped, escapes and all). A
+/// malformed body may count wrong; it then gets a 429 instead of its 400
+/// while the queue is full.
+pub(super) fn inputs_in(body: &[u8]) -> usize {
+    let (mut depth, mut commas, mut any) = (0usize, 0usize, false);
+    let (mut in_inputs, mut in_str, mut escaped) = (false, false, false);
+    for &b in body {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        let element = in_inputs && depth == 2;
+        match b {
+            b'"' => {
+                in_str = true;
+                any |= element;
+            }
+            b'[' if depth == 1 && !in_inputs => {
+                in_inputs = true;
+                depth += 1;
+            }
+            b'[' | b'{' => {
+                any |= element;
+                depth += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                if in_inputs && depth < 2 {
+                    break;
+                }
+            }
+            b',' if element => commas += 1,
+            b if b.is_ascii_whitespace() => {}
+            _ => any |= element,
+        }
+    }
+    (commas + usize::from(any)).max(1)
 }
 
-pub(super) const EXPECTED: &str = r#"a JSON object {"inputs": [[64 numbers], ...]}"#;
+/// What a request to `svc` looks like, for its 400s.
+pub(super) fn expected<M: ServeModel>(svc: &Service<M>) -> String {
+    format!(
+        r#"a JSON object {{"inputs": [{}, ...]}}"#,
+        svc.inner.model.describe_input()
+    )
+}
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct InferRequest {
-    inputs: Vec<Vec<f32>>,
+#[serde(deny_unknown_fields, bound = "I: DeserializeOwned")]
+pub(super) struct InferRequest<I> {
+    inputs: Vec<I>,
     #[serde(default, deserialize_with = "deadline_ms")]
     pub(super) deadline_ms: Option<u64>,
 }
@@ -168,16 +209,9 @@ impl Drop for Counted<'_> {
     }
 }
 
-/// One input's answer; probabilities as f32 (shortest round-trip digits).
 #[derive(Serialize)]
-pub(super) struct Output<'a> {
-    label: usize,
-    probs: &'a [f32],
-}
-
-#[derive(Serialize)]
-pub(super) struct InferResponse<'a> {
-    outputs: Vec<Output<'a>>,
+pub(super) struct InferResponse<'a, O> {
+    outputs: &'a [O],
 }
 
 /// The outcomes of `coexec_requests_total` and
@@ -205,7 +239,11 @@ pub(super) fn outcome_of(r: &Response) -> &'static str {
     }
 }
 
-pub(super) async fn infer(State(svc): State<Service>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn infer<M: ServeModel>(
+    State(svc): State<Service<M>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let t0 = Instant::now();
     let r = infer_inner(&svc, &headers, body).await;
     let o = outcome_of(&r);
@@ -273,16 +311,11 @@ pub(super) async fn read_body(
         .unwrap_or(Err(BodyFault::Stalled))
 }
 
-/// The first value of `rows` that is not a finite `f32` (JSON numbers past
-/// ±3.4e38 become infinite when read as one; an overflowing model's outputs
-/// are infinite or NaN), as (row, column).
-pub(super) fn first_non_finite(rows: &[Vec<f32>]) -> Option<(usize, usize)> {
-    rows.iter()
-        .enumerate()
-        .find_map(|(k, r)| r.iter().position(|x| !x.is_finite()).map(|j| (k, j)))
-}
-
-pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) -> Response {
+pub(super) async fn infer_inner<M: ServeModel>(
+    svc: &Service<M>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let i = &svc.inner;
     // A request whose head came before the drain began is answered, though
     // its body may finish arriving after it.
@@ -317,11 +350,11 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
     };
     // Under overload most requests are turned away, and the parse is a
     // large part of a request's cost on the handlers (a third of a 200's,
-    // by `perf`): a request whose rows (counted by their brackets) cannot
-    // fit is refused before it.
+    // by `perf`): a request whose inputs (counted by a scan) cannot fit is
+    // refused before it.
     // One that could never fit is left to the parse, to get its 400.
     let most = i.cfg.max_inputs.min(i.stream.capacity());
-    let rows = rows_in(&body);
+    let rows = inputs_in(&body);
     if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
         return svc.overloaded();
     }
@@ -330,20 +363,22 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
     if body.trim_ascii_start().first() != Some(&b'{') {
         return error(
             StatusCode::BAD_REQUEST,
-            format!("expected {EXPECTED}: the body is not a JSON object"),
+            format!("expected {}: the body is not a JSON object", expected(svc)),
         );
     }
-    let req: InferRequest = match serde_json::from_slice(&body) {
+    let req: InferRequest<M::Input> = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            return error(StatusCode::BAD_REQUEST, format!("expected {EXPECTED}: {e}"));
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("expected {}: {e}", expected(svc)),
+            );
         }
     };
-    let f = i.weights.inputs();
     if req.inputs.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
-            format!("expected {EXPECTED}: `inputs` is empty"),
+            format!("expected {}: `inputs` is empty", expected(svc)),
         );
     }
     // More rows than the queue holds could never be accepted.
@@ -353,22 +388,10 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
             format!("{} inputs in one request; at most {most}", req.inputs.len()),
         );
     }
-    if let Some((k, row)) = req.inputs.iter().enumerate().find(|(_, r)| r.len() != f) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "expected {f} numbers per input: inputs[{k}] has {}",
-                row.len()
-            ),
-        );
-    }
-    if let Some((k, j)) = first_non_finite(&req.inputs) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "expected finite numbers within f32's range (±3.4e38): inputs[{k}][{j}] is not"
-            ),
-        );
+    for (k, input) in req.inputs.iter().enumerate() {
+        if let Err(why) = i.model.check_input(input) {
+            return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
+        }
     }
     if !accepted {
         return draining();
@@ -386,7 +409,7 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
         Some(d) => i.stream.try_infer_many_by(req.inputs, d),
         None => i.stream.try_infer_many(req.inputs),
     };
-    let pending: Vec<Pending<Vec<f32>>> = match admitted {
+    let pending: Vec<Pending<M::Output>> = match admitted {
         Ok(pending) => pending,
         Err(rejected) => match rejected.error() {
             StreamError::Overloaded { .. } => return svc.overloaded(),
@@ -406,7 +429,7 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
     let mut failure = None;
     for p in pending {
         match p.await {
-            Ok(probs) => outputs.push(probs),
+            Ok(out) => outputs.push(out),
             Err(e) => {
                 failure = Some(e);
                 break;
@@ -417,28 +440,18 @@ pub(super) async fn infer_inner(svc: &Service, headers: &HeaderMap, body: Body) 
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .answered(rows as u64, svc.now());
-    // Finite inputs can still be large enough to overflow the model's
-    // arithmetic: such a row has no meaningful answer, not a `null` one.
+    // An input the model took can still have no meaningful answer (an
+    // MLP's arithmetic overflowing): refused, not answered with `null`s.
     if failure.is_none() {
-        if let Some((k, _)) = first_non_finite(&outputs) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "inputs[{k}]: the model's output overflows for this input \
-                     (its values are far outside the model's range)"
-                ),
-            );
+        for (k, out) in outputs.iter().enumerate() {
+            if let Err(why) = i.model.check_output(out) {
+                return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
+            }
         }
     }
     match failure {
         None => {
-            let outputs = outputs
-                .iter()
-                .map(|p| Output {
-                    label: argmax(p).unwrap_or(0),
-                    probs: p,
-                })
-                .collect();
+            let outputs = &outputs[..];
             match serde_json::to_string(&InferResponse { outputs }) {
                 Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),

@@ -1,16 +1,20 @@
-//! An HTTP inference service over a [`Stream`]: the digits classifier (or any
-//! [`MlpWeights`]) behind axum, as `coexec serve` runs it.
+//! An HTTP inference service over a [`Stream`] of any [`ServeModel`]: the
+//! JSON of a request and of its answer are the model's input and output
+//! types (serde). `coexec serve` runs it with an MLP classifier
+//! ([`MlpModel`]: an input is a row of numbers, an output a label and its
+//! class probabilities).
 //!
 //! ```text
-//!  POST /v1/infer {"inputs": [[64 numbers], ...]} ──try_infer_many_by──▶ Stream ──batches──▶ Runtime
-//!       ◀── {"outputs": [{"label": L, "probs": [10 numbers]}, ...]} (one per input, in order)
-//!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus)
+//!  POST /v1/infer {"inputs": [Input, ...]} ──try_infer_many_by──▶ Stream ──batches──▶ Runtime
+//!       ◀── {"outputs": [Output, ...]} (one per input, in order)
+//!  GET /healthz (alive) · GET /readyz (503 while draining) · GET /metrics (Prometheus, when given one)
 //! ```
 //!
-//! Every request gets an answer, never a panic: malformed JSON, a wrong
-//! shape or a number that is not a finite `f32` 400 (naming what was
-//! expected; also an input so large that the model's output overflows,
-//! never a `null` probability), a body over the limit 413 (refused by its
+//! Every request gets an answer, never a panic: malformed JSON or an input
+//! the model refuses ([`ServeModel::check_input`]) 400, naming what was
+//! expected (for an MLP: the width it takes, and finite `f32` numbers;
+//! also an input so large that the model's output overflows, never a
+//! `null` probability), a body over the limit 413 (refused by its
 //! `Content-Length` before it is read), a body not all there 10 s after
 //! the head 408, a wrong method 405, an unknown path 404, a full queue 429
 //! with a `Retry-After` from the backlog and the measured drain rate, a
@@ -18,19 +22,25 @@
 //!
 //! Embed the router in your own axum app ([`Service::router`]), or run it
 //! on a listener with [`serve`], which stops accepting on a signal and
-//! answers every request it accepted:
+//! answers every request it accepted. The service records its metrics
+//! through whatever recorder the application installed; `/metrics` is
+//! among its routes when it is given a Prometheus handle
+//! ([`ServeConfig::prometheus`], for instance coexec's own recorder from
+//! [`crate::metrics::install`]):
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use coexec::kernels::workloads::MlpWeights;
 //! use coexec::serve::{ServeConfig, Service};
-//! use coexec::stream::StreamConfig;
+//! use coexec::stream::{MlpModel, StreamConfig};
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let prometheus = coexec::metrics::install()?; // the application's choice
 //! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.start().await?);
 //! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
-//! let svc = Service::start(rt, weights, StreamConfig::new(), ServeConfig::new())?;
+//! let cfg = ServeConfig::new().prometheus(prometheus);
+//! let svc = Service::start(rt, MlpModel::new(weights), StreamConfig::new(), cfg)?;
 //! let app = axum::Router::new().merge(svc.router());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! coexec::serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
@@ -47,16 +57,20 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use coexec_kernels::workloads::MlpWeights;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::stream::{MlpModel, Stream, StreamConfig};
+#[cfg(doc)]
+use crate::stream::MlpModel;
+use crate::stream::{Stream, StreamConfig};
 use crate::{Error, Runtime};
 mod infer;
+mod model;
 mod server;
 #[cfg(test)]
 mod tests;
+
+pub use model::ServeModel;
 
 use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
 pub use server::{
@@ -79,6 +93,7 @@ pub struct ServeConfig {
     max_inputs: usize,
     deadline: Option<Duration>,
     max_retry_after: Duration,
+    prometheus: Option<PrometheusHandle>,
 }
 
 impl Default for ServeConfig {
@@ -96,7 +111,17 @@ impl ServeConfig {
             max_inputs: 1024,
             deadline: None,
             max_retry_after: Duration::from_secs(30),
+            prometheus: None,
         }
+    }
+
+    /// Serves `GET /metrics` from `handle`: the recorder the application
+    /// installed (coexec's own from [`crate::metrics::install`], or one it
+    /// built). Without it the router has no `/metrics`, and the
+    /// application serves its metrics where it likes.
+    pub fn prometheus(mut self, handle: PrometheusHandle) -> Self {
+        self.prometheus = Some(handle);
+        self
     }
 
     /// Largest request body in bytes (larger: 413).
@@ -130,11 +155,10 @@ impl ServeConfig {
     }
 }
 
-struct Inner {
-    stream: Stream<MlpModel>,
-    weights: Arc<MlpWeights>,
+struct Inner<M: ServeModel> {
+    stream: Stream<Arc<M>>,
+    model: Arc<M>,
     cfg: ServeConfig,
-    metrics: PrometheusHandle,
     /// `/readyz` answers 200 (until a drain begins or `set_ready(false)`).
     ready: AtomicBool,
     draining: AtomicBool,
@@ -144,14 +168,21 @@ struct Inner {
     in_flight: AtomicU64,
 }
 
-/// The inference service: a [`Stream`] of an [`MlpModel`] and the HTTP
+/// The inference service: a [`Stream`] of a [`ServeModel`] and the HTTP
 /// handlers in front of it. Cheap to clone.
-#[derive(Clone)]
-pub struct Service {
-    inner: Arc<Inner>,
+pub struct Service<M: ServeModel> {
+    inner: Arc<Inner<M>>,
 }
 
-impl std::fmt::Debug for Service {
+impl<M: ServeModel> Clone for Service<M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<M: ServeModel> std::fmt::Debug for Service<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
             .field("stream", &self.inner.stream)
@@ -160,17 +191,17 @@ impl std::fmt::Debug for Service {
     }
 }
 
-impl Service {
-    /// Starts a stream of `weights` on `rt` (its batches timed into the
-    /// service's metrics) and the service over it. Installs the process's
-    /// Prometheus recorder if none is.
+impl<M: ServeModel> Service<M> {
+    /// Starts a stream of `model` on `rt` (its batches timed into the
+    /// service's metrics) and the service over it. Installs no metrics
+    /// recorder: the service records into the one the application
+    /// installed, if any.
     pub fn start(
         rt: Arc<Runtime>,
-        weights: Arc<MlpWeights>,
+        model: M,
         stream: StreamConfig,
         cfg: ServeConfig,
     ) -> Result<Self, Error> {
-        let metrics = crate::metrics::handle()?;
         describe();
         let stream = stream.on_batch(|t| {
             let n = t.size.max(1);
@@ -180,13 +211,13 @@ impl Service {
             histogram!("coexec_request_inference_duration_seconds")
                 .record_many((t.run + t.deliver).as_secs_f64(), n);
         });
-        let stream = Stream::start(rt, MlpModel::new(weights.clone()), stream)?;
+        let model = Arc::new(model);
+        let stream = Stream::start(rt, model.clone(), stream)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 stream,
-                weights,
+                model,
                 cfg,
-                metrics,
                 ready: AtomicBool::new(true),
                 draining: AtomicBool::new(false),
                 epoch: Instant::now(),
@@ -196,27 +227,39 @@ impl Service {
         })
     }
 
-    /// The routes: `POST /v1/infer`, `GET /healthz`, `GET /readyz`, `GET
-    /// /metrics`; JSON 404 elsewhere, 405 for another method.
+    /// The model served.
+    pub fn model(&self) -> &M {
+        &self.inner.model
+    }
+
+    /// The routes: `POST /v1/infer`, `GET /healthz`, `GET /readyz`, and
+    /// `GET /metrics` when given a handle ([`ServeConfig::prometheus`]);
+    /// JSON 404 elsewhere, 405 for another method. Merge it into an app
+    /// with routes of its own, or add a fallback after it
+    /// ([`Router::fallback`] replaces this one).
     pub fn router(&self) -> Router {
-        let json405 = || async {
+        let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
+            "POST /v1/infer; GET /healthz, /readyz, /metrics"
+        } else {
+            "POST /v1/infer; GET /healthz, /readyz"
+        };
+        let json405 = move || async move {
             error(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed: POST /v1/infer; GET /healthz, /readyz, /metrics",
+                format!("method not allowed: {routes}"),
             )
         };
-        Router::new()
-            .route("/v1/infer", post(infer).fallback(json405))
+        let mut r = Router::new()
+            .route("/v1/infer", post(infer::<M>).fallback(json405))
             .route("/healthz", get(|| async { "ok\n" }).fallback(json405))
-            .route("/readyz", get(ready).fallback(json405))
-            .route("/metrics", get(scrape).fallback(json405))
-            .fallback(|| async {
-                error(
-                    StatusCode::NOT_FOUND,
-                    "not found: POST /v1/infer; GET /healthz, /readyz, /metrics",
-                )
-            })
-            .with_state(self.clone())
+            .route("/readyz", get(ready::<M>).fallback(json405));
+        if self.inner.cfg.prometheus.is_some() {
+            r = r.route("/metrics", get(scrape::<M>).fallback(json405));
+        }
+        r.fallback(
+            move || async move { error(StatusCode::NOT_FOUND, format!("not found: {routes}")) },
+        )
+        .with_state(self.clone())
     }
 
     /// Stops being ready: `/readyz` answers 503 and new inferences 503
@@ -315,7 +358,7 @@ fn describe() {
     }
 }
 
-async fn ready(State(svc): State<Service>) -> Response {
+async fn ready<M: ServeModel>(State(svc): State<Service<M>>) -> Response {
     let i = &svc.inner;
     if i.draining.load(Ordering::Acquire) {
         error(StatusCode::SERVICE_UNAVAILABLE, "draining")
@@ -326,16 +369,19 @@ async fn ready(State(svc): State<Service>) -> Response {
     }
 }
 
-async fn scrape(State(svc): State<Service>) -> Response {
+async fn scrape<M: ServeModel>(State(svc): State<Service<M>>) -> Response {
     let i = &svc.inner;
+    let Some(h) = &i.cfg.prometheus else {
+        return error(StatusCode::NOT_FOUND, "no metrics here");
+    };
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);
-    i.metrics.run_upkeep();
+    h.run_upkeep();
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        crate::metrics::render(&i.metrics),
+        crate::exporter::render(h),
     )
         .into_response()
 }

@@ -132,11 +132,20 @@ fn a_client_past_the_limit_takes_the_slot_of_the_connection_idle_longest() {
     server.join().unwrap();
 }
 
+/// Inputs of any JSON shape are counted: rows, numbers, objects with
+/// arrays and brackets, commas or escaped quotes inside strings.
 #[test]
-fn rows_are_counted_by_their_brackets() {
-    assert_eq!(rows_in(br#"{"inputs": [[1, 2], [3, 4], [5, 6]]}"#), 3);
-    assert_eq!(rows_in(br#"{"inputs":[[0.5]],"deadline_ms":10}"#), 1);
-    assert_eq!(rows_in(b"not json"), 1);
+fn inputs_are_counted_whatever_their_shape() {
+    assert_eq!(inputs_in(br#"{"inputs": [[1, 2], [3, 4], [5, 6]]}"#), 3);
+    assert_eq!(inputs_in(br#"{"inputs":[[0.5]],"deadline_ms":10}"#), 1);
+    assert_eq!(inputs_in(br#"{"deadline_ms":10,"inputs":[1,2,3,4]}"#), 4);
+    assert_eq!(
+        inputs_in(br#"{"inputs": [{"a": [1, 2], "s": "x,[\"]"}, {"a": []}]}"#),
+        2
+    );
+    assert_eq!(inputs_in(br#"{"inputs": ["a,b", "c]", "d\\"]}"#), 3);
+    assert_eq!(inputs_in(br#"{"inputs": []}"#), 1);
+    assert_eq!(inputs_in(b"not json"), 1);
 }
 
 #[test]
@@ -282,14 +291,35 @@ fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
     assert!(peak <= 4, "{peak} frames alive at once");
 }
 
+/// The MLP refuses a row of another width or with a number that is not a
+/// finite `f32`, naming the width its weights take, and an output that
+/// overflowed.
 #[test]
-fn non_finite_inputs_are_found_by_row_and_column() {
-    assert_eq!(first_non_finite(&[vec![1.0, 2.0], vec![0.0, 3e38]]), None);
-    assert_eq!(
-        first_non_finite(&[vec![1.0, 2.0], vec![0.0, f32::INFINITY]]),
-        Some((1, 1))
-    );
-    assert_eq!(first_non_finite(&[vec![f32::NAN]]), Some((0, 0)));
+fn the_mlp_checks_rows_against_its_weights() {
+    use crate::stream::{Classification, MlpModel};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+    let w = coexec_kernels::workloads::MlpWeights::load(dir.join("wine_mlp.safetensors")).unwrap();
+    let m = MlpModel::new(std::sync::Arc::new(w));
+    assert_eq!(m.describe_input(), "[13 numbers]");
+    assert_eq!(m.check_input(&vec![1.0; 13]), Ok(()));
+    let e = m.check_input(&vec![1.0; 64]).unwrap_err();
+    assert!(e.contains("64 numbers") && e.contains("takes 13"), "{e}");
+    let mut row = vec![0.0; 13];
+    row[4] = f32::INFINITY;
+    assert!(m
+        .check_input(&row)
+        .unwrap_err()
+        .contains("number 4 is not finite"));
+    let ok = Classification {
+        label: 0,
+        probs: vec![1.0, 0.0, 0.0],
+    };
+    assert_eq!(m.check_output(&ok), Ok(()));
+    let bad = Classification {
+        label: 0,
+        probs: vec![f32::NAN, 0.0, 0.0],
+    };
+    assert!(m.check_output(&bad).unwrap_err().contains("overflows"));
 }
 
 #[test]
@@ -313,7 +343,7 @@ fn drain_rate_measures_windows_and_decays_when_idle() {
 #[test]
 fn a_bad_deadline_is_refused_by_name() {
     let req = |d: &str| {
-        serde_json::from_str::<InferRequest>(&format!(
+        serde_json::from_str::<InferRequest<Vec<f32>>>(&format!(
             r#"{{"inputs": [[1.0]], "deadline_ms": {d}}}"#
         ))
     };
@@ -330,6 +360,6 @@ fn a_bad_deadline_is_refused_by_name() {
     }
     assert_eq!(req("250").unwrap().deadline_ms, Some(250));
     assert_eq!(req("null").unwrap().deadline_ms, None);
-    let none: InferRequest = serde_json::from_str(r#"{"inputs": [[1.0]]}"#).unwrap();
+    let none: InferRequest<Vec<f32>> = serde_json::from_str(r#"{"inputs": [[1.0]]}"#).unwrap();
     assert_eq!(none.deadline_ms, None);
 }

@@ -1,14 +1,26 @@
-//! The digits MLP (any [`Mlp`](coexec_kernels::workloads::Mlp)) as a
+//! An MLP classifier (any [`Mlp`](coexec_kernels::workloads::Mlp)) as a
 //! stream [`Model`].
 
 use std::sync::Arc;
 
+use coexec_kernels::workloads::{argmax, MlpWeights};
 use coexec_kernels::KernelError;
+use serde::{Deserialize, Serialize};
 
 use super::Model;
 
+/// One input's class: the most probable label and every class's
+/// probability (as JSON, `{"label": 3, "probs": [...]}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Classification {
+    /// The most probable class (the first of ties).
+    pub label: usize,
+    /// Each class's probability, summing to 1.
+    pub probs: Vec<f32>,
+}
+
 /// A ready [`Model`] for [`Mlp`](coexec_kernels::workloads::Mlp) classifiers:
-/// an input is one row of features, an output its class probabilities.
+/// an input is one row of features, an output its [`Classification`].
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -20,25 +32,31 @@ use super::Model;
 /// let w = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
 /// let rt = Arc::new(coexec::Runtime::builder().devices("cpu:2")?.start().await?);
 /// let stream = Stream::start(rt, MlpModel::new(w), StreamConfig::new())?;
-/// let probs = stream.infer(vec![0.0; 64]).await?;
-/// assert_eq!(probs.len(), 10);
+/// let class = stream.infer(vec![0.0; 64]).await?;
+/// assert_eq!(class.probs.len(), 10);
+/// assert!(class.label < 10);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct MlpModel {
-    weights: Arc<coexec_kernels::workloads::MlpWeights>,
+    weights: Arc<MlpWeights>,
 }
 
 impl MlpModel {
     /// Serves `weights`.
-    pub fn new(weights: Arc<coexec_kernels::workloads::MlpWeights>) -> Self {
+    pub fn new(weights: Arc<MlpWeights>) -> Self {
         Self { weights }
+    }
+
+    /// The weights served.
+    pub fn weights(&self) -> &Arc<MlpWeights> {
+        &self.weights
     }
 }
 
 impl Model for MlpModel {
     type Input = Vec<f32>;
-    type Output = Vec<f32>;
+    type Output = Classification;
     type Kernel = coexec_kernels::workloads::Mlp;
 
     /// Refuses (failing the batch) a row of the wrong length; a server checks
@@ -54,11 +72,14 @@ impl Model for MlpModel {
         coexec_kernels::workloads::Mlp::new(self.weights.clone(), rows.concat())
     }
 
-    fn outputs(&self, k: Self::Kernel) -> Result<Vec<Vec<f32>>, KernelError> {
+    fn outputs(&self, k: Self::Kernel) -> Result<Vec<Classification>, KernelError> {
         let c = self.weights.classes();
         Ok(k.into_probs()
             .chunks_exact(c)
-            .map(<[f32]>::to_vec)
+            .map(|p| Classification {
+                label: argmax(p).unwrap_or(0),
+                probs: p.to_vec(),
+            })
             .collect())
     }
 }

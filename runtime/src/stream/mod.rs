@@ -88,7 +88,7 @@ use batch::Batcher;
 use config::Observer;
 pub use config::{BatchTiming, StreamConfig};
 pub use error::{Rejected, StreamError};
-pub use mlp::MlpModel;
+pub use mlp::{Classification, MlpModel};
 pub use place::Placement;
 use place::Placer;
 pub use request::Pending;
@@ -116,6 +116,23 @@ pub trait Model: Send + Sync + 'static {
     fn build(&self, inputs: Vec<Self::Input>) -> Result<Self::Kernel, KernelError>;
     /// The outputs of a finished kernel, one per input, in order.
     fn outputs(&self, kernel: Self::Kernel) -> Result<Vec<Self::Output>, KernelError>;
+}
+
+/// A shared model is a model: a caller that keeps an `Arc` of its own
+/// (to read the model's settings, as the HTTP service does) starts the
+/// stream with a clone.
+impl<M: Model + ?Sized> Model for Arc<M> {
+    type Input = M::Input;
+    type Output = M::Output;
+    type Kernel = M::Kernel;
+
+    fn build(&self, inputs: Vec<Self::Input>) -> Result<Self::Kernel, KernelError> {
+        (**self).build(inputs)
+    }
+
+    fn outputs(&self, kernel: Self::Kernel) -> Result<Vec<Self::Output>, KernelError> {
+        (**self).outputs(kernel)
+    }
 }
 
 struct Shared {

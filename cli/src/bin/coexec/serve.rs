@@ -1,4 +1,5 @@
-//! `coexec serve`: the digits classifier behind HTTP.
+//! `coexec serve`: an MLP classifier behind HTTP (the built-in digits model,
+//! or any MLP in safetensors given by `--model`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use coexec::kernels::workloads::MlpWeights;
 use coexec::serve::{ServeConfig, ServerConfig, Service};
-use coexec::stream::{Placement, StreamConfig};
+use coexec::stream::{MlpModel, Placement, StreamConfig};
 use coexec::Runtime;
 
 use crate::Failure;
@@ -42,7 +43,9 @@ pub(crate) struct ServeArgs {
     /// Requests (input rows) waiting at most; more get 503.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
-    /// The model (safetensors; default: the committed digits model, built in).
+    /// The model: an MLP classifier in safetensors (`fc1.weight`,
+    /// `fc1.bias`, `fc2.weight`, …; any depth and widths, read from the
+    /// file). Default: the committed digits model, built in.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir).
@@ -113,8 +116,20 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
         .queue(a.queue)
         .in_flight(in_flight)
         .placement(placement);
-    let cfg = ServeConfig::new().deadline(a.deadline_ms.map(Duration::from_millis));
-    let svc = Service::start(rt.clone(), weights, stream, cfg)?;
+    // The application installs the process's recorder; the service only
+    // records into it and serves it.
+    let prometheus = coexec::metrics::install()?;
+    let cfg = ServeConfig::new()
+        .deadline(a.deadline_ms.map(Duration::from_millis))
+        .prometheus(prometheus);
+    let widths: Vec<String> = weights.widths().iter().map(usize::to_string).collect();
+    tracing::info!(
+        model = %weights.source().display(),
+        widths = %widths.join(" → "),
+        "serving an MLP of {} inputs",
+        weights.inputs()
+    );
+    let svc = Service::start(rt.clone(), MlpModel::new(weights), stream, cfg)?;
     let listener = coexec::serve::bind(a.addr).await?;
     let addr = listener
         .local_addr()

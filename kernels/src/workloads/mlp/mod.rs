@@ -1,27 +1,30 @@
-//! mlp: the forward pass of a trained two-hidden-layer classifier over the rows
-//! of a batch, the model a streaming inference service serves.
+//! mlp: the forward pass of a trained MLP classifier over the rows of a
+//! batch, the model a streaming inference service serves.
 //!
-//! Item `i` is one input row. The network, as `scripts/train_digits.py` trains
-//! it (scikit-learn's `MLPClassifier`, ReLU, softmax output):
+//! Item `i` is one input row. The network has any number of dense layers
+//! of any widths, ReLU after each but the last, softmax at the end (as
+//! `scripts/train_digits.py` trains it with scikit-learn's `MLPClassifier`);
+//! the digits model is 64 → 1024 → 1024 → 10:
 //!
 //! ```text
-//!   x [rows, in] ─▶ dense fc1 + ReLU ─▶ dense fc2 + ReLU ─▶ dense fc3 ─▶ softmax ─▶ probs [rows, classes]
-//!                   [hidden, in]        [hidden, hidden]     [classes, hidden]
+//!   x [rows, in] ─▶ dense fc1 + ReLU ─▶ … ─▶ dense fcN ─▶ softmax ─▶ probs [rows, classes]
+//!                   [w1, in]                 [classes, w(N-1)]
 //! ```
 //!
-//! Weights are read from a safetensors file: `fc{1,2,3}.weight` (float32,
-//! `[out, in]`, the PyTorch layout) and `fc{1,2,3}.bias` (float32, `[out]`).
-//! Inputs are used as given: the committed digits model expects pixel
-//! intensities divided by 16 (each in `[0, 1]`), the scaling its script
-//! applied when training.
+//! Weights are read from a safetensors file: `fc1.weight`, `fc2.weight`, …
+//! (float32, `[out, in]`, the PyTorch layout, each layer's `in` the
+//! previous one's `out`) and `fcK.bias` (float32, `[out]`); the layer count
+//! and widths come from the file. Inputs are used as given: the committed
+//! digits model expects pixel intensities divided by 16 (each in `[0, 1]`),
+//! the scaling its script applied when training.
 //!
-//! The CPU computes each chunk's rows as three GEMMs (`matrixmultiply`'s
+//! The CPU computes each chunk's rows as one GEMM per layer (`matrixmultiply`'s
 //! `sgemm`, packed and vectorised) over tiles of at most [`Mlp::TILE_ROWS`]
 //! rows, so the hidden activations of a tile stay in cache-sized scratch; a
 //! tile of fewer than 8 rows runs as one matrix–vector product per row
 //! (`gemm`'s), which skips the GEMM's packing of the weights.
 //!
-//! The GPU twin (in `cuda/workloads.rs`) runs the same three layers as cuBLAS
+//! The GPU twin (in `cuda/workloads/mlp.rs`) runs the same layers as cuBLAS
 //! `sgemm` calls (cudarc's bindings, the library opened at run time) and adds
 //! bias, ReLU and softmax in `cu/mlp.cu`. The weights cross the bus once per
 //! device and load, not per batch. Its probabilities match the CPU's to float
@@ -153,11 +156,11 @@ impl Dense {
     }
 }
 
-/// The weights of a two-hidden-layer MLP classifier, loaded once and shared
-/// (behind an [`Arc`]) by every batch's [`Mlp`] kernel.
+/// The weights of an MLP classifier of any depth and widths, loaded once and
+/// shared (behind an [`Arc`]) by every batch's [`Mlp`] kernel.
 #[derive(Debug)]
 pub struct MlpWeights {
-    layers: [Dense; 3],
+    layers: Vec<Dense>,
     source: PathBuf,
     /// Unique in the process: a GPU keeps these weights on the device under
     /// it (they never change once loaded).
@@ -172,6 +175,10 @@ pub(super) fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
     })
 }
 
+/// Most layers a model may have: far past any MLP worth serving, and a
+/// bound on what a hostile file can make the loader look for.
+const MAX_LAYERS: usize = 64;
+
 impl MlpWeights {
     /// Reads and checks a safetensors file (see the module docs for the tensors
     /// it must hold). Errors name the file and the tensor at fault.
@@ -182,31 +189,51 @@ impl MlpWeights {
     }
 
     /// Parses safetensors `bytes`; `origin` names them in errors.
+    ///
+    /// The layers are `fc1`, `fc2`, … up to the first `fcN.weight` missing;
+    /// each layer's input width is the previous one's output width, the
+    /// last layer's output width is the number of classes (at least 2), and
+    /// the file holds no other tensor.
     pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Self, KernelError> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| tensor_err(origin, "", e))?;
-        let w1 = read_f32(&st, origin, "fc1.weight", &[None, None])?;
-        let hidden = w1.shape[0];
-        let w3 = read_f32(&st, origin, "fc3.weight", &[None, Some(hidden)])?;
-        let classes = w3.shape[0];
-        let dense = |w: Tensor, bias: &str, out: usize| -> Result<Dense, KernelError> {
-            let b = read_f32(&st, origin, bias, &[Some(out)])?;
-            Ok(Dense {
+        let mut layers: Vec<Dense> = Vec::new();
+        for k in 1..=MAX_LAYERS {
+            let name = format!("fc{k}.weight");
+            if k > 1 && st.tensor(&name).is_err() {
+                break;
+            }
+            let inp = layers.last().map(|l| l.out);
+            let w = read_f32(&st, origin, &name, &[None, inp])?;
+            let out = w.shape[0];
+            let b = read_f32(&st, origin, &format!("fc{k}.bias"), &[Some(out)])?;
+            layers.push(Dense {
                 inp: w.shape[1],
                 out,
                 w: w.data,
                 b: b.data,
-            })
+            });
+        }
+        let n = layers.len();
+        let known = |name: &str| {
+            (1..=n).any(|k| name == format!("fc{k}.weight") || name == format!("fc{k}.bias"))
         };
-        let w2 = read_f32(&st, origin, "fc2.weight", &[Some(hidden), Some(hidden)])?;
-        let layers = [
-            dense(w1, "fc1.bias", hidden)?,
-            dense(w2, "fc2.bias", hidden)?,
-            dense(w3, "fc3.bias", classes)?,
-        ];
+        let mut extra: Vec<&str> = st.names().into_iter().filter(|t| !known(t)).collect();
+        if !extra.is_empty() {
+            extra.sort_unstable();
+            return Err(tensor_err(
+                origin,
+                extra[0],
+                format!(
+                    "not a layer of an MLP of fc1..fc{n} (layers are fc1, fc2, ... \
+                     numbered without a gap; the file also holds {extra:?})"
+                ),
+            ));
+        }
+        let classes = layers[n - 1].out;
         if classes < 2 {
             return Err(KernelError::Tensor {
                 path: origin.to_path_buf(),
-                tensor: "fc3.weight".into(),
+                tensor: format!("fc{n}.weight"),
                 why: format!("{classes} output class(es); a classifier needs at least 2"),
             });
         }
@@ -222,14 +249,27 @@ impl MlpWeights {
         self.layers[0].inp
     }
 
-    /// Units in each hidden layer.
-    pub fn hidden(&self) -> usize {
-        self.layers[0].out
+    /// The widths from input to output: `[inputs, hidden…, classes]`
+    /// (`[64, 1024, 1024, 10]` for the digits model).
+    pub fn widths(&self) -> Vec<usize> {
+        std::iter::once(self.inputs())
+            .chain(self.layers.iter().map(|l| l.out))
+            .collect()
+    }
+
+    /// Units in the widest hidden layer; 0 for a model of one layer.
+    pub fn widest_hidden(&self) -> usize {
+        let n = self.layers.len();
+        self.layers[..n - 1]
+            .iter()
+            .map(|l| l.out)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Output classes (10 for the digits model).
     pub fn classes(&self) -> usize {
-        self.layers[2].out
+        self.layers[self.layers.len() - 1].out
     }
 
     /// The file the weights came from.
@@ -237,7 +277,12 @@ impl MlpWeights {
         &self.source
     }
 
-    /// Layer `i` (0, 1, 2): its weights `[out, in]`, bias `[out]`, `in` and
+    /// Number of dense layers.
+    pub fn depth(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Layer `i` (from 0): its weights `[out, in]`, bias `[out]`, `in` and
     /// `out`.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn layer(&self, i: usize) -> (&[f32], &[f32], usize, usize) {
@@ -261,18 +306,28 @@ impl MlpWeights {
     }
 
     /// Class probabilities of `rows` rows of `x` into `probs` (`rows × classes`),
-    /// `TILE_ROWS` rows at a time.
+    /// `TILE_ROWS` rows at a time, the hidden activations of a tile
+    /// ping-ponging between two scratch buffers.
     fn forward(&self, x: &[f32], probs: &mut [f32]) -> Result<(), KernelError> {
-        let (inp, h, c) = (self.inputs(), self.hidden(), self.classes());
+        let (inp, h, c) = (self.inputs(), self.widest_hidden(), self.classes());
         let rows = probs.len() / c;
         let tile = Mlp::TILE_ROWS.min(rows.max(1));
-        let mut h1 = try_zeroed::<f32>("mlp scratch", tile * h)?;
-        let mut h2 = try_zeroed::<f32>("mlp scratch", tile * h)?;
+        let mut a = try_zeroed::<f32>("mlp scratch", tile * h)?;
+        let mut b = try_zeroed::<f32>("mlp scratch", tile * h)?;
+        let (last, hidden) = self.layers.split_last().expect("at least one layer");
         for (x, p) in x.chunks(tile * inp).zip(probs.chunks_mut(tile * c)) {
             let n = p.len() / c;
-            self.layers[0].forward(x, n, &mut h1, true);
-            self.layers[1].forward(&h1, n, &mut h2, true);
-            self.layers[2].forward(&h2, n, p, false);
+            // The latest activations are in `a` once a hidden layer ran.
+            for (i, l) in hidden.iter().enumerate() {
+                if i == 0 {
+                    l.forward(x, n, &mut a, true);
+                } else {
+                    l.forward(&a, n, &mut b, true);
+                    std::mem::swap(&mut a, &mut b);
+                }
+            }
+            let from: &[f32] = if hidden.is_empty() { x } else { &a };
+            last.forward(from, n, p, false);
             p.chunks_exact_mut(c).for_each(softmax);
         }
         Ok(())
@@ -375,7 +430,8 @@ impl Kernel for Mlp {
 
     fn profile_key(&self) -> String {
         let w = &self.weights;
-        format!("mlp/{}x{}x{}", w.inputs(), w.hidden(), w.classes())
+        let widths: Vec<String> = w.widths().iter().map(usize::to_string).collect();
+        format!("mlp/{}", widths.join("x"))
     }
 
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
@@ -391,4 +447,4 @@ mod io;
 mod tests;
 
 pub use io::{argmax, LabeledRows};
-use io::{read_f32, tensor_err, Tensor};
+use io::{read_f32, tensor_err};

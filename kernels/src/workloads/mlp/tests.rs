@@ -54,7 +54,7 @@ fn naive(w: &MlpWeights, x: &[f32]) -> Vec<f32> {
                         .sum::<f32>()
             })
             .collect();
-        if l < 2 {
+        if l + 1 < w.layers.len() {
             y.iter_mut().for_each(|v| *v = v.max(0.0));
         }
         a = y;
@@ -129,6 +129,94 @@ fn wrong_dtype_is_refused() {
 fn ragged_batch_is_refused() {
     assert!(Mlp::new(weights(3), vec![0.0; 5]).is_err());
     assert_eq!(Mlp::new(weights(3), vec![]).unwrap().rows(), 0);
+}
+
+/// A model of the given widths, weights from a fixed pattern.
+fn shaped(widths: &[usize]) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let v = |seed: usize, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed * 3) % 13) as f32 / 13.0 - 0.45)
+            .collect()
+    };
+    let mut t = Vec::new();
+    for (k, pair) in widths.windows(2).enumerate() {
+        let (inp, out) = (pair[0], pair[1]);
+        t.push((
+            format!("fc{}.weight", k + 1),
+            vec![out, inp],
+            v(2 * k, out * inp),
+        ));
+        t.push((format!("fc{}.bias", k + 1), vec![out], v(2 * k + 1, out)));
+    }
+    t
+}
+
+fn load_shaped(t: &[(String, Vec<usize>, Vec<f32>)]) -> Result<MlpWeights, KernelError> {
+    let t: Vec<(&str, Vec<usize>, Vec<f32>)> = t
+        .iter()
+        .map(|(n, s, v)| (n.as_str(), s.clone(), v.clone()))
+        .collect();
+    MlpWeights::from_bytes(&file(&t), Path::new("shaped.safetensors"))
+}
+
+/// Depth and widths come from the file: one layer (logistic regression),
+/// and four of uneven widths, each equal to the loops written out.
+#[test]
+fn any_depth_and_widths_equal_the_naive_loops() {
+    for widths in [vec![5, 3], vec![13, 40, 7, 90, 3], vec![2, 200, 2]] {
+        let w = Arc::new(load_shaped(&shaped(&widths)).unwrap());
+        assert_eq!(w.widths(), widths);
+        assert_eq!(w.depth(), widths.len() - 1);
+        let (inp, c) = (widths[0], *widths.last().unwrap());
+        let rows = 140;
+        let x: Vec<f32> = (0..rows * inp).map(|i| (i % 19) as f32 / 19.0).collect();
+        let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
+        for ch in [0..3, 3..140] {
+            crate::with_chunk(&mut k, ch, |k, c| k.run_cpu(c)).unwrap();
+        }
+        assert!(k.profile_key().ends_with(
+            &widths
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("x")
+        ));
+        let probs = k.into_probs();
+        for (r, row) in x.chunks_exact(inp).enumerate() {
+            let want = naive(&w, row);
+            for (g, e) in probs[r * c..(r + 1) * c].iter().zip(&want) {
+                assert!((g - e).abs() < 1e-5, "{widths:?} row {r}: {g} vs {e}");
+            }
+        }
+    }
+}
+
+/// A gap in the numbering, a tensor that is no layer, a layer whose input
+/// is not the previous one's output, and a one-class output are refused,
+/// naming the file and the tensor.
+#[test]
+fn files_that_are_no_mlp_are_refused_clearly() {
+    let mut t = shaped(&[4, 6, 5, 3]);
+    t.retain(|(n, _, _)| !n.starts_with("fc2."));
+    let e = load_shaped(&t).unwrap_err().to_string();
+    assert!(
+        e.contains("shaped.safetensors") && e.contains("fc3.weight"),
+        "{e}"
+    );
+
+    let mut t = shaped(&[4, 6, 3]);
+    t.push(("x".into(), vec![2], vec![0.0; 2]));
+    let e = load_shaped(&t).unwrap_err().to_string();
+    assert!(e.contains("`x`") || e.contains("\"x\""), "{e}");
+    assert!(e.contains("not a layer"), "{e}");
+
+    let mut t = shaped(&[4, 6, 3]);
+    t[2] = ("fc2.weight".into(), vec![3, 5], vec![0.0; 15]);
+    let e = load_shaped(&t).unwrap_err().to_string();
+    assert!(e.contains("fc2.weight") && e.contains("[3, 5]"), "{e}");
+
+    let e = load_shaped(&shaped(&[4, 6, 1])).unwrap_err().to_string();
+    assert!(e.contains("fc2.weight") && e.contains("class"), "{e}");
 }
 
 #[test]

@@ -9,9 +9,10 @@
 //! What ends with the runtime: the server, its tokio runtime and its thread.
 //! What does not: the recorder and its upkeep thread. The `metrics` crate
 //! has one global recorder per process, set once and never removed, so the
-//! first runtime built with metrics (or the first `serve::Service`) installs
-//! coexec's and it stays until the process exits; later runtimes record into
-//! it and later exporters serve it (see `Builder::metrics`).
+//! first runtime built with metrics (or the application, through
+//! [`install`]) installs coexec's and it stays until the process exits;
+//! later runtimes record into it and later exporters serve it (see
+//! `Builder::metrics`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -65,6 +66,24 @@ const REQUEST_BUCKETS: [f64; 16] = [
 /// Everything the process records, in Prometheus' text format.
 pub(crate) fn render(h: &PrometheusHandle) -> String {
     h.render() + &render_chunk_histograms()
+}
+
+/// Installs coexec's Prometheus recorder as the process's global one (once:
+/// later calls return the same handle) and returns the handle to render it
+/// with, as `GET /metrics` does ([`crate::serve::ServeConfig::prometheus`]).
+/// Its histograms are drained every second whether or not anyone scrapes.
+///
+/// Errors with [`Error::Metrics`] where the application installed another
+/// recorder first.
+///
+/// ```
+/// let h = coexec::metrics::install()?;
+/// metrics::counter!("my_app_requests_total").increment(1);
+/// assert!(h.render().contains("my_app_requests_total 1"));
+/// # Ok::<(), coexec::Error>(())
+/// ```
+pub fn install() -> Result<PrometheusHandle, Error> {
+    handle()
 }
 
 /// The process-wide recorder's handle, installing it on first use.

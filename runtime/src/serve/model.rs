@@ -1,0 +1,122 @@
+//! What a [`Model`] needs to be served over HTTP, and the MLP classifier's
+//! answers to it.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::stream::{Classification, MlpModel, Model};
+
+/// A [`Model`] the HTTP service can serve: a request's inputs are read as
+/// its `Input` type from JSON and the answers written from its `Output`
+/// type (serde), so the request is `{"inputs": [Input, ...]}` and the
+/// answer `{"outputs": [Output, ...]}`.
+///
+/// Every method has a default: a model that takes any input it can parse
+/// needs only `impl ServeModel for MyModel {}`. This one doubles numbers
+/// (`{"inputs": [1, 2]}` answers `{"outputs": [2, 4]}`) and refuses those
+/// whose double a JSON reader could not hold exactly:
+///
+/// ```
+/// use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+/// use coexec::serve::ServeModel;
+/// use coexec::stream::Model;
+///
+/// struct Double;
+/// struct DoubleKernel { x: Vec<u64>, out: DisjointBuf<u64> }
+///
+/// impl Kernel for DoubleKernel {
+///     fn name(&self) -> &str { "double" }
+///     fn items(&self) -> usize { self.x.len() }
+///     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+///         let out = self.out.chunk_mut(chunk);
+///         for (o, x) in out.iter_mut().zip(&self.x[chunk.range()]) { *o = 2 * x; }
+///         Ok(())
+///     }
+/// }
+///
+/// impl Model for Double {
+///     type Input = u64;
+///     type Output = u64;
+///     type Kernel = DoubleKernel;
+///     fn build(&self, x: Vec<u64>) -> Result<DoubleKernel, KernelError> {
+///         let out = DisjointBuf::new(x.len(), 1);
+///         Ok(DoubleKernel { x, out })
+///     }
+///     fn outputs(&self, k: DoubleKernel) -> Result<Vec<u64>, KernelError> {
+///         Ok(k.out.into_vec())
+///     }
+/// }
+///
+/// impl ServeModel for Double {
+///     fn describe_input(&self) -> String {
+///         "a whole number below 2^52".into()
+///     }
+///     fn check_input(&self, x: &u64) -> Result<(), String> {
+///         if *x < 1 << 52 { Ok(()) } else { Err(format!("{x} is 2^52 or more")) }
+///     }
+/// }
+/// ```
+///
+/// The service calls [`ServeModel::check_input`] on every input before any
+/// is queued (one refused input refuses its request, 400, and queues
+/// nothing), and [`ServeModel::check_output`] on every output before the
+/// answer is written.
+pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
+    /// One input as JSON, for the 400s' "expected …" (for an MLP of 64
+    /// features, `[64 numbers]`).
+    fn describe_input(&self) -> String {
+        "input".into()
+    }
+
+    /// Refuses an input the model cannot take, saying why (the service
+    /// answers 400 `inputs[k]: <why>`). Default: every input is taken.
+    fn check_input(&self, input: &Self::Input) -> Result<(), String> {
+        let _ = input;
+        Ok(())
+    }
+
+    /// Refuses an output that has no meaningful answer, saying why (the
+    /// service answers 400 `inputs[k]: <why>` for the whole request).
+    /// Default: every output is answered.
+    fn check_output(&self, output: &Self::Output) -> Result<(), String> {
+        let _ = output;
+        Ok(())
+    }
+}
+
+/// An input is a row of exactly the model's input width of finite `f32`
+/// (JSON numbers past ±3.4e38 read as infinite); an output whose
+/// probabilities are not all finite comes from an input so large that the
+/// model's arithmetic overflowed, and is refused rather than answered with
+/// `null`s.
+impl ServeModel for MlpModel {
+    fn describe_input(&self) -> String {
+        format!("[{} numbers]", self.weights().inputs())
+    }
+
+    fn check_input(&self, row: &Vec<f32>) -> Result<(), String> {
+        let f = self.weights().inputs();
+        if row.len() != f {
+            return Err(format!(
+                "{} numbers; the model takes {f} numbers per input",
+                row.len()
+            ));
+        }
+        match row.iter().position(|x| !x.is_finite()) {
+            Some(j) => Err(format!(
+                "number {j} is not finite within f32's range (±3.4e38)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn check_output(&self, out: &Classification) -> Result<(), String> {
+        if out.probs.iter().all(|p| p.is_finite()) {
+            Ok(())
+        } else {
+            Err("the model's output overflows for this input \
+                 (its values are far outside the model's range)"
+                .into())
+        }
+    }
+}
