@@ -422,12 +422,26 @@ fn model_file(file: &str) -> PathBuf {
 fn mlp_cuda_matches_cpu() {
     let test = "mlp_cuda_matches_cpu";
     let Some(mut ws) = workers(test) else { return };
-    let weights = Arc::new(MlpWeights::load(model_file("digits_mlp.safetensors")).unwrap());
-    let split = LabeledRows::load(model_file("digits_test.safetensors")).unwrap();
+    // The digits model (64 → 1024 → 1024 → 10) and the wine model (13 → 48
+    // → 24 → 12 → 3: another depth, the hidden slots ping-ponging three
+    // times).
+    for name in ["digits", "wine"] {
+        if !mlp_matches(test, &mut ws, name) {
+            return;
+        }
+    }
+}
+
+/// The committed model `name` on the GPU against the CPU; false when the
+/// GPU run was skipped.
+fn mlp_matches(test: &str, ws: &mut [StreamWorker; 2], name: &str) -> bool {
+    let weights =
+        Arc::new(MlpWeights::load(model_file(&format!("{name}_mlp.safetensors"))).unwrap());
+    let split = LabeledRows::load(model_file(&format!("{name}_test.safetensors"))).unwrap();
     let c = weights.classes();
-    // The test split as one batch, and repeated 41 times (14,760 rows) so
-    // that the largest chunks pass one piece of the twin (4096 rows at 1024
-    // units) and run in several pieces.
+    // The test split as one batch, and repeated 41 times (14,760 digits
+    // rows) so that the largest chunks pass one piece of the twin (4096
+    // rows at 1024 units) and run in several pieces.
     let rows = split.rows();
     let big: Vec<f32> = split
         .x
@@ -444,8 +458,8 @@ fn mlp_cuda_matches_cpu() {
             .into_probs();
         let mut k = Mlp::new(weights.clone(), x).unwrap();
         let t = std::time::Instant::now();
-        if !run_gpu(test, &mut ws, &mut k).unwrap() {
-            return;
+        if !run_gpu(test, ws, &mut k).unwrap() {
+            return false;
         }
         let elapsed = t.elapsed();
         let gpu = k.into_probs();
@@ -465,15 +479,19 @@ fn mlp_cuda_matches_cpu() {
                 .count()
         };
         say(&format!(
-            "{test}: {n} rows: max |gpu - cpu| {worst:.2e}, labels differing {differ}, \
+            "{test}: {name}, {n} rows: max |gpu - cpu| {worst:.2e}, labels differing {differ}, \
              correct cpu {} gpu {}, {elapsed:?} on the GPU (two streams, uneven chunks)",
             correct(&lc),
             correct(&lg)
         ));
-        assert!(worst <= 1e-5, "{n} rows: probabilities differ by {worst}");
-        assert_eq!(differ, 0, "{n} rows: labels differ");
+        assert!(
+            worst <= 1e-5,
+            "{name}, {n} rows: probabilities differ by {worst}"
+        );
+        assert_eq!(differ, 0, "{name}, {n} rows: labels differ");
         assert!(gpu.iter().all(|p| p.is_finite()));
     }
+    true
 }
 
 /// Blobs around a few centres, from a fixed generator: `n` points of `f`
