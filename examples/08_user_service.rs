@@ -103,14 +103,8 @@ impl Model for Distances {
     fn outputs(&self, k: Legs) -> Result<Vec<Leg>, KernelError> {
         Ok(k.out.into_vec())
     }
-}
 
-/// The JSON shape comes from `Route` and `Leg`; this adds what a 400 says.
-impl ServeModel for Distances {
-    fn describe_input(&self) -> String {
-        r#"{"from": {"lat": degrees, "lon": degrees}, "to": {...}}"#.into()
-    }
-
+    /// Refused before it is queued: the request gets a 400 naming it.
     fn check_input(&self, r: &Route) -> Result<(), String> {
         for (end, p) in [("from", r.from), ("to", r.to)] {
             if !(-90.0..=90.0).contains(&p.lat) || !(-180.0..=180.0).contains(&p.lon) {
@@ -121,6 +115,13 @@ impl ServeModel for Distances {
             }
         }
         Ok(())
+    }
+}
+
+/// The JSON shape comes from `Route` and `Leg`; this adds what a 400 says.
+impl ServeModel for Distances {
+    fn describe_input(&self) -> String {
+        r#"{"from": {"lat": degrees, "lon": degrees}, "to": {...}}"#.into()
     }
 }
 

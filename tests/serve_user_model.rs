@@ -63,18 +63,18 @@ impl Model for AddModel {
     fn outputs(&self, k: Adder) -> Result<Vec<Sum>, KernelError> {
         Ok(k.out.into_vec())
     }
-}
-
-impl ServeModel for AddModel {
-    fn describe_input(&self) -> String {
-        r#"{"a": n, "b": n}"#.into()
-    }
     fn check_input(&self, p: &Pair) -> Result<(), String> {
         if p.a == 13 || p.b == 13 {
             Err("13 is unlucky".into())
         } else {
             Ok(())
         }
+    }
+}
+
+impl ServeModel for AddModel {
+    fn describe_input(&self) -> String {
+        r#"{"a": n, "b": n}"#.into()
     }
 }
 

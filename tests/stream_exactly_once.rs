@@ -658,3 +658,83 @@ async fn a_wrong_output_count_fails_the_batch_and_an_observer_panic_loses_nothin
     stream.shutdown().await;
     assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), 5);
 }
+
+/// An input the model refuses (`Model::check_input`: a row of the wrong
+/// width for an MLP) is refused alone at admission, and the request that
+/// would have shared its batch gets its answer. Before, the row was queued
+/// and `build` failed the whole batch, the good row with it. A panic in
+/// the check is a failure of that call, not of the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_input_fails_alone_at_admission() {
+    use coexec::kernels::workloads::{LabeledRows, MlpWeights};
+    use coexec::stream::MlpModel;
+    let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+    let w = Arc::new(MlpWeights::load(models.join("wine_mlp.safetensors")).unwrap());
+    let t = LabeledRows::load(models.join("wine_test.safetensors")).unwrap();
+    let rt = Arc::new(
+        Runtime::builder()
+            .devices("cpu:1")
+            .unwrap()
+            .in_memory_profiles()
+            .build()
+            .unwrap(),
+    );
+    // A long wait: a good and a bad row sent together would share a batch.
+    let cfg = StreamConfig::new()
+        .max_batch(8)
+        .max_wait(Duration::from_millis(50));
+    let stream = Stream::start(rt.clone(), MlpModel::new(w), cfg).unwrap();
+    let good = t.x[..t.features].to_vec();
+    let (a, b) = tokio::join!(stream.infer(good.clone()), stream.infer(vec![0.5; 64]));
+    assert_eq!(a.unwrap().label as i64, t.predicted[0]);
+    match b {
+        Err(StreamError::Invalid { index: 0, why }) => {
+            assert!(why.contains("takes 13"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut bad = good.clone();
+    bad[3] = f32::NAN;
+    let rejected = stream
+        .try_infer_many(vec![good.clone(), bad])
+        .expect_err("one refused input refuses the call");
+    assert!(
+        matches!(rejected.error(), StreamError::Invalid { index: 1, .. }),
+        "{:?}",
+        rejected.error()
+    );
+    assert_eq!(rejected.into_input().len(), 2, "both inputs given back");
+    assert_eq!(stream.queued(), 0, "nothing queued");
+    stream.shutdown().await;
+
+    // A check that panics: that call fails, the stream goes on.
+    struct PanickyCheck;
+    impl Model for PanickyCheck {
+        type Input = u64;
+        type Output = u64;
+        type Kernel = Tagged;
+        fn build(&self, ids: Vec<u64>) -> Result<Tagged, KernelError> {
+            let reqs: Vec<Req> = ids.into_iter().map(healthy).collect();
+            let out = DisjointBuf::new(reqs.len(), 1);
+            Ok(Tagged {
+                reqs,
+                out,
+                tried: Mutex::default(),
+            })
+        }
+        fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
+            Ok(k.out.into_vec())
+        }
+        fn check_input(&self, id: &u64) -> Result<(), String> {
+            assert!(*id != 7, "check refuses to look at 7");
+            Ok(())
+        }
+    }
+    let stream = Stream::start(rt.clone(), PanickyCheck, StreamConfig::new()).unwrap();
+    match stream.infer(7).await {
+        Err(StreamError::Failed(e)) => assert!(e.to_string().contains("look at 7"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stream.infer(8).await.unwrap(), answer(8));
+    stream.shutdown().await;
+}

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::server::BODY_DEADLINE;
 use super::{ServeModel, Service};
-use crate::stream::{Pending, StreamError};
+use crate::stream::{check_input, Pending, StreamError};
 
 /// Rows answered per second, measured over windows of at least
 /// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
@@ -389,8 +389,15 @@ pub(super) async fn infer_inner<M: ServeModel>(
         );
     }
     for (k, input) in req.inputs.iter().enumerate() {
-        if let Err(why) = i.model.check_input(input) {
-            return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
+        match check_input(&*i.model, input, k) {
+            Ok(()) => {}
+            Err(StreamError::Invalid { index, why }) => {
+                return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"));
+            }
+            Err(e) => {
+                tracing::error!("the model's input check failed: {e}");
+                return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            }
         }
     }
     if !accepted {
@@ -416,9 +423,13 @@ pub(super) async fn infer_inner<M: ServeModel>(
             StreamError::DeadlinePassed => {
                 return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
             }
-            // Not reached: more rows than `most` got their 400 above.
+            // Not reached: more rows than `most`, and refused inputs, got
+            // their 400 above.
             e @ StreamError::TooMany { .. } => {
                 return error(StatusCode::BAD_REQUEST, e.to_string())
+            }
+            StreamError::Invalid { index, why } => {
+                return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"))
             }
             _ => return draining(),
         },

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every request gets an answer, never a panic: malformed JSON or an input
-//! the model refuses ([`ServeModel::check_input`]) 400, naming what was
+//! the model refuses ([`Model::check_input`](crate::stream::Model::check_input)) 400, naming what was
 //! expected (for an MLP: the width it takes, and finite `f32` numbers;
 //! also an input so large that the model's output overflows, never a
 //! `null` probability), a body over the limit 413 (refused by its

@@ -45,34 +45,27 @@ use crate::stream::{Classification, MlpModel, Model};
 ///     fn outputs(&self, k: DoubleKernel) -> Result<Vec<u64>, KernelError> {
 ///         Ok(k.out.into_vec())
 ///     }
+///     fn check_input(&self, x: &u64) -> Result<(), String> {
+///         if *x < 1 << 52 { Ok(()) } else { Err(format!("{x} is 2^52 or more")) }
+///     }
 /// }
 ///
 /// impl ServeModel for Double {
 ///     fn describe_input(&self) -> String {
 ///         "a whole number below 2^52".into()
 ///     }
-///     fn check_input(&self, x: &u64) -> Result<(), String> {
-///         if *x < 1 << 52 { Ok(()) } else { Err(format!("{x} is 2^52 or more")) }
-///     }
 /// }
 /// ```
 ///
-/// The service calls [`ServeModel::check_input`] on every input before any
-/// is queued (one refused input refuses its request, 400, and queues
-/// nothing), and [`ServeModel::check_output`] on every output before the
-/// answer is written.
+/// The service calls [`Model::check_input`] on every input before any is
+/// queued (one refused input refuses its request, 400 `inputs[k]: why`, and
+/// queues nothing), and [`ServeModel::check_output`] on every output before
+/// the answer is written.
 pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
     /// One input as JSON, for the 400s' "expected …" (for an MLP of 64
     /// features, `[64 numbers]`).
     fn describe_input(&self) -> String {
         "input".into()
-    }
-
-    /// Refuses an input the model cannot take, saying why (the service
-    /// answers 400 `inputs[k]: <why>`). Default: every input is taken.
-    fn check_input(&self, input: &Self::Input) -> Result<(), String> {
-        let _ = input;
-        Ok(())
     }
 
     /// Refuses an output that has no meaningful answer, saying why (the
@@ -84,30 +77,13 @@ pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
     }
 }
 
-/// An input is a row of exactly the model's input width of finite `f32`
-/// (JSON numbers past ±3.4e38 read as infinite); an output whose
-/// probabilities are not all finite comes from an input so large that the
-/// model's arithmetic overflowed, and is refused rather than answered with
-/// `null`s.
+/// An input is a row of the model's input width (checked by its
+/// [`Model::check_input`]); an output whose probabilities are not all
+/// finite comes from an input so large that the model's arithmetic
+/// overflowed, and is refused rather than answered with `null`s.
 impl ServeModel for MlpModel {
     fn describe_input(&self) -> String {
         format!("[{} numbers]", self.weights().inputs())
-    }
-
-    fn check_input(&self, row: &Vec<f32>) -> Result<(), String> {
-        let f = self.weights().inputs();
-        if row.len() != f {
-            return Err(format!(
-                "{} numbers; the model takes {f} numbers per input",
-                row.len()
-            ));
-        }
-        match row.iter().position(|x| !x.is_finite()) {
-            Some(j) => Err(format!(
-                "number {j} is not finite within f32's range (±3.4e38)"
-            )),
-            None => Ok(()),
-        }
     }
 
     fn check_output(&self, out: &Classification) -> Result<(), String> {

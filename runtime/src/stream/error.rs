@@ -24,6 +24,16 @@ pub enum StreamError {
         /// The queue's capacity.
         capacity: usize,
     },
+    /// The model refused the input ([`Model::check_input`](super::Model::check_input));
+    /// nothing was enqueued. `index` is its place in a
+    /// [`Stream::try_infer_many`](super::Stream::try_infer_many) call (0 for one input).
+    #[error("input {index} refused: {why}")]
+    Invalid {
+        /// The refused input's place in the call.
+        index: usize,
+        /// Why, in the model's words.
+        why: String,
+    },
     /// The request's deadline passed before its output was ready.
     #[error("deadline passed")]
     DeadlinePassed,
@@ -55,8 +65,9 @@ impl<I> Rejected<I> {
     }
 
     /// Why the request was not enqueued: [`StreamError::Overloaded`],
-    /// [`StreamError::TooMany`], [`StreamError::DeadlinePassed`] or
-    /// [`StreamError::Closed`].
+    /// [`StreamError::TooMany`], [`StreamError::Invalid`],
+    /// [`StreamError::DeadlinePassed`], [`StreamError::Closed`], or
+    /// [`StreamError::Failed`] for a panic in the model's check.
     pub fn error(&self) -> &StreamError {
         &self.error
     }

@@ -59,8 +59,8 @@ impl Model for MlpModel {
     type Output = Classification;
     type Kernel = coexec_kernels::workloads::Mlp;
 
-    /// Refuses (failing the batch) a row of the wrong length; a server checks
-    /// rows before they reach the stream.
+    /// Refuses (failing the batch) a row of the wrong length, which
+    /// [`Model::check_input`] keeps out of the queue.
     fn build(&self, rows: Vec<Vec<f32>>) -> Result<Self::Kernel, KernelError> {
         let f = self.weights.inputs();
         if let Some(r) = rows.iter().find(|r| r.len() != f) {
@@ -70,6 +70,24 @@ impl Model for MlpModel {
             ));
         }
         coexec_kernels::workloads::Mlp::new(self.weights.clone(), rows.concat())
+    }
+
+    /// A row of exactly the model's input width, of finite `f32` (JSON
+    /// numbers past ±3.4e38 read as infinite).
+    fn check_input(&self, row: &Vec<f32>) -> Result<(), String> {
+        let f = self.weights.inputs();
+        if row.len() != f {
+            return Err(format!(
+                "{} numbers; the model takes {f} numbers per input",
+                row.len()
+            ));
+        }
+        match row.iter().position(|x| !x.is_finite()) {
+            Some(j) => Err(format!(
+                "number {j} is not finite within f32's range (±3.4e38)"
+            )),
+            None => Ok(()),
+        }
     }
 
     fn outputs(&self, k: Self::Kernel) -> Result<Vec<Classification>, KernelError> {

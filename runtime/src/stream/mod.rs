@@ -22,7 +22,8 @@
 //! to the first free class).
 //!
 //! Every request is answered exactly once: its own output, or
-//! [`StreamError::Overloaded`], [`StreamError::DeadlinePassed`],
+//! [`StreamError::Overloaded`], [`StreamError::Invalid`] (the model refused
+//! the input at admission), [`StreamError::DeadlinePassed`],
 //! [`StreamError::Failed`] (its batch's job failed), [`StreamError::Closed`].
 //!
 //! ```
@@ -105,6 +106,10 @@ use request::{Enqueued, Request};
 /// ([`StreamError::Failed`]); the stream goes on, and calls the same model
 /// for the next batches. A model with state of its own (a cache, a `Mutex`)
 /// must leave it usable when it panics.
+///
+/// An input the model cannot take is better refused on its own, before it
+/// is queued, than by `build`, which fails every request batched with it:
+/// [`Model::check_input`] does that.
 pub trait Model: Send + Sync + 'static {
     /// One request's input.
     type Input: Send + 'static;
@@ -116,6 +121,17 @@ pub trait Model: Send + Sync + 'static {
     fn build(&self, inputs: Vec<Self::Input>) -> Result<Self::Kernel, KernelError>;
     /// The outputs of a finished kernel, one per input, in order.
     fn outputs(&self, kernel: Self::Kernel) -> Result<Vec<Self::Output>, KernelError>;
+
+    /// Refuses an input the model cannot take, saying why: the request
+    /// gets [`StreamError::Invalid`] and is not queued, and the requests
+    /// that would have shared its batch are untouched. Called on the
+    /// caller's task at admission, so keep it cheap (a length, a range).
+    /// A panic in it is [`StreamError::Failed`]. Default: every input is
+    /// taken.
+    fn check_input(&self, input: &Self::Input) -> Result<(), String> {
+        let _ = input;
+        Ok(())
+    }
 }
 
 /// A shared model is a model: a caller that keeps an `Arc` of its own
@@ -133,6 +149,24 @@ impl<M: Model + ?Sized> Model for Arc<M> {
     fn outputs(&self, kernel: Self::Kernel) -> Result<Vec<Self::Output>, KernelError> {
         (**self).outputs(kernel)
     }
+
+    fn check_input(&self, input: &Self::Input) -> Result<(), String> {
+        (**self).check_input(input)
+    }
+}
+
+/// `model.check_input(input)` for the input at `index`, a panic in it
+/// becoming [`StreamError::Failed`].
+pub(crate) fn check_input<M: Model + ?Sized>(
+    model: &M,
+    input: &M::Input,
+    index: usize,
+) -> Result<(), StreamError> {
+    match KernelError::catch(|| Ok(model.check_input(input))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => Err(StreamError::Invalid { index, why }),
+        Err(e) => Err(StreamError::Failed(Arc::new(Error::Kernel(e)))),
+    }
 }
 
 struct Shared {
@@ -148,6 +182,8 @@ struct Shared {
 pub struct Stream<M: Model> {
     tx: mpsc::Sender<Request<M>>,
     shared: Arc<Shared>,
+    /// For [`Model::check_input`] at admission.
+    model: Arc<M>,
 }
 
 impl<M: Model> Clone for Stream<M> {
@@ -155,6 +191,7 @@ impl<M: Model> Clone for Stream<M> {
         Self {
             tx: self.tx.clone(),
             shared: self.shared.clone(),
+            model: self.model.clone(),
         }
     }
 }
@@ -188,11 +225,12 @@ impl<M: Model> Stream<M> {
             let workers: Vec<usize> = rt.classes().iter().map(|c| c.workers).collect();
             Arc::new(std::sync::Mutex::new(Placer::new(cfg.placement, &workers)))
         });
+        let model = Arc::new(model);
         let batcher = Batcher {
             rt,
             placer,
             epoch: Instant::now(),
-            model: Arc::new(model),
+            model: model.clone(),
             calls: Arc::default(),
             cfg,
             rx,
@@ -202,7 +240,7 @@ impl<M: Model> Stream<M> {
             batcher.run().await;
             let _ = done_tx.send(true);
         });
-        Ok(Self { tx, shared })
+        Ok(Self { tx, shared, model })
     }
 
     /// The output for `input`, waiting for room in the queue first.
@@ -388,12 +426,16 @@ impl<M: Model> Stream<M> {
     }
 
     fn request(
+        &self,
         input: M::Input,
         deadline: Option<Instant>,
     ) -> Result<Enqueued<M>, Rejected<M::Input>> {
         let now = Instant::now();
         if deadline.is_some_and(|d| d <= now) {
             return Err(Rejected::new(input, StreamError::DeadlinePassed));
+        }
+        if let Err(e) = check_input(&*self.model, &input, 0) {
+            return Err(Rejected::new(input, e));
         }
         Ok(Self::request_at(input, deadline, now))
     }
@@ -419,7 +461,7 @@ impl<M: Model> Stream<M> {
         input: M::Input,
         deadline: Option<Instant>,
     ) -> Result<Pending<M::Output>, StreamError> {
-        let (req, pending) = Self::request(input, deadline)?;
+        let (req, pending) = self.request(input, deadline)?;
         self.tx.send(req).await.map_err(|_| StreamError::Closed)?;
         Ok(pending)
     }
@@ -429,7 +471,7 @@ impl<M: Model> Stream<M> {
         input: M::Input,
         deadline: Option<Instant>,
     ) -> Result<Pending<M::Output>, Rejected<M::Input>> {
-        let (req, pending) = Self::request(input, deadline)?;
+        let (req, pending) = self.request(input, deadline)?;
         match self.tx.try_send(req) {
             Ok(()) => Ok(pending),
             Err(mpsc::error::TrySendError::Full(req)) => Err(Rejected::new(
@@ -470,6 +512,13 @@ impl<M: Model> Stream<M> {
                     capacity,
                 },
             ));
+        }
+        let refused = inputs
+            .iter()
+            .enumerate()
+            .find_map(|(k, x)| check_input(&*self.model, x, k).err());
+        if let Some(e) = refused {
+            return Err(Rejected::new(inputs, e));
         }
         // All the places at once, or none: the queue never holds part of a call.
         let permits = match self.tx.try_reserve_many(inputs.len()) {
