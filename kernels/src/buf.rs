@@ -589,7 +589,7 @@ mod tests {
     #[test]
     fn buf_large_buffers_keep_the_next_one_off_their_pages() {
         let n = PIN_MIN_BYTES / 4 + 1;
-        let v: Vec<u32> = crate::workloads::try_zeroed("test", n).unwrap();
+        let v: Vec<u32> = crate::workload::try_zeroed("test", n).unwrap();
         assert!((v.capacity() - v.len()) * 4 >= PIN_SLACK_BYTES);
         let (ptr, cap) = (v.as_ptr(), v.capacity());
         // Turned into an output and back in place: same memory, same room.
@@ -599,7 +599,7 @@ mod tests {
         let v = DisjointBuf::from_vec(h.into_vec(), 1).into_vec();
         assert_eq!((v.as_ptr(), v.capacity()), (ptr, cap));
         // Small ones are never locked: no room kept.
-        let s: Vec<u32> = crate::workloads::try_zeroed("test", 10).unwrap();
+        let s: Vec<u32> = crate::workload::try_zeroed("test", 10).unwrap();
         assert_eq!(s.capacity(), 10);
     }
 

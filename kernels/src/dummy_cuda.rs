@@ -214,8 +214,9 @@ macro_rules! no_twin {
     )*};
 }
 
+no_twin!(crate::Synthetic);
+#[cfg(feature = "workloads")]
 no_twin!(
-    crate::Synthetic,
     crate::workloads::Matmul,
     crate::workloads::PathfinderStep,
     crate::workloads::Mlp,

@@ -7,9 +7,12 @@
 //!     └─ cuda() → CudaKernel feature "cuda"   NVRTC-compiled .cu twin
 //! ```
 //!
-//! The workloads of the method's paper live in [`workloads`]: [`Synthetic`] and
-//! [`Empty`] for testing and measuring the scheduler, and the four benchmarks
-//! (matmul, kmeans, pathfinder, nbody). All `unsafe` code and every CUDA call of
+//! The kernel contract ([`Kernel`], [`Chunk`], [`DisjointBuf`], [`GpuTwin`],
+//! [`Workload`]) and the scheduler's test kernels ([`Synthetic`], [`Empty`])
+//! are always built. The method paper's four benchmarks (matmul, kmeans,
+//! pathfinder, nbody) and the MLP live in `workloads`, behind the
+//! `workloads` feature (on by default) with the crates only they need
+//! (safetensors, gemm, xz2, …). All `unsafe` code and every CUDA call of
 //! coexec is in this crate, but for one line: the worker loop of
 //! `coexec-actors` mints each [`Chunk`] (the claim on a job's items) with
 //! [`Chunk::new_unchecked`]. Kernels need no `unsafe`: a chunk unlocks the
@@ -26,12 +29,15 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "workloads")]
 pub mod baseline;
 mod buf;
 mod claim;
 mod error;
 mod kernel;
 mod twin;
+mod workload;
+#[cfg(feature = "workloads")]
 pub mod workloads;
 
 #[cfg(feature = "cuda")]
@@ -45,4 +51,7 @@ pub use claim::{claim_parts, with_chunk, Chunk, ClaimSpace};
 pub use error::KernelError;
 pub use kernel::Kernel;
 pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
-pub use workloads::{run_sequential, Empty, OneShot, Synthetic, Workload};
+pub use workload::{
+    busy_ns_per_round, check_bytes, memory_limit, run_sequential, Empty, OneShot, Synthetic,
+    Workload,
+};

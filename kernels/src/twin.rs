@@ -330,6 +330,7 @@ impl<'a> Twin<'a> {
     /// [`crate::claim::next_id`]) names `data` for as long as it does not
     /// change.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn run_slice<T: DeviceCopy>(mut self, id: u64, data: &'a [T]) -> Self {
         self.args.push(TwinArg::Run {
             id,
@@ -340,6 +341,7 @@ impl<'a> Twin<'a> {
 
     /// [`Twin::item_input`] from a plain slice: its chunk part is staged.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn item_slice<T: DeviceCopy>(mut self, data: &'a [T], stride: usize) -> Self {
         self.args.push(TwinArg::Items {
             bytes: T::bytes(data),

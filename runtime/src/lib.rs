@@ -80,7 +80,8 @@ pub mod kernels {
     };
 
     /// The built-in workloads: the method's benchmarks and the scheduler's
-    /// test kernels.
+    /// test kernels (feature `workloads`, on by default).
+    #[cfg(feature = "workloads")]
     pub mod workloads {
         pub use coexec_kernels::workloads::{
             argmax, busy_ns_per_round, check_bytes, memory_limit, Bodies, GlibcRand, KmeansConfig,

@@ -38,18 +38,24 @@
 //! }
 //! ```
 
+#[cfg(feature = "workloads")]
 mod blas;
 mod driver;
 mod nvrtc;
 mod pin;
 mod stream;
+mod synthetic;
 mod twin;
+#[cfg(feature = "workloads")]
 mod workloads;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Chunk, KernelError};
+
+#[cfg(feature = "workloads")]
+use synthetic::{too_large, MAX_LAUNCH};
 
 pub(crate) use pin::HostPin;
 pub use pin::{host_pin_stats, host_pinning, set_host_pinning, HostPinStats, HostPinning};

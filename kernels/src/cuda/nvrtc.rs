@@ -37,8 +37,11 @@ macro_rules! program {
 }
 
 program!(SYNTHETIC, "synthetic.cu");
+#[cfg(feature = "workloads")]
 program!(MATMUL, "matmul.cu");
+#[cfg(feature = "workloads")]
 program!(PATHFINDER, "pathfinder.cu");
+#[cfg(feature = "workloads")]
 program!(MLP, "mlp.cu");
 
 /// Whether an NVRTC library can be opened. Only `dlopen`s.
@@ -172,7 +175,11 @@ mod tests {
 
     #[test]
     fn sources_are_embedded_and_export_c_names() {
-        for p in [&SYNTHETIC, &MATMUL, &PATHFINDER] {
+        #[cfg(feature = "workloads")]
+        let programs = [&SYNTHETIC, &MATMUL, &PATHFINDER, &MLP];
+        #[cfg(not(feature = "workloads"))]
+        let programs = [&SYNTHETIC];
+        for p in programs {
             assert!(p.src.contains("extern \"C\" __global__"), "{}", p.name);
             assert!(!p.src.contains('\0'), "{}", p.name);
             // NVRTC has no standard headers unless told where they are.

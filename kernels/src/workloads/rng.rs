@@ -15,6 +15,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+pub(crate) use crate::workload::splitmix64;
 use crate::KernelError;
 
 /// Elements per rayon task in [`par_generate`]: large enough that a task's
@@ -80,16 +81,6 @@ pub(crate) fn par_by_index<T: Send>(
     f: impl Fn(u64) -> T + Sync,
 ) -> Result<Vec<T>, KernelError> {
     par_generate(what, n, |base| by_index(&f, base))
-}
-
-/// splitmix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix. The `k`-th
-/// value of a stream with seed `s` is `splitmix64(s + k·γ)`; callers pass the
-/// counter already combined.
-pub(crate) fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The `k`-th value of stream `tag` under `seed`: `splitmix64(seed ^ (tag << 56) ^ k)`.

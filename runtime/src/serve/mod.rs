@@ -60,7 +60,7 @@ use axum::Router;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-#[cfg(doc)]
+#[cfg(all(doc, feature = "workloads"))]
 use crate::stream::MlpModel;
 use crate::stream::{Stream, StreamConfig};
 use crate::{Error, Runtime};

@@ -4,7 +4,9 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::stream::{Classification, MlpModel, Model};
+use crate::stream::Model;
+#[cfg(feature = "workloads")]
+use crate::stream::{Classification, MlpModel};
 
 /// A [`Model`] the HTTP service can serve: a request's inputs are read as
 /// its `Input` type from JSON and the answers written from its `Output`
@@ -81,6 +83,7 @@ pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
 /// [`Model::check_input`]); an output whose probabilities are not all
 /// finite comes from an input so large that the model's arithmetic
 /// overflowed, and is refused rather than answered with `null`s.
+#[cfg(feature = "workloads")]
 impl ServeModel for MlpModel {
     fn describe_input(&self) -> String {
         format!("[{} numbers]", self.weights().inputs())

@@ -294,6 +294,7 @@ fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
 /// The MLP refuses a row of another width or with a number that is not a
 /// finite `f32`, naming the width its weights take, and an output that
 /// overflowed.
+#[cfg(feature = "workloads")]
 #[test]
 fn the_mlp_checks_rows_against_its_weights() {
     use crate::stream::{Classification, MlpModel, Model};

@@ -81,6 +81,7 @@ use crate::{Error, Runtime};
 mod batch;
 mod config;
 mod error;
+#[cfg(feature = "workloads")]
 mod mlp;
 mod place;
 mod request;
@@ -89,6 +90,7 @@ use batch::Batcher;
 use config::Observer;
 pub use config::{BatchTiming, StreamConfig};
 pub use error::{Rejected, StreamError};
+#[cfg(feature = "workloads")]
 pub use mlp::{Classification, MlpModel};
 pub use place::Placement;
 use place::Placer;

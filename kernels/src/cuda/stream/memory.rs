@@ -68,6 +68,8 @@ impl StreamWorker {
     /// Makes slot `slot` hold at least `bytes` bytes on both sides (for a
     /// kernel's `prepare` or `stage`, so the allocation is not in a chunk's
     /// time).
+    // Raw stream calls of the paper's workloads' twins.
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn reserve_slot(&mut self, slot: usize, bytes: usize) -> Result<(), KernelError> {
         self.reserve_device(slot, bytes)?;
         self.reserve_host(slot, bytes)
@@ -76,6 +78,8 @@ impl StreamWorker {
     /// Makes slot `slot` hold at least `bytes` bytes on the device (a slot
     /// whose copies go straight from and to page-locked memory needs no
     /// staging).
+    // Raw stream calls of the paper's workloads' twins.
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn reserve_device(&mut self, slot: usize, bytes: usize) -> Result<(), KernelError> {
         self.reserve_dev(slot, bytes).map(drop)
     }
@@ -264,6 +268,8 @@ impl StreamWorker {
     /// part of a kernel buffer whose lock is `pin`), into slot `slot` on the
     /// device, back to back; the device address. Straight from `src` (one
     /// 2-D copy) when the buffer is page-locked, else gathered into staging.
+    // Raw stream calls of the paper's workloads' twins.
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn upload_rows<T: Pod>(
         &mut self,
         slot: usize,
@@ -340,6 +346,8 @@ impl StreamWorker {
     /// The thread sleeps meanwhile (the context uses blocking sync). Watched
     /// ([`StreamWorker::watch_take_back`]), the wait may end in
     /// [`KernelError::TakenBack`] with the work still in flight.
+    // Raw stream calls of the paper's workloads' twins.
+    #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
     pub(crate) fn finish(&self) -> Result<(), KernelError> {
         self.wait()
     }

@@ -28,6 +28,7 @@ use cudarc::driver::{
     sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 
+#[cfg(feature = "workloads")]
 use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
@@ -59,6 +60,7 @@ pub(crate) type DevPtr = u64;
 pub struct StreamWorker {
     /// cuBLAS on this stream, opened by the first kernel that asks (first
     /// field: dropped before the stream it works on).
+    #[cfg(feature = "workloads")]
     blas: Option<Blas>,
     dev: Arc<Device>,
     stream: Arc<CudaStream>,
@@ -115,6 +117,7 @@ impl StreamWorker {
             dev.ctx.new_stream().map_err(driver::error)
         })?;
         Ok(Self {
+            #[cfg(feature = "workloads")]
             blas: None,
             dev,
             stream: s,
@@ -367,6 +370,8 @@ impl StreamWorker {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(self.err())
     }
 
+    // cuBLAS serves the MLP alone.
+    #[cfg(feature = "workloads")]
     /// Enqueues the dense layer `y = x · Wᵀ` (row-major `x` `[rows, inp]`,
     /// `W` `[out, inp]`, `y` `[rows, out]`) on this stream through cuBLAS,
     /// opening cuBLAS for this stream on first use.
@@ -390,6 +395,7 @@ impl StreamWorker {
         unsafe { blas.dense(x, w, y, rows, inp, out) }
     }
 
+    #[cfg(feature = "workloads")]
     /// This stream's cuBLAS handle, opened on first use (the context is
     /// current: every entry point binds it before calling a kernel).
     fn blas(&mut self) -> Result<&Blas, KernelError> {
@@ -473,5 +479,6 @@ pub(crate) fn grid_1d(n: usize, block: u32) -> LaunchConfig {
     }
 }
 
-#[cfg(test)]
+// The tests drive the paper's workloads through a stream.
+#[cfg(all(test, feature = "workloads"))]
 mod tests;

@@ -1,8 +1,8 @@
 //! The GPU twins of the workloads written against the stream directly:
 //! `impl CudaKernel` for the kernel types not (yet) declared as twins
-//! ([`crate::GpuTwin`]): some do what a declared launch cannot (matmul's
-//! pieces, pathfinder's passes and 2-D band copies, the mlp's cuBLAS calls,
-//! the synthetic kernel's audit). Each copies its chunk's
+//! ([`crate::GpuTwin`]): they do what a declared launch cannot (matmul's
+//! pieces, pathfinder's passes and 2-D band copies, the mlp's cuBLAS calls;
+//! the synthetic kernel's audit is in `cuda/synthetic.rs`). Each copies its chunk's
 //! inputs in, launches the kernel of `src/cu/<name>.cu`, and copies the
 //! outputs into the kernel's host buffers. The transfer-bound ones (matmul,
 //! pathfinder, kmeans) page-lock their large buffers in `stage`, so their
@@ -10,53 +10,19 @@
 //! batches) and the synthetic kernel stage their copies. nbody and kmeans
 //! are declared twins (`workloads/nbody.rs`, `workloads/kmeans/step.rs`).
 
-use std::sync::atomic::Ordering;
-
 use cudarc::driver::LaunchConfig;
 
-use super::nvrtc::{MATMUL, MLP, PATHFINDER, SYNTHETIC};
+use super::nvrtc::{MATMUL, MLP, PATHFINDER};
 use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
 
 /// A run-cache buffer on the device.
 type DevBytes = cudarc::driver::CudaSlice<u8>;
-use crate::workloads::{check_chunk, Matmul, Mlp, MlpWeights, PathfinderStep, Synthetic};
+use super::{too_large, MAX_LAUNCH};
+use crate::workloads::{check_chunk, Matmul, Mlp, MlpWeights, PathfinderStep};
 use crate::{Chunk, Kernel, KernelError};
 
 mod mlp;
-
-/// Items per launch at most: grids index items with 32-bit integers.
-const MAX_LAUNCH: usize = 1 << 30;
-
-fn too_large(chunk: &Chunk) -> KernelError {
-    KernelError::invalid("chunk", format!("{} items exceed one launch", chunk.len()))
-}
-
-impl CudaKernel for Synthetic {
-    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
-        w.function(&SYNTHETIC, "synthetic").map(drop)
-    }
-
-    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
-        check_chunk(chunk, self.items(), 1)?;
-        let n = chunk.len();
-        if n > MAX_LAUNCH {
-            return Err(too_large(chunk));
-        }
-        let f = w.function(&SYNTHETIC, "synthetic")?;
-        let out = w.scratch::<u64>(0, n)?;
-        let (lo, n32, work) = (chunk.lo() as u64, n as u32, self.work());
-        // SAFETY: `synthetic(u64* out, u64 lo, u32 n, u32 work)`; `out` holds
-        // `n` u64 and the kernel writes `out[0..n)` only.
-        unsafe { w.launch(&f, grid_1d(n, 256), &[&out, &lo, &n32, &work])? };
-        let dst = self.out().chunk_mut(chunk);
-        w.finish_into(&mut [Out::new(0, 0, dst, self.out().pin())])?;
-        for a in &self.audit()[chunk.range()] {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-}
 
 /// Bytes of one matmul device buffer (each of a, b and c): a chunk is
 /// copied and multiplied in pieces of this size, so the device buffers (and

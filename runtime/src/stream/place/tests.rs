@@ -356,7 +356,7 @@ fn a_placed_batch_runs_static_chunks() {
                 shares: vec![1.0, 0.0],
             });
             let opts = crate::JobOptions::new().policy(whole).classes([0]);
-            let k = coexec_kernels::workloads::Synthetic::new(64, 200);
+            let k = coexec_kernels::Synthetic::new(64, 200);
             let done = rt.run_with(k, opts).await.unwrap();
             let chunks: Vec<usize> = done.report.classes.iter().map(|c| c.chunks).collect();
             assert_eq!(chunks, [1, 0], "{:?}", done.report.chunks);
@@ -366,7 +366,7 @@ fn a_placed_batch_runs_static_chunks() {
             let split = Arc::new(Placed {
                 shares: vec![0.5, 0.5],
             });
-            let k = coexec_kernels::workloads::Synthetic::new(64, 200);
+            let k = coexec_kernels::Synthetic::new(64, 200);
             let opts = crate::JobOptions::new().policy(split).trace(true);
             let done = rt.run_with(k, opts).await.unwrap();
             // Split: each class's share is static, no dynamic tail

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::rng::splitmix64;
+use super::splitmix64;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
 /// Each item costs `work` rounds of real integer busy work on a CPU worker and
