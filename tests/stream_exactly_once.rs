@@ -708,33 +708,29 @@ async fn a_refused_input_fails_alone_at_admission() {
     stream.shutdown().await;
 
     // A check that panics: that call fails, the stream goes on.
-    struct PanickyCheck;
+    #[derive(Default)]
+    struct PanickyCheck(TaggedModel);
     impl Model for PanickyCheck {
-        type Input = u64;
+        type Input = Req;
         type Output = u64;
         type Kernel = Tagged;
-        fn build(&self, ids: Vec<u64>) -> Result<Tagged, KernelError> {
-            let reqs: Vec<Req> = ids.into_iter().map(healthy).collect();
-            let out = DisjointBuf::new(reqs.len(), 1);
-            Ok(Tagged {
-                reqs,
-                out,
-                tried: Mutex::default(),
-            })
+        fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
+            self.0.build(reqs)
         }
         fn outputs(&self, k: Tagged) -> Result<Vec<u64>, KernelError> {
-            Ok(k.out.into_vec())
+            self.0.outputs(k)
         }
-        fn check_input(&self, id: &u64) -> Result<(), String> {
-            assert!(*id != 7, "check refuses to look at 7");
+        fn check_input(&self, r: &Req) -> Result<(), String> {
+            assert!(r.id != 7, "check refuses to look at 7");
             Ok(())
         }
     }
-    let stream = Stream::start(rt.clone(), PanickyCheck, StreamConfig::new()).unwrap();
-    match stream.infer(7).await {
+    let cfg = StreamConfig::new();
+    let stream = Stream::start(rt.clone(), PanickyCheck::default(), cfg).unwrap();
+    match stream.infer(healthy(7)).await {
         Err(StreamError::Failed(e)) => assert!(e.to_string().contains("look at 7"), "{e}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(stream.infer(8).await.unwrap(), answer(8));
+    assert_eq!(stream.infer(healthy(8)).await.unwrap(), answer(8));
     stream.shutdown().await;
 }
