@@ -1,4 +1,6 @@
-//! The workloads: scheduler test kernels and the method's four benchmarks.
+//! The workloads: the method's four benchmarks and the MLP (behind the
+//! `workloads` feature), with the workload contract and the scheduler's test
+//! kernels re-exported from the crate root.
 //!
 //! Every benchmark is an iterative job — a [`Workload`] — made of kernel runs
 //! with a host step between them:
