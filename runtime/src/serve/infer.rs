@@ -412,10 +412,7 @@ pub(super) async fn infer_inner<M: ServeModel>(
     // All the request's rows are queued, or none: a refused request leaves
     // nothing in the queue. (A deadline already past is checked first: 504
     // before 429.)
-    let admitted = match deadline {
-        Some(d) => i.stream.try_infer_many_by(req.inputs, d),
-        None => i.stream.try_infer_many(req.inputs),
-    };
+    let admitted = i.stream.try_infer_many_checked(req.inputs, deadline);
     let pending: Vec<Pending<M::Output>> = match admitted {
         Ok(pending) => pending,
         Err(rejected) => match rejected.error() {
@@ -423,13 +420,9 @@ pub(super) async fn infer_inner<M: ServeModel>(
             StreamError::DeadlinePassed => {
                 return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
             }
-            // Not reached: more rows than `most`, and refused inputs, got
-            // their 400 above.
+            // Not reached: more rows than `most` got their 400 above.
             e @ StreamError::TooMany { .. } => {
                 return error(StatusCode::BAD_REQUEST, e.to_string())
-            }
-            StreamError::Invalid { index, why } => {
-                return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"))
             }
             _ => return draining(),
         },
