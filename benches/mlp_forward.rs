@@ -5,7 +5,7 @@
 //! second; µs per row is its inverse.
 //!
 //! ```text
-//! cargo bench -p coexec --bench mlp_forward
+//! cargo bench -p coexec --features workloads --bench mlp_forward
 //! ```
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@
 //! rows, outputs copy 32 probability rows). Prints p50/p99 per model.
 //!
 //! ```text
-//! cargo bench -p coexec --bench stream_overhead
+//! cargo bench -p coexec --features workloads --bench stream_overhead
 //! ```
 
 use std::path::PathBuf;

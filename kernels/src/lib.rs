@@ -11,7 +11,7 @@
 //! [`Workload`]) and the scheduler's test kernels ([`Synthetic`], [`Empty`])
 //! are always built. The method paper's four benchmarks (matmul, kmeans,
 //! pathfinder, nbody) and the MLP live in `workloads`, behind the
-//! `workloads` feature (on by default) with the crates only they need
+//! `workloads` feature (off by default) with the crates only they need
 //! (safetensors, gemm, xz2, …). All `unsafe` code and every CUDA call of
 //! coexec is in this crate, but for one line: the worker loop of
 //! `coexec-actors` mints each [`Chunk`] (the claim on a job's items) with

@@ -88,7 +88,7 @@ fn time<T>(what: &str, f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, 
 }
 
 /// Times of candidate default sizes, sequential and rayon with 2 threads
-/// (`cargo test --release -p coexec-kernels --test rayon_baseline -- --ignored --nocapture`).
+/// (`cargo test --release -p coexec-kernels --features workloads --test rayon_baseline -- --ignored --nocapture`).
 #[test]
 #[ignore = "timing: run in release with --ignored --nocapture"]
 fn default_size_timings() -> Result<(), KernelError> {

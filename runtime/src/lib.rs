@@ -80,7 +80,7 @@ pub mod kernels {
     };
 
     /// The built-in workloads: the method's benchmarks and the scheduler's
-    /// test kernels (feature `workloads`, on by default).
+    /// test kernels (feature `workloads`, off by default).
     #[cfg(feature = "workloads")]
     pub mod workloads {
         pub use coexec_kernels::workloads::{

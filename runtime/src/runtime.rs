@@ -123,13 +123,14 @@ impl Runtime {
     /// it fails the job with [`KernelError::Panicked`](crate::kernels::KernelError).
     ///
     /// ```
-    /// use coexec::kernels::workloads::{MatmulJob, MatmulProblem};
+    /// use coexec::kernels::{OneShot, Synthetic};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), coexec::Error> {
     /// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().start().await?;
-    /// let (out, reports) = rt.drive(MatmulJob::new(MatmulProblem::new(64, 32)?)?, Default::default()).await?;
-    /// assert_eq!(out.c.len(), 64 * 32 * 32);
+    /// let job = OneShot::new(Synthetic::new(10_000, 4)); // one step; any `Workload` drives the same
+    /// let (out, reports) = rt.drive(job, Default::default()).await?;
+    /// out.expect("the step came back").verify().expect("every item exactly once");
     /// assert_eq!(reports.len(), 1);
     /// # Ok(()) }
     /// ```

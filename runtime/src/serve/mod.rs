@@ -1,8 +1,8 @@
 //! An HTTP inference service over a [`Stream`] of any [`ServeModel`]: the
 //! JSON of a request and of its answer are the model's input and output
 //! types (serde). `coexec serve` runs it with an MLP classifier
-//! ([`MlpModel`]: an input is a row of numbers, an output a label and its
-//! class probabilities).
+//! (`stream::MlpModel`, feature `workloads`: an input is a row of numbers,
+//! an output a label and its class probabilities).
 //!
 //! ```text
 //!  POST /v1/infer {"inputs": [Input, ...]} ──try_infer_many_by──▶ Stream ──batches──▶ Runtime
@@ -29,13 +29,14 @@
 //! [`crate::metrics::install`]):
 //!
 //! ```no_run
+//! # #[cfg(feature = "workloads")]
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use coexec::kernels::workloads::MlpWeights;
 //! use coexec::serve::{ServeConfig, Service};
 //! use coexec::stream::{MlpModel, StreamConfig};
 //!
-//! # #[tokio::main]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let prometheus = coexec::metrics::install()?; // the application's choice
 //! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.start().await?);
 //! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
@@ -46,6 +47,8 @@
 //! coexec::serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
 //! svc.shutdown().await; // answers everything queued
 //! # Ok(()) }
+//! # #[cfg(not(feature = "workloads"))]
+//! # fn main() {}
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,8 +63,6 @@ use axum::Router;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-#[cfg(all(doc, feature = "workloads"))]
-use crate::stream::MlpModel;
 use crate::stream::{Stream, StreamConfig};
 use crate::{Error, Runtime};
 mod infer;

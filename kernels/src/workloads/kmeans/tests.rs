@@ -316,7 +316,7 @@ fn rodinia_100_file() {
 }
 
 /// The real inputs against Rodinia's own single-thread results (release:
-/// `cargo test --release -p coexec-kernels -- --ignored`).
+/// `cargo test --release -p coexec-kernels --features workloads -- --ignored`).
 #[test]
 #[ignore = "heavy: run with --release -- --ignored"]
 fn rodinia_real_files() {
