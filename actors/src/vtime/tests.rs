@@ -247,3 +247,81 @@ fn table() {
         }
     }
 }
+
+/// What the engine's fill rule costs: hybrid at every sweep point with the
+/// rule as it is (a GPU chunk below the device's thread capacity is taken
+/// to cost a full one) and with the engine told each workload's calibrated
+/// least work per chunk (`Machine::knowing_small_chunks`), same seeds.
+/// `cargo test -p coexec-actors --release --lib vtime::tests::small_chunks_what_if -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn small_chunks_what_if() {
+    let cal = h100();
+    println!("| workload | machine | run (best alone) | GPU fill, items | least work, items | hybrid / best, fill assumed | hybrid / best, known | E, fill assumed | E, known |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for w in &cal.workloads {
+        for (label, m) in [("lease", Machine::fitted(w)), ("calm", calm(w))] {
+            let rounds = (600 / w.runs).clamp(15, 121);
+            let knowing = m.clone().knowing_small_chunks();
+            for l in lengths() {
+                let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
+                let q = sweep_point(&knowing, w, l, rounds, 11, Thresholds::default());
+                println!(
+                    "| {} | {label} | {:.3} ms | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                    w.name,
+                    p.run_s * 1e3,
+                    m.gpu.capacity_items,
+                    m.gpu.min_work_items,
+                    p.vs_best(),
+                    q.vs_best(),
+                    p.e(),
+                    q.e(),
+                );
+            }
+        }
+    }
+}
+
+/// Where kmeans' 10 ms point on the calm machine loses its E: 20 traced
+/// warm hybrid runs, each with when the GPU's and the CPU's last chunks
+/// ended, T* of the run, and the CPU's chunks of under 1000 items (each
+/// pays the class's ~0.1 ms fixed cost).
+/// `cargo test -p coexec-actors --release --lib vtime::tests::kmeans_tail -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kmeans_tail() {
+    let cal = h100();
+    let w = cal.workload("kmeans");
+    let m = calm(w);
+    let p = sweep_point(&m, w, 1e-2, rounds(w), 5, Thresholds::default());
+    let ideal = p.ideal();
+    println!("T* {:.3} ms, hybrid {:.3} ms (median), E {:.3}", ideal * 1e3, p.hybrid * 1e3, p.e());
+    let mut s = Series::new(&w.name, 5);
+    for _ in 0..3 {
+        m.job(&mut s, &JobOptions::new(), p.items, w.runs);
+    }
+    s.trace = true;
+    let (_, reports) = m.job(&mut s, &JobOptions::new(), p.items, 20);
+    println!("| run | makespan, ms | GPU's last end | CPU's last end | CPU chunks | of them < 1000 items | CPU share |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (i, r) in reports.iter().enumerate() {
+        let class_of = |worker: usize| usize::from(worker >= m.cpu.workers);
+        let last = |c: usize| {
+            r.chunks
+                .iter()
+                .filter(|k| class_of(k.worker) == c)
+                .map(|k| k.end)
+                .fold(0.0, f64::max)
+        };
+        let cpu: Vec<_> = r.chunks.iter().filter(|k| class_of(k.worker) == CPU).collect();
+        let small = cpu.iter().filter(|k| k.hi - k.lo < 1000).count();
+        println!(
+            "| {i} | {:.3} | {:.3} | {:.3} | {} | {small} | {:.1}% |",
+            r.makespan_s * 1e3,
+            last(GPU) * 1e3,
+            last(CPU) * 1e3,
+            cpu.len(),
+            100.0 * r.classes[CPU].items as f64 / r.items as f64,
+        );
+    }
+}
