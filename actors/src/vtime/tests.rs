@@ -295,7 +295,12 @@ fn kmeans_tail() {
     let m = calm(w);
     let p = sweep_point(&m, w, 1e-2, rounds(w), 5, Thresholds::default());
     let ideal = p.ideal();
-    println!("T* {:.3} ms, hybrid {:.3} ms (median), E {:.3}", ideal * 1e3, p.hybrid * 1e3, p.e());
+    println!(
+        "T* {:.3} ms, hybrid {:.3} ms (median), E {:.3}",
+        ideal * 1e3,
+        p.hybrid * 1e3,
+        p.e()
+    );
     let mut s = Series::new(&w.name, 5);
     for _ in 0..3 {
         m.job(&mut s, &JobOptions::new(), p.items, w.runs);
@@ -313,7 +318,11 @@ fn kmeans_tail() {
                 .map(|k| k.end)
                 .fold(0.0, f64::max)
         };
-        let cpu: Vec<_> = r.chunks.iter().filter(|k| class_of(k.worker) == CPU).collect();
+        let cpu: Vec<_> = r
+            .chunks
+            .iter()
+            .filter(|k| class_of(k.worker) == CPU)
+            .collect();
         let small = cpu.iter().filter(|k| k.hi - k.lo < 1000).count();
         println!(
             "| {i} | {:.3} | {:.3} | {:.3} | {} | {small} | {:.1}% |",
