@@ -191,9 +191,9 @@ fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
 
 /// A young model's samples (a cold probe's) without the few that its own fit
 /// explains worst, each off by more than half its time: one chunk that paid
-/// a wake-up or a page-fault storm would otherwise steer the whole fit (issue
-/// 13: a sim whose first two 24- and 48-item chunks took 4 ms fitted at 15×
-/// its speed and took the whole job's rest in one chunk). Noise on a chunk's
+/// a wake-up or a page-fault storm would otherwise steer the whole fit (a
+/// device whose first two 24- and 48-item chunks each paid 4 ms of wake-up
+/// fits at 15× its speed and takes the whole job's rest in one chunk). Noise on a chunk's
 /// time is one-sided (delays), so the slow are dropped first; at most
 /// `(len − 2) / 2` go, so four samples out-vote one bad one and a model
 /// cannot talk itself out of its own data.

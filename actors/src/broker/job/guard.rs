@@ -85,13 +85,13 @@ impl JobCore {
             starts.push((start, bv));
         }
         let t_others = finish_time(&mut starts, left);
-        // The balanced end (issue 13): no more than this worker's part of
-        // what is left if everyone, itself included, shares it to finish
-        // together. Without it a class with a fixed cost per chunk (whose
-        // chunks are floored at LATENCY_CHUNKS·a·b) takes the whole rest in
-        // one chunk while the others idle: cold runs of cpu:1,sim:1@2 whose
-        // sim paid a few ms of wake-up per chunk ended at imbalance 0.1-0.5.
-        // (The idle workers of its class share it too.)
+        // The balanced end: no more than this worker's part of what is left
+        // if everyone, itself included, shares it to finish together.
+        // Without it a class with a fixed cost per chunk (whose chunks are
+        // floored at LATENCY_CHUNKS·a·b) takes the whole rest in one chunk
+        // while the others idle: a device that pays a few ms of wake-up per
+        // chunk ends its run long after the others. (The idle workers of
+        // its class share it too.)
         starts.extend(std::iter::repeat_n((a, b), 1 + idle_siblings));
         let fair = finish_time(&mut starts, left).map_or(f64::INFINITY, |t| ((t - a) * b).ceil());
         self.scratch = starts;
