@@ -54,7 +54,7 @@ fi
 python3 -c "
 c, g, h = $c, $g, $h
 t = 1 / (1 / c + 1 / g)
-print(f'ok E {t / h:.3f}, {min(c, g) / h:.3f}x best at {$width}x{$width}, {$iters} iterations '
+print(f'ok E {t / h:.3f}, {min(c, g) / h:.3f}x best at ${width}x${width}, $iters iterations '
       f'(cpu {c} s in $CPU_RUNS run(s), gpu {g} s, hybrid {h} s, medians of $runs; '
       f'GPU alone {\"at least\" if g >= $MIN_S else \"under\"} $MIN_S s)')
 "

@@ -217,6 +217,18 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
     }
 }
 
+/// The two machines of every printed sweep: the lease's, and the same
+/// without its co-execution slowdown.
+fn lease_and_calm(w: &Workload) -> [(&'static str, Machine); 2] {
+    [("lease", Machine::fitted(w)), ("calm", calm(w))]
+}
+
+/// Jobs per point of a printed sweep: more than the tests take, so that
+/// the median's noise stays under 1%.
+fn table_rounds(w: &Workload) -> usize {
+    (600 / w.runs).clamp(15, 121)
+}
+
 /// The figures of `docs/results/vtime-h100-2026-11-23.md`:
 /// `cargo test -p coexec-actors --release --lib vtime::tests::table -- --ignored --nocapture`.
 #[test]
@@ -226,9 +238,8 @@ fn table() {
     println!("| workload | machine | run (best alone) | T cpu | T gpu | hybrid / best | E | E, lease's method | E bound |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for w in &cal.workloads {
-        for (label, m) in [("lease", Machine::fitted(w)), ("calm", calm(w))] {
-            // More jobs than the tests take: the median's noise under 1%.
-            let rounds = (600 / w.runs).clamp(15, 121);
+        for (label, m) in lease_and_calm(w) {
+            let rounds = table_rounds(w);
             for l in lengths() {
                 let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
                 let q = sweep_point(&m, w, l, rounds, 11, lease());
@@ -260,8 +271,8 @@ fn small_chunks_what_if() {
     println!("| workload | machine | run (best alone) | GPU fill, items | least work, items | hybrid / best, fill assumed | hybrid / best, known | E, fill assumed | E, known |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for w in &cal.workloads {
-        for (label, m) in [("lease", Machine::fitted(w)), ("calm", calm(w))] {
-            let rounds = (600 / w.runs).clamp(15, 121);
+        for (label, m) in lease_and_calm(w) {
+            let rounds = table_rounds(w);
             let knowing = m.clone().knowing_small_chunks();
             for l in lengths() {
                 let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
@@ -284,8 +295,9 @@ fn small_chunks_what_if() {
 
 /// Where kmeans' 10 ms point on the calm machine loses its E: 20 traced
 /// warm hybrid runs, each with when the GPU's and the CPU's last chunks
-/// ended, T* of the run, and the CPU's chunks of under 1000 items (each
-/// pays the class's ~0.1 ms fixed cost).
+/// ended, the CPU's chunks and those of under 1000 items (each pays the
+/// class's ~0.1 ms fixed cost), and the CPU's share; T* and the sweep's
+/// median first.
 /// `cargo test -p coexec-actors --release --lib vtime::tests::kmeans_tail -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -294,10 +306,9 @@ fn kmeans_tail() {
     let w = cal.workload("kmeans");
     let m = calm(w);
     let p = sweep_point(&m, w, 1e-2, rounds(w), 5, Thresholds::default());
-    let ideal = p.ideal();
     println!(
         "T* {:.3} ms, hybrid {:.3} ms (median), E {:.3}",
-        ideal * 1e3,
+        p.ideal() * 1e3,
         p.hybrid * 1e3,
         p.e()
     );
@@ -309,8 +320,9 @@ fn kmeans_tail() {
     let (_, reports) = m.job(&mut s, &JobOptions::new(), p.items, 20);
     println!("| run | makespan, ms | GPU's last end | CPU's last end | CPU chunks | of them < 1000 items | CPU share |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    // Workers are numbered CPU first, then the GPU's streams.
+    let class_of = |worker: usize| usize::from(worker >= m.cpu.workers);
     for (i, r) in reports.iter().enumerate() {
-        let class_of = |worker: usize| usize::from(worker >= m.cpu.workers);
         let last = |c: usize| {
             r.chunks
                 .iter()
