@@ -78,7 +78,8 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         .iter()
         .zip(&eligible)
         .zip(&in_service)
-        .map(|((md, &el), &w)| ClassSpeed {
+        .zip(classes.iter())
+        .map(|(((md, &el), &w), info)| ClassSpeed {
             workers: w,
             a: md.a(),
             b: md.is_known().then(|| md.b()),
@@ -87,6 +88,7 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
             // still worth its share; the job sizes its chunks.
             min_items: grain,
             start: md.start(),
+            latency_chunks: thresholds.latency_chunks(info),
         })
         .collect();
     let ctx = PlanContext {

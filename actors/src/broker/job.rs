@@ -19,9 +19,7 @@ use coexec_kernels::{ClaimSpace, Kernel, KernelError};
 use super::space::Space;
 use crate::device::{ClassInfo, End};
 use crate::perfmodel::{Sample, SpeedModel};
-use crate::policy::{
-    plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds, LATENCY_CHUNKS,
-};
+use crate::policy::{plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds};
 use crate::report::{
     imbalance, normalized, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport,
 };
@@ -112,6 +110,13 @@ pub(crate) struct JobCore {
     /// Per class, the smallest chunk it is given while its own region
     /// lasts (enough to fill a GPU; see `ClassInfo::min_chunk`).
     min_chunk: Vec<usize>,
+    /// Per class, the least work a chunk costs, in items (a chunk of fewer
+    /// takes as long as one of this many), and whether the class's recent
+    /// chunks measured it (`guard::least_work`). Unmeasured, a GPU's is its
+    /// fill.
+    least: Vec<(usize, bool)>,
+    /// Per class, whether this run tried a chunk below an unmeasured fill.
+    tried_small: Vec<bool>,
     /// Chunks far past their prediction, taken back (`overdue.rs`).
     watch: overdue::Watch,
     /// The models as admitted, before this run's chunks refine them: what

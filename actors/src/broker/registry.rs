@@ -499,6 +499,7 @@ mod tests {
                 eligible,
                 min_items: 1,
                 start: 0.0,
+                latency_chunks: crate::policy::LATENCY_CHUNKS,
             })
             .collect();
         let admitted = Admitted {

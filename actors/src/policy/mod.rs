@@ -22,7 +22,7 @@ mod thresholds;
 use std::sync::Arc;
 
 pub use admission::{Admission, Chunking, Forecast, Probe, Steal};
-pub use plan::{plan_shares, ClassSpeed, LATENCY_CHUNKS};
+pub use plan::{plan_shares, ClassSpeed, CPU_LATENCY_CHUNKS, LATENCY_CHUNKS};
 pub use thresholds::Thresholds;
 
 use crate::device::ClassInfo;

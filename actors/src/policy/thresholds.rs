@@ -1,6 +1,9 @@
 //! The method's thresholds (μ, ν, the probe and static fractions) and the
 //! rules that can be turned off.
 
+use super::{CPU_LATENCY_CHUNKS, LATENCY_CHUNKS};
+use crate::device::ClassInfo;
+
 /// The seed's thresholds and the engine's chunking constants (see
 /// `docs/method.md`): start from the defaults and set what differs.
 ///
@@ -33,10 +36,18 @@ pub struct Thresholds {
     /// alone otherwise (see `docs/method.md`).
     #[serde(default = "yes")]
     pub single_class: bool,
+    /// A CPU class's chunks are at least this many times its fixed cost
+    /// per chunk long (an accelerator's, [`LATENCY_CHUNKS`] times).
+    #[serde(default = "cpu_latency_chunks")]
+    pub cpu_latency_chunks: f64,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn cpu_latency_chunks() -> f64 {
+    CPU_LATENCY_CHUNKS
 }
 
 impl Default for Thresholds {
@@ -50,6 +61,7 @@ impl Default for Thresholds {
             static_chunks_per_worker: 4,
             warm_start: true,
             single_class: true,
+            cpu_latency_chunks: CPU_LATENCY_CHUNKS,
         }
     }
 }
@@ -101,5 +113,24 @@ impl Thresholds {
     pub fn single_class(mut self, on: bool) -> Self {
         self.single_class = on;
         self
+    }
+
+    /// Sets how many times its fixed cost per chunk a CPU class's chunk is
+    /// at least long.
+    pub fn cpu_latency_chunks(mut self, chunks: f64) -> Self {
+        self.cpu_latency_chunks = chunks.max(0.0);
+        self
+    }
+
+    /// How many times its fixed cost per chunk a chunk of `class` is at
+    /// least long: [`Thresholds::cpu_latency_chunks`] for CPUs, whose many
+    /// workers' last chunks must end together; [`LATENCY_CHUNKS`] for an
+    /// accelerator, whose launch and transfer setup are paid per chunk.
+    pub(crate) fn latency_chunks(&self, class: &ClassInfo) -> f64 {
+        if class.is_accel() {
+            LATENCY_CHUNKS
+        } else {
+            self.cpu_latency_chunks
+        }
     }
 }

@@ -45,10 +45,10 @@ pub struct RunHistory {
     /// class's forecast.
     #[serde(default)]
     pub losses: u32,
-    /// Runs since the last co-executed one.
+    /// Runs `hybrid` kept to one class since the last co-executed one.
     #[serde(default)]
     pub since_coexec: u32,
-    /// Single-class runs still owed after a lost co-execution.
+    /// Single-class runs `hybrid` still owes after a lost co-execution.
     #[serde(default)]
     pub cooling: u32,
     /// Whether the last co-executed run beat the single class's forecast.
@@ -105,8 +105,14 @@ impl RunHistory {
             *r = (*r + RESIDUAL_WEIGHT * step).max(MIN_RESIDUAL);
         }
         if forecast.classes < 2 {
-            self.since_coexec = self.since_coexec.saturating_add(1);
-            self.cooling = self.cooling.saturating_sub(1);
+            // Only runs `hybrid` kept to one class where it could have
+            // co-executed count: a run the caller limited to one class
+            // (a bench's class-alone jobs between the hybrid ones) neither
+            // pays a lost co-execution's cooling nor brings a trial nearer.
+            if forecast.single.is_some() {
+                self.since_coexec = self.since_coexec.saturating_add(1);
+                self.cooling = self.cooling.saturating_sub(1);
+            }
             return;
         }
         self.since_coexec = 0;
@@ -155,7 +161,8 @@ mod tests {
     #[test]
     fn a_residual_learns_within_a_quarter_of_the_plan_per_run() {
         let mut h = RunHistory::default();
-        let f = forecast(1, 1.0, None);
+        // Runs `hybrid` kept to the GPU (the best single class).
+        let f = forecast(1, 1.0, Some(1.0));
         h.learn(&f, 1.2, None, 0.1);
         assert!((h.residual("gpu") - 0.2).abs() < 1e-12);
         // A run ten times its plan moves it by a quarter times the weight.
@@ -170,7 +177,7 @@ mod tests {
     #[test]
     fn a_plan_far_too_slow_teaches_no_residual() {
         let mut h = RunHistory::default();
-        h.learn(&forecast(1, 66.0, None), 0.0357, None, 0.1);
+        h.learn(&forecast(1, 66.0, Some(66.0)), 0.0357, None, 0.1);
         assert_eq!(h.residual("gpu"), 0.0);
         assert_eq!(h.since_coexec, 1);
         h.residuals.insert("gpu".into(), -0.9995); // a profile saved before
@@ -195,9 +202,14 @@ mod tests {
         h.learn(&f, 1.3, Some(0.2), 0.1);
         assert!(h.loss_rate > 0.5 && !h.trusted);
         assert_eq!((h.losses, h.cooling), (3, 4));
-        // Single-class runs pay it off; a win resets the streak.
+        // Runs the caller limited to one class do not pay it off.
         for _ in 0..4 {
             h.learn(&forecast(1, 1.0, None), 1.0, None, 0.1);
+        }
+        assert_eq!((h.cooling, h.since_coexec), (4, 0));
+        // Single-class runs of `hybrid`'s choosing do; a win resets the streak.
+        for _ in 0..4 {
+            h.learn(&forecast(1, 1.0, Some(1.0)), 1.0, None, 0.1);
         }
         assert_eq!((h.cooling, h.since_coexec), (0, 4));
         h.learn(&f, 0.9, Some(0.01), 0.1);

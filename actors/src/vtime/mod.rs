@@ -374,8 +374,9 @@ impl Machine {
 
     /// The machine of a calibrated workload, its CPU throughput and GPU rate
     /// fitted so that each class alone takes the measured time on the
-    /// engine as it is (the calibration's first guesses ignore the engine's
-    /// chunking and tail).
+    /// engine as it ran on the lease (the calibration's first guesses
+    /// ignore the engine's chunking and tail; fitted on the engine of the
+    /// day, the machine would move with each change to it).
     pub(crate) fn fitted(w: &Workload) -> Self {
         let mut m = Self::of(w);
         for _ in 0..4 {
@@ -392,6 +393,7 @@ impl Machine {
         let mut t = [0.0; 2];
         for (c, t) in [CPU, GPU].into_iter().zip(&mut t) {
             let mut s = Series::new(&w.name, seed);
+            s.thresholds = lease_thresholds();
             let opts = JobOptions::new().policy(hybrid.clone()).classes([c]);
             self.job(&mut s, &opts, w.items, w.runs);
             let mut v: Vec<f64> = (0..3)
@@ -401,6 +403,16 @@ impl Machine {
         }
         (t[0], t[1])
     }
+}
+
+/// The method as it ran on the H100 lease: no warm start, no single-class
+/// rule, CPU chunks floored like an accelerator's (a run under these also
+/// runs the lease's guard, see `JobCore::lease_engine`).
+pub(crate) fn lease_thresholds() -> Thresholds {
+    Thresholds::default()
+        .warm_start(false)
+        .single_class(false)
+        .cpu_latency_chunks(crate::policy::LATENCY_CHUNKS)
 }
 
 /// A chunk in flight on a worker.

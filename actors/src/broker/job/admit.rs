@@ -148,6 +148,10 @@ impl JobCore {
             stored_split,
             learns_split,
             scratch: Vec::new(),
+            least: (0..k)
+                .map(|c| guard::least_work(&models[c], min_chunk[c], grain))
+                .collect(),
+            tried_small: vec![false; k],
             min_chunk,
             watch: overdue::Watch::default(),
             first_start: vec![f64::NAN; busy_len],

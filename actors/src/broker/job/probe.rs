@@ -78,7 +78,8 @@ impl JobCore {
             let speeds: Vec<ClassSpeed> = self
                 .st
                 .iter()
-                .map(|s| ClassSpeed {
+                .zip(self.classes.iter())
+                .map(|(s, info)| ClassSpeed {
                     workers: s.workers,
                     a: s.model.a(),
                     b: s.b(),
@@ -86,6 +87,7 @@ impl JobCore {
                     min_items: self.grain,
                     // Mid-run: every class has started.
                     start: 0.0,
+                    latency_chunks: self.th.latency_chunks(info),
                 })
                 .collect();
             let (shares, _) = plan_shares(

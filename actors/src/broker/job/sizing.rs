@@ -30,7 +30,9 @@ impl JobCore {
             let per = self.adm.static_chunks_per_worker.max(1);
             // Fewer, larger static chunks where a chunk's fixed cost would
             // otherwise weigh (an accelerator's launch and transfer setup).
-            let floor = s.b().map_or(0.0, |b| LATENCY_CHUNKS * s.model.a() * b) as usize;
+            let floor = s.b().map_or(0.0, |b| {
+                self.th.latency_chunks(&self.classes[c]) * s.model.a() * b
+            }) as usize;
             let n = (s.static_target / (w * per))
                 .max(floor)
                 .min(s.static_target.div_ceil(w));
@@ -53,7 +55,7 @@ impl JobCore {
             }
             Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
                 (Some(b), Some(v)) => {
-                    let floor = LATENCY_CHUNKS * self.st[c].model.a() * b;
+                    let floor = self.th.latency_chunks(&self.classes[c]) * self.st[c].model.a() * b;
                     (b * left / v / 2.0).max(floor)
                 }
                 _ => left / (2.0 * self.total_workers().max(1) as f64),

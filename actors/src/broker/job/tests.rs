@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::guard::finish_time;
 use super::*;
 use crate::device::{DeviceKind, End};
-use crate::policy::{by_name, ClassSpeed, PlanContext};
+use crate::policy::{by_name, ClassSpeed, PlanContext, LATENCY_CHUNKS};
 
 fn classes(spec: &[(usize, bool)]) -> Arc<[ClassInfo]> {
     spec.iter()
@@ -153,6 +153,7 @@ impl Sim {
                 eligible: true,
                 min_items: grain,
                 start: 0.0,
+                latency_chunks: LATENCY_CHUNKS,
             })
             .collect();
         let th = Thresholds::default();
@@ -376,6 +377,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         eligible: true,
         min_items: 1,
         start: 0.0,
+        latency_chunks: LATENCY_CHUNKS,
     }];
     let th = Thresholds::default();
     let ctx = PlanContext {
