@@ -83,7 +83,7 @@ impl Policy for Hybrid {
 /// * yes where it is forecast clearly faster;
 /// * yes where it would be but for its residual (earlier co-executions that
 ///   came out slow) and enough single-class runs have passed to try again
-///   (64, 128, then every 256 runs).
+///   (see [`trial_gap`]).
 fn pays(h: &RunHistory, predicted: f64, plan: f64, single: f64) -> bool {
     let bar = (1.0 - COEXEC_MARGIN) * single;
     if h.cooling > 0 {
@@ -91,7 +91,22 @@ fn pays(h: &RunHistory, predicted: f64, plan: f64, single: f64) -> bool {
     }
     (h.last_coexec_won && h.since_coexec == 0)
         || predicted < bar
-        || (plan < bar && h.since_coexec >= RunHistory::retry_after(h.losses))
+        || (plan < bar && h.since_coexec >= trial_gap(h.losses, predicted, single))
+}
+
+/// Trials of co-executing where only its residual stands against it cost,
+/// on average, at most this share of the single class's time.
+const TRIAL_COST: f64 = 0.005;
+
+/// Single-class runs before such a trial: 64, 128, then 256 after `losses`
+/// lost co-executions in a row, or more where the trial is forecast
+/// (`predicted` against `single`) to lose more than [`TRIAL_COST`] of that
+/// many runs' time. A GPU whose start alone is several 0.1 ms runs long is
+/// tried every few hundred runs, not every 64 (each trial tripled a run).
+fn trial_gap(losses: u32, predicted: f64, single: f64) -> u32 {
+    let loss = (predicted / single - 1.0).max(0.0);
+    let gap = (loss / TRIAL_COST).ceil().min(f64::from(u32::MAX)) as u32;
+    RunHistory::retry_after(losses).max(gap)
 }
 
 /// The class that alone is forecast to end the job first, with its
@@ -112,4 +127,28 @@ fn best_single(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
                 .map(|f| (c, f.predicted_s))
         })
         .min_by(|x, y| x.1.total_cmp(&y.1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_costs_at_most_half_a_percent_of_the_runs_between() {
+        // Forecast 10% slower than the single class: 64, 128, then 256.
+        assert_eq!(trial_gap(0, 1.1, 1.0), 64);
+        assert_eq!(trial_gap(1, 1.1, 1.0), 128);
+        assert_eq!(trial_gap(5, 1.1, 1.0), 256);
+        // Three times slower: a trial loses two runs' time, once in 400.
+        assert_eq!(trial_gap(0, 3.0, 1.0), 400);
+        assert_eq!(trial_gap(0, f64::NAN, 1.0), 64);
+        let mut h = RunHistory::default();
+        h.residuals.insert("cpu+gpu".into(), 2.0);
+        h.since_coexec = 300;
+        // The plan pays (0.5 against 1.0) but its residual does not.
+        assert!(!pays(&h, 3.0, 0.5, 1.0));
+        h.since_coexec = 400;
+        assert!(pays(&h, 3.0, 0.5, 1.0));
+        assert!(!pays(&h, 3.0, 1.0, 1.0), "the plan itself does not pay");
+    }
 }

@@ -147,19 +147,19 @@ fn warm_runs_skip_the_probe_while_the_models_hold() {
     assert!(next.probe.is_some(), "{}", next.summary());
 }
 
-/// On the lease's machine without its co-execution slowdown, runs of 21 ms
-/// and more reach E 0.90 (at 10 ms, kmeans reaches 0.87-0.88: its CPU
-/// chunks' fixed cost and noise leave a tail), never behind the best class
-/// alone.
+/// On the lease's machine without its co-execution slowdown, runs of 10 ms
+/// and more reach E 0.90, never behind the best class alone. (kmeans at
+/// 10 ms is the closest: its CPU chunks' fixed cost and noise leave a tail
+/// the GPU takes once it knows what a small chunk costs it.)
 #[test]
 fn long_runs_reach_e_090_where_the_classes_do_not_slow_each_other() {
     let cal = h100();
     for w in &cal.workloads {
         let m = calm(w);
-        for (run_s, e) in [(1e-2, 0.86), (2.15e-2, 0.9), (1e-1, 0.9)] {
+        for run_s in [1e-2, 2.15e-2, 1e-1] {
             let p = sweep_point(&m, w, run_s, rounds(w), 5, Thresholds::default());
             assert!(
-                p.e() >= e && p.vs_best() <= 1.01,
+                p.e() >= 0.9 && p.vs_best() <= 1.01,
                 "{} at {run_s} s: E {:.3}, {:.3}x the best class alone",
                 w.name,
                 p.e(),

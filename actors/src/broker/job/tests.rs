@@ -657,3 +657,26 @@ fn a_gpu_chunk_far_past_its_prediction_is_taken_back_but_not_for_its_setup() {
         "a CPU worker is never flagged"
     );
 }
+
+/// A GPU's least work is its fill until three chunks below half a fill
+/// were measured; then what they cost, in items at the model's speed.
+#[test]
+fn a_gpu_s_least_work_is_its_fill_until_small_chunks_measure_it() {
+    let fill = 1000;
+    let mut m = SpeedModel::default();
+    // Chunks of a fill and more: 1 ms, then a million items a second.
+    for n in [1000.0, 2000.0, 4000.0, 8000.0] {
+        m.observe(n, 1e-3 + n / 1e6);
+    }
+    assert_eq!(super::guard::least_work(&m, fill, 1), (fill, false));
+    // Chunks of 10 to 30 items that each took as long as about 100.
+    for n in [10.0, 20.0] {
+        m.observe(n, 1e-3 + 100.0 / 1e6);
+    }
+    assert_eq!(super::guard::least_work(&m, fill, 1), (fill, false));
+    m.observe(30.0, 1e-3 + 100.0 / 1e6);
+    let (least, measured) = super::guard::least_work(&m, fill, 1);
+    assert!(measured && least < fill / 4, "least work {least}");
+    // A class whose chunks fill it at a grain has no least work to learn.
+    assert_eq!(super::guard::least_work(&m, 1, 1), (1, false));
+}
