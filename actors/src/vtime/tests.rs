@@ -18,11 +18,6 @@ fn rounds(w: &Workload) -> usize {
     (100 / w.runs).clamp(9, 41)
 }
 
-/// The method as it ran on the lease.
-fn lease() -> Thresholds {
-    lease_thresholds()
-}
-
 /// The lease's machine for `w` without the co-execution slowdown its traces
 /// showed (the classes do not slow each other).
 fn calm(w: &Workload) -> Machine {
@@ -32,13 +27,13 @@ fn calm(w: &Workload) -> Machine {
 }
 
 #[test]
-fn the_model_reproduces_the_h100_lease() {
+fn the_model_reproduces_the_h100_lease_thresholds() {
     let cal = h100();
     for w in &cal.workloads {
         let m = Machine::fitted(w);
         // The mean of six seeds: one bench's E moves by a few hundredths.
         let runs: Vec<BenchResult> = (1..=6)
-            .map(|seed| bench(&m, w, POLICIES, 3, seed, lease()))
+            .map(|seed| bench(&m, w, POLICIES, 3, seed, lease_thresholds()))
             .collect();
         let e = runs.iter().map(|r| r.e("hybrid")).sum::<f64>() / runs.len() as f64;
         let r = &runs[0];
@@ -83,7 +78,7 @@ fn hybrid_keeps_to_the_best_class_where_co_executing_does_not_pay() {
         let w = cal.workload(name);
         let m = Machine::fitted(w);
         let now = sweep_point(&m, w, run_s, rounds(w), 3, Thresholds::default());
-        let before = sweep_point(&m, w, run_s, rounds(w), 3, lease());
+        let before = sweep_point(&m, w, run_s, rounds(w), 3, lease_thresholds());
         assert!(
             now.vs_best() <= 1.02,
             "{name} at {run_s} s: hybrid {:.3}x the best class alone",
@@ -206,7 +201,7 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
             let co = coexecuted(&reports);
             let switches = co.windows(2).filter(|p| p[0] != p[1]).count();
             let n_co = co.iter().filter(|&&c| c).count();
-            let (always, _) = job(&m, &hybrid, lease(), seed);
+            let (always, _) = job(&m, &hybrid, lease_thresholds(), seed);
             let (alone, _) = job(&m, &cpu, Thresholds::default(), seed);
             eprintln!("slowdowns {slowdown:?}, seed {seed}: {n_co} of {runs} co-executed, {switches} switches, hybrid {t:.4} s, always co-executing {always:.4} s, the CPU alone {alone:.4} s");
             assert!(
@@ -260,7 +255,7 @@ fn table() {
             let rounds = table_rounds(w);
             for l in lengths() {
                 let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
-                let q = sweep_point(&m, w, l, rounds, 11, lease());
+                let q = sweep_point(&m, w, l, rounds, 11, lease_thresholds());
                 println!(
                     "| {} | {label} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} | {:.3} | {:.3} | {:.3} |",
                     w.name,
@@ -277,10 +272,11 @@ fn table() {
     }
 }
 
-/// What the engine's fill rule costs: hybrid at every sweep point with the
-/// rule as it is (a GPU chunk below the device's thread capacity is taken
-/// to cost a full one) and with the engine told each workload's calibrated
-/// least work per chunk (`Machine::knowing_small_chunks`), same seeds.
+/// What learning a GPU's least work leaves: hybrid at every sweep point with
+/// the engine as it is (the least work taken as the fill until chunks below
+/// half a fill measure it) and with the engine told each workload's
+/// calibrated least work per chunk from the start
+/// (`Machine::knowing_small_chunks`), same seeds.
 /// `cargo test -p coexec-actors --release --lib vtime::tests::small_chunks_what_if -- --ignored --nocapture`.
 #[test]
 #[ignore]

@@ -76,9 +76,9 @@ impl JobCore {
             };
             let start = (free - now).max(0.0) + self.st[cv].model.a();
             // Fewer items than its least work take a GPU as long as that.
-            let fill = self.least_of(cv);
-            let bv = if fill > self.grain && left < fill as f64 && !self.lease_engine() {
-                bv * left / fill as f64
+            let least = self.least_of(cv);
+            let bv = if least > self.grain && left < least as f64 && !self.lease_engine() {
+                bv * left / least as f64
             } else {
                 bv
             };
@@ -100,8 +100,8 @@ impl JobCore {
         };
         // A GPU's balanced part is at least its least work: a smaller chunk
         // takes as long.
-        let fill = self.least_of(c);
-        let fair_floor = if fill > self.grain { fill } else { need };
+        let least = self.least_of(c);
+        let fair_floor = if least > self.grain { least } else { need };
         let max = ((t_others - a) * b)
             .floor()
             .min(fair.max(fair_floor as f64));
@@ -113,8 +113,8 @@ impl JobCore {
             // too few, measures it (at worst it takes a fill's time).
             self.tried_small[c] = true;
             Some(max as usize)
-        } else if fill > self.grain
-            && max < fill as f64
+        } else if least > self.grain
+            && max < least as f64
             && (self.sibling_busy(w, c) || !self.lease_engine())
         {
             // A GPU chunk smaller than its least work takes about as long
@@ -122,7 +122,7 @@ impl JobCore {
             // whole kernel, or share the SMs with a sibling stream's chunk):
             // if not even that would end before the others end the rest,
             // leave it to them, unless nothing is in flight.
-            progress.then_some(n.min(fill))
+            progress.then_some(n.min(least))
         } else if max >= need as f64 {
             Some(max as usize)
         } else if progress {
