@@ -7,8 +7,14 @@ on the first 503; a replica gets SIGTERM, drains (after `--drain-delay-s`,
 during which it is not ready but still serves), exits 0 and is started
 again on the same port, and the next one goes only once HAProxy routes to it
 again. `coexec-load` sends at a fixed rate to HAProxy throughout (loopback
-only, bounded in requests and time). Run it with the drain delay at 0 to see
-what the delay prevents.
+only, bounded in requests and time).
+
+HAProxy is configured as a deployment would be: a failed connection, an
+empty response or a replica's 503 is retried on another replica (a draining
+replica answers 503 only to requests it did not run, so the retry is safe).
+The summary's `haproxy` part says, per replica, how many requests were
+retried or sent elsewhere, and how many 5xx HAProxy answered itself: with
+the drain delay at 0 the redispatches show what the delay prevents.
 
     python3 scripts/rolling_restart.py --drain-delay 1 --rate 200 --out /tmp/rr
 
@@ -99,9 +105,10 @@ defaults
     timeout connect 2s
     timeout client 30s
     timeout server 30s
+    timeout check 1s
     retries 2
     option redispatch
-    retry-on conn-failure empty-response
+    retry-on conn-failure empty-response 503
 frontend fe
     bind 127.0.0.1:{front}
     default_backend be
@@ -116,6 +123,33 @@ listen stats
     stats enable
     stats uri /stats
 """
+
+
+def haproxy_rows(stats):
+    """HAProxy's stats CSV as {(proxy, server): {column: value}}; {} if unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{stats}/stats;csv", timeout=1) as r:
+            lines = r.read().decode().splitlines()
+    except OSError:
+        return {}
+    head = lines[0].lstrip("# ").split(",")
+    return {(f[0], f[1]): dict(zip(head, f)) for f in (line.split(",") for line in lines[1:] if line)}
+
+
+def where_from(stats):
+    """Per server of the backend, the failed checks, the times it went DOWN,
+    its 5xx answers and the requests retried or sent elsewhere off it; and the 5xx HAProxy answered itself (no server up,
+    or a server's connection failed past the retries). Tells a replica's
+    own 503 from the balancer's, and a healthy replica a slow check took out
+    from one that was restarting."""
+    rows = haproxy_rows(stats)
+    n = lambda row, col: int(row.get(col) or 0)
+    servers = {k[1]: dict(check_fails=n(v, "chkfail"), downs=n(v, "chkdown"), http_5xx=n(v, "hrsp_5xx"),
+                        retried=n(v, "wretr"), redispatched=n(v, "wredis"))
+               for k, v in rows.items() if k[0] == "be" and k[1] not in ("FRONTEND", "BACKEND")}
+    fe = rows.get(("fe", "FRONTEND"), {})
+    from_servers = sum(s["http_5xx"] for s in servers.values())
+    return dict(servers=servers, haproxy_5xx=n(fe, "hrsp_5xx") - from_servers)
 
 
 def up_in_haproxy(stats, name):
@@ -179,6 +213,7 @@ def main():
                   file=sys.stderr)
         out, _ = load.communicate(timeout=seconds + 60)
         report = json.loads(out)["rates"][0]
+        balancer = where_from(stats)
     finally:
         if load and load.poll() is None:
             load.kill()
@@ -197,7 +232,7 @@ def main():
                    status_429=report.get("status_429", 0), status_503=report["status_503"],
                    status_504=report["status_504"], other=report["other"], lost=report["lost"],
                    refused=report["refused"], unsent=report["unsent"],
-                   p99_ms=report["latency_ok"]["p99_ms"], restarts=restarts)
+                   p99_ms=report["latency_ok"]["p99_ms"], restarts=restarts, haproxy=balancer)
     print(json.dumps(summary))
     if args.out:
         with open(args.out + ".json", "w") as f:
