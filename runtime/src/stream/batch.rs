@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec_kernels::KernelError;
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
 use super::place::{Learned, Placer};
@@ -40,8 +40,6 @@ pub(super) struct Batcher<M: Model> {
     pub(super) rt: Arc<Runtime>,
     /// `None` under `Placement::Runtime`.
     pub(super) placer: Option<Arc<std::sync::Mutex<Placer>>>,
-    /// Notified when a batch gives its place back (a class may be free).
-    pub(super) freed: Arc<Notify>,
     /// The placer's clock starts here.
     pub(super) epoch: Instant,
     pub(super) model: Arc<M>,
@@ -112,39 +110,6 @@ impl<M: Model> Batcher<M> {
                     }
                 }
             }
-            // Held while every class it would go to is busy, taking in what
-            // arrives meanwhile (see `Placer::hold`); placed once one of
-            // them frees up (its report, or its predicted end).
-            if let Some(p) = self.placer.as_ref().filter(|p| lock(p).holds()) {
-                while !closing {
-                    // What queued meanwhile first: a request's rows come
-                    // together and must not look like a backlog.
-                    while batch.len() < self.cfg.max_batch {
-                        let Ok(r) = self.rx.try_recv() else { break };
-                        batch.push(r);
-                    }
-                    if batch.len() >= self.cfg.max_batch {
-                        break;
-                    }
-                    let now = self.epoch.elapsed().as_secs_f64();
-                    let Some(until) = lock(p).hold(batch.len(), self.rx.len(), now) else {
-                        break;
-                    };
-                    let at = self.epoch + Duration::from_secs_f64(until.min(1e6));
-                    tokio::select! {
-                        r = self.rx.recv() => match r {
-                            Some(r) => batch.push(r),
-                            None => break,
-                        },
-                        () = self.freed.notified() => {}
-                        () = tokio::time::sleep_until(at.into()) => {}
-                        () = self.shared.close.notified() => {
-                            closing = true;
-                            self.rx.close();
-                        }
-                    }
-                }
-            }
             let closed = Instant::now();
             // Items still queued behind this batch: the placer keeps every
             // class busy while there are any.
@@ -152,7 +117,6 @@ impl<M: Model> Batcher<M> {
             let job = BatchJob {
                 rt: self.rt.clone(),
                 placer: self.placer.clone(),
-                freed: self.freed.clone(),
                 epoch: self.epoch,
                 model: self.model.clone(),
                 calls: self.calls.clone(),
@@ -172,7 +136,6 @@ impl<M: Model> Batcher<M> {
 struct BatchJob<M: Model> {
     rt: Arc<Runtime>,
     placer: Option<Arc<std::sync::Mutex<Placer>>>,
-    freed: Arc<Notify>,
     epoch: Instant,
     model: Arc<M>,
     calls: Arc<ModelCalls>,
@@ -208,8 +171,6 @@ fn catch_in<T>(what: &str, f: impl FnOnce() -> Result<T, KernelError>) -> Result
 /// (a panic, a cancelled task) with nothing learned.
 struct PlaceGuard<'a> {
     placer: Option<&'a std::sync::Mutex<Placer>>,
-    /// Told once the place is given back.
-    freed: &'a Notify,
     ticket: Option<u64>,
     /// The placer's clock's zero.
     epoch: Instant,
@@ -234,7 +195,6 @@ impl PlaceGuard<'_> {
         });
         let now = self.epoch.elapsed().as_secs_f64();
         lock(p).finished(t, &learned, now);
-        self.freed.notify_one();
     }
 }
 
@@ -243,7 +203,6 @@ impl Drop for PlaceGuard<'_> {
         if let (Some(p), Some(t)) = (self.placer, self.ticket.take()) {
             let now = self.epoch.elapsed().as_secs_f64();
             lock(p).finished(t, &[], now);
-            self.freed.notify_one();
         }
     }
 }
@@ -296,7 +255,6 @@ impl<M: Model> BatchJob<M> {
         // for good, and the placer would pass them over.
         let place = PlaceGuard {
             placer: self.placer.as_deref(),
-            freed: &self.freed,
             ticket,
             epoch: self.epoch,
         };

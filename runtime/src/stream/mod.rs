@@ -159,7 +159,6 @@ impl<M: Model> Stream<M> {
         let batcher = Batcher {
             rt,
             placer,
-            freed: Arc::default(),
             epoch: Instant::now(),
             model: model.clone(),
             calls: Arc::default(),

@@ -7,9 +7,7 @@
 //! batch's report. Under [`Placement::Hybrid`] a batch goes to the class
 //! predicted to finish it first, counting the batches each class already
 //! runs, or is split across classes when that finishes it sooner by more
-//! than the split's added fixed cost is worth at the current load. A batch
-//! is placed when a class it would go to is free: until then it is held
-//! and grows ([`Placer::hold`]). A class
+//! than the split's added fixed cost is worth at the current load. A class
 //! with no model yet gets whole batches while it is free (the cold start
 //! learns from the first batches). [`Placement::Greedy`] is the baseline
 //! users know from Triton's CPU and GPU instance groups: whole batches to
@@ -162,90 +160,6 @@ impl Placer {
     /// service (the runtime then fails the job).
     pub(crate) fn place(&mut self, items: usize, backlog: usize, now: f64) -> Option<Decision> {
         let n = items.max(1) as f64;
-        let (shares, finish) = self.decide(n, backlog, now)?;
-        self.next += 1;
-        let ticket = self.next;
-        let placed: f64 = shares
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s > 0.0)
-            .filter_map(|(c, s)| self.slots[c].spend(n * s))
-            .sum();
-        self.load = self.decayed_load(now) + placed;
-        self.load_at = self.load_at.max(now);
-        for (c, s) in shares.iter().enumerate() {
-            let slot = &mut self.slots[c];
-            if *s > 0.0 {
-                let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
-                slot.running.push((ticket, end, now));
-                slot.placed_at = now;
-                slot.skipped = 0;
-            } else {
-                slot.skipped += 1;
-            }
-        }
-        Some(Decision {
-            ticket,
-            shares,
-            finish,
-        })
-    }
-
-    /// Until when (the placer's clock) a batch of `items` items, formed by
-    /// `now` with `backlog` items queued behind it, is better held than
-    /// placed: `Some` while every class [`Placer::place`] would give it to
-    /// is still busy with earlier batches, until the first of them is
-    /// predicted free; `None` to place it now. Hybrid only.
-    ///
-    /// A batch placed on a busy class waits there all the same; held, it
-    /// takes in the requests that arrive meanwhile (one batch and one fixed
-    /// cost where queueing would make two, as a class alone batches what
-    /// queued while it ran) and its place is chosen when a class frees up,
-    /// not before. Measured: 1 ms batches queued on a busy CPU ran ~24 rows
-    /// each at 1500 requests/s of 16 rows, where the CPU alone ran ~48.
-    pub(crate) fn hold(&self, items: usize, backlog: usize, now: f64) -> Option<f64> {
-        if !self.holds() {
-            return None;
-        }
-        let n = items.max(1) as f64;
-        let (shares, _) = self.decide(n, backlog, now)?;
-        let busy = |c: usize| Some(self.slots[c].free_at(now)).filter(|&t| t > now);
-        let on: Vec<usize> = (0..shares.len()).filter(|&c| shares[c] > 0.0).collect();
-        if on.iter().all(|&c| busy(c).is_some()) {
-            return on.iter().filter_map(|&c| busy(c)).min_by(f64::total_cmp);
-        }
-        // A slower class takes a batch the fastest is busy for only once
-        // the batch cannot grow (full, or requests queued behind it): the
-        // threshold rule of two servers of unequal speed. Sooner, the
-        // slower class's longer batch time lands on the callers that drew
-        // it, and a `sim` computes on a host core the others need.
-        let fastest = self.fastest(n)?;
-        if backlog == 0 && shares[fastest] <= 0.0 {
-            return busy(fastest);
-        }
-        None
-    }
-
-    /// Whether batches may be held ([`Placer::hold`]): not under greedy,
-    /// the baseline, which places each batch as it forms.
-    pub(crate) fn holds(&self) -> bool {
-        self.mode != Placement::Greedy
-    }
-
-    /// The class with a model that runs `n` items soonest when free.
-    fn fastest(&self, n: f64) -> Option<usize> {
-        (0..self.slots.len())
-            .filter(|&c| self.slots[c].usable() && self.slots[c].b.is_some())
-            .min_by(|&x, &y| {
-                let t = |c: usize| self.slots[c].time(n).unwrap_or(f64::INFINITY);
-                t(x).total_cmp(&t(y))
-            })
-    }
-
-    /// Shares and predicted finish of a batch of `n` items at `now` (see
-    /// [`Placer::place`]), deciding nothing. `None` when no class has a
-    /// worker in service.
-    fn decide(&self, n: f64, backlog: usize, now: f64) -> Option<(Vec<f64>, f64)> {
         let k = self.slots.len();
         let usable: Vec<usize> = (0..k).filter(|&c| self.slots[c].usable()).collect();
         if usable.is_empty() {
@@ -329,7 +243,32 @@ impl Placer {
                 }
             }
         };
-        Some((shares, finish))
+        self.next += 1;
+        let ticket = self.next;
+        let placed: f64 = shares
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s > 0.0)
+            .filter_map(|(c, s)| self.slots[c].spend(n * s))
+            .sum();
+        self.load = self.decayed_load(now) + placed;
+        self.load_at = self.load_at.max(now);
+        for (c, s) in shares.iter().enumerate() {
+            let slot = &mut self.slots[c];
+            if *s > 0.0 {
+                let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
+                slot.running.push((ticket, end, now));
+                slot.placed_at = now;
+                slot.skipped = 0;
+            } else {
+                slot.skipped += 1;
+            }
+        }
+        Some(Decision {
+            ticket,
+            shares,
+            finish,
+        })
     }
 
     /// Shares and predicted finish of the best placement among `known`

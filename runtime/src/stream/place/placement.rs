@@ -18,11 +18,7 @@ pub enum Placement {
     /// Each batch on the class predicted to finish it first (classes busy
     /// with earlier batches count), or split across classes by their speed
     /// models when that finishes it sooner and, under load, the time saved
-    /// is worth the fixed cost the split adds. No probe per batch. A batch
-    /// whose classes are all busy is held, taking in the requests that
-    /// arrive, until one frees up; a slower class takes a batch the
-    /// fastest is busy for only once the batch is full or requests queue
-    /// behind it.
+    /// is worth the fixed cost the split adds. No probe per batch.
     #[default]
     Hybrid,
     /// Whole batches to whichever class is free first (Triton's instance

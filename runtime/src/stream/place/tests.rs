@@ -390,33 +390,3 @@ fn a_placed_batch_runs_static_chunks() {
     });
     tokio.block_on(rt.shutdown());
 }
-
-#[test]
-fn a_batch_waits_for_the_fastest_class_until_it_is_full_or_requests_queue() {
-    let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
-    p.set_model(0, 0.0, 20_000.0);
-    p.set_model(1, 0.0, 10_000.0);
-    // The fastest class runs a batch until 4 ms; the slower one is free
-    // and would end 16 items at 2.6 ms, against 4.8 ms on the fastest.
-    p.slots[0].running.push((99, 0.004, 0.0));
-    assert_eq!(p.decide(16.0, 0, 0.001).unwrap().0, vec![0.0, 1.0]);
-    // Held for the fastest while the batch can grow...
-    assert_eq!(p.hold(16, 0, 0.001), Some(0.004));
-    // ...not once requests queue behind it: the slower class takes it.
-    assert_eq!(p.hold(16, 16, 0.001), None);
-    assert_eq!(p.place(16, 16, 0.001).unwrap().shares, vec![0.0, 1.0]);
-    // Both busy: held until the class it would go to is free.
-    let held = p.hold(16, 0, 0.0012).expect("held");
-    assert!(held > 0.0012 && held <= 0.004, "{held}");
-    // The fastest free again: placed at once.
-    p.finished(99, &[], 0.004);
-    assert_eq!(p.hold(16, 0, 0.004), None);
-    // Greedy, the baseline, places every batch as it forms.
-    let mut g = Placer::new(Placement::Greedy, &[1, 1]);
-    g.set_model(0, 0.0, 20_000.0);
-    g.set_model(1, 0.0, 10_000.0);
-    g.slots[0].running.push((99, 0.004, 0.0));
-    g.slots[1].running.push((98, 0.004, 0.0));
-    assert!(!g.holds());
-    assert_eq!(g.hold(16, 0, 0.001), None);
-}
