@@ -13,8 +13,9 @@ HAProxy is configured as a deployment would be: a failed connection, an
 empty response or a replica's 503 is retried on another replica (a draining
 replica answers 503 only to requests it did not run, so the retry is safe).
 The summary's `haproxy` part says, per replica, how many requests were
-retried or sent elsewhere, and how many 5xx HAProxy answered itself: with
-the drain delay at 0 the redispatches show what the delay prevents.
+retried or sent elsewhere, and how many 5xx the clients got through
+HAProxy: with the drain delay at 0 the redispatches show what the delay
+prevents.
 
     python3 scripts/rolling_restart.py --drain-delay 1 --rate 200 --out /tmp/rr
 
@@ -137,31 +138,20 @@ def haproxy_rows(stats):
 
 
 def where_from(stats):
-    """Per server of the backend, the failed checks, the times it went DOWN,
-    its 5xx answers and the requests retried or sent elsewhere off it; and the 5xx HAProxy answered itself (no server up,
-    or a server's connection failed past the retries). Tells a replica's
-    own 503 from the balancer's, and a healthy replica a slow check took out
-    from one that was restarting."""
+    """Per replica: failed checks, times DOWN, 5xx answered, requests
+    retried on it and redispatched off it; and the 5xx the clients got
+    through HAProxy (its own, and the replicas' it did not retry). Tells a
+    healthy replica a slow check took out from one that was restarting."""
     rows = haproxy_rows(stats)
     n = lambda row, col: int(row.get(col) or 0)
     servers = {k[1]: dict(check_fails=n(v, "chkfail"), downs=n(v, "chkdown"), http_5xx=n(v, "hrsp_5xx"),
-                        retried=n(v, "wretr"), redispatched=n(v, "wredis"))
+                          retried=n(v, "wretr"), redispatched=n(v, "wredis"))
                for k, v in rows.items() if k[0] == "be" and k[1] not in ("FRONTEND", "BACKEND")}
-    fe = rows.get(("fe", "FRONTEND"), {})
-    from_servers = sum(s["http_5xx"] for s in servers.values())
-    return dict(servers=servers, haproxy_5xx=n(fe, "hrsp_5xx") - from_servers)
+    return dict(servers=servers, clients_5xx=n(rows.get(("fe", "FRONTEND"), {}), "hrsp_5xx"))
 
 
 def up_in_haproxy(stats, name):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{stats}/stats;csv", timeout=1) as r:
-            for line in r.read().decode().splitlines():
-                f = line.split(",")
-                if len(f) > 17 and f[0] == "be" and f[1] == name:
-                    return f[17].startswith("UP")
-    except OSError:
-        pass
-    return False
+    return haproxy_rows(stats).get(("be", name), {}).get("status", "").startswith("UP")
 
 
 def main():
