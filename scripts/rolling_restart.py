@@ -133,6 +133,8 @@ def haproxy_rows(stats):
             lines = r.read().decode().splitlines()
     except OSError:
         return {}
+    if not lines:
+        return {}
     head = lines[0].lstrip("# ").split(",")
     return {(f[0], f[1]): dict(zip(head, f)) for f in (line.split(",") for line in lines[1:] if line)}
 

@@ -27,7 +27,7 @@ fn calm(w: &Workload) -> Machine {
 }
 
 #[test]
-fn the_model_reproduces_the_h100_lease_thresholds() {
+fn the_model_reproduces_the_h100_lease() {
     let cal = h100();
     for w in &cal.workloads {
         let m = Machine::fitted(w);
