@@ -29,15 +29,6 @@ const SPLIT_GAIN: f64 = 0.05;
 /// at least this much sooner (from now) than the fastest class would.
 const SLOWER_GAIN: f64 = 0.2;
 
-/// Utilization of the fastest class ([`Placer::busy`]) from which a slower
-/// class takes any batch it ends no later than the fastest would, as
-/// greedy gives a free class the next batch: below it, only batches it ends
-/// [`SLOWER_GAIN`] sooner. Measured on `cpu:1,sim:1@0.5` at 1500 requests/s
-/// of 16 rows in 20 s runs, where the CPU alone refused 62–1577 requests a
-/// run (429, its queue full): hybrid's p99 was 12–52 ms against greedy's
-/// 12–22 (`docs/results/serve-placer-long-*`).
-const FULL: f64 = 0.9;
-
 /// Seconds over which the placer averages the capacity it places, to know
 /// how loaded the classes are (see [`Placer::utilization`]).
 const LOAD_WINDOW: f64 = 0.5;
@@ -104,6 +95,10 @@ pub(crate) struct Placer {
     mode: Placement,
     slots: Vec<Slot>,
     next: u64,
+    /// Capacity placed (items, see [`Slot::spend`]), decaying with
+    /// [`LOAD_WINDOW`], as of `load_at` (the placer's clock).
+    load: f64,
+    load_at: f64,
     /// How much longer than predicted split batches took, from placement to
     /// their report, smoothed (1 until measured): a split pays a second
     /// class's fixed cost and, where that class computes on a host core (a
@@ -125,6 +120,8 @@ impl Placer {
                 })
                 .collect(),
             next: 0,
+            load: 0.0,
+            load_at: 0.0,
             split_lag: 1.0,
         }
     }
@@ -144,19 +141,11 @@ impl Placer {
         if capacity <= 0.0 {
             return 0.0;
         }
-        let load: f64 = self.slots.iter().map(|s| s.load(now, LOAD_WINDOW)).sum();
-        load / (LOAD_WINDOW * capacity)
+        self.decayed_load(now) / (LOAD_WINDOW * capacity)
     }
 
-    /// [`Placer::utilization`] of class `c` alone: near 1 when the batches
-    /// placed on it keep it busy.
-    fn busy(&self, c: usize, now: f64) -> f64 {
-        let s = &self.slots[c];
-        let capacity = s.capacity();
-        if capacity <= 0.0 {
-            return 0.0;
-        }
-        s.load(now, LOAD_WINDOW) / (LOAD_WINDOW * capacity)
+    fn decayed_load(&self, now: f64) -> f64 {
+        self.load * (-(now - self.load_at).max(0.0) / LOAD_WINDOW).exp()
     }
 
     /// Seeds class `c`'s model (a stored profile, or a test).
@@ -256,12 +245,17 @@ impl Placer {
         };
         self.next += 1;
         let ticket = self.next;
+        let placed: f64 = shares
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s > 0.0)
+            .filter_map(|(c, s)| self.slots[c].spend(n * s))
+            .sum();
+        self.load = self.decayed_load(now) + placed;
+        self.load_at = self.load_at.max(now);
         for (c, s) in shares.iter().enumerate() {
             let slot = &mut self.slots[c];
             if *s > 0.0 {
-                if let Some(x) = slot.spend(n * s) {
-                    slot.add_load(x, now, LOAD_WINDOW);
-                }
                 let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
                 slot.running.push((ticket, end, now));
                 slot.placed_at = now;
@@ -336,15 +330,8 @@ impl Placer {
                 t(x).total_cmp(&t(y))
             })
             .unwrap_or(c1);
-        // Near its capacity the fastest class's queue grows in bursts, and
-        // a slower class that is free does more for the tail by taking the
-        // batch than by waiting for the burst to show as a backlog.
-        let gain = if self.busy(fastest, now) >= FULL {
-            0.0
-        } else {
-            SLOWER_GAIN
-        };
-        let (c1, t1) = if c1 != fastest && t1 - now > (1.0 - gain) * (finish(fastest) - now) {
+        let (c1, t1) = if c1 != fastest && t1 - now > (1.0 - SLOWER_GAIN) * (finish(fastest) - now)
+        {
             (fastest, finish(fastest))
         } else {
             (c1, t1)

@@ -21,10 +21,6 @@ pub(super) struct Slot {
     pub(super) placed_at: f64,
     /// Batches placed since, none of them here.
     pub(super) skipped: usize,
-    /// Capacity placed here (items, see [`Slot::spend`]), decaying over
-    /// the placer's load window, as of `load_at` (the placer's clock).
-    pub(super) load: f64,
-    pub(super) load_at: f64,
 }
 
 impl Slot {
@@ -39,17 +35,6 @@ impl Slot {
         let b = self.b?;
         let w = (self.workers as f64).min(n.max(1.0));
         Some((self.a + n / (w * b)) * self.lag)
-    }
-
-    /// The capacity placed here, decayed to `now` over `window` seconds.
-    pub(super) fn load(&self, now: f64, window: f64) -> f64 {
-        self.load * (-(now - self.load_at).max(0.0) / window).exp()
-    }
-
-    /// Adds `x` items of capacity placed at `now`.
-    pub(super) fn add_load(&mut self, x: f64, now: f64, window: f64) {
-        self.load = self.load(now, window) + x;
-        self.load_at = self.load_at.max(now);
     }
 
     pub(super) fn usable(&self) -> bool {

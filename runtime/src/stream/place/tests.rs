@@ -390,39 +390,3 @@ fn a_placed_batch_runs_static_chunks() {
     });
     tokio.block_on(rt.shutdown());
 }
-
-#[test]
-fn near_capacity_a_free_slower_class_takes_what_it_ends_no_later() {
-    // Fast: 20 ms + 1000 items/s; slow: 20 ms + 500 items/s. A burst of 120
-    // items on the fast class, then a batch of 100: the fast class ends it
-    // 0.26 s from now, the idle slow one at 0.22 s, less than 20% sooner.
-    let burst = |p: &mut Placer, now: f64| {
-        p.slots[1].workers = 0;
-        p.place(120, 0, now).unwrap();
-        p.slots[1].workers = 1;
-        p.place(100, 0, now).unwrap()
-    };
-    let setup = || {
-        let mut p = Placer::new(Placement::Hybrid, &[1, 1]);
-        p.set_model(0, 0.02, 1000.0);
-        p.set_model(1, 0.02, 500.0);
-        p
-    };
-    // With the fast class lightly loaded the slow class does not take the
-    // batch whole (here it is split, the split paying for its fixed cost).
-    let mut p = setup();
-    let d = burst(&mut p, 0.0);
-    assert!(d.shares[1] < 1.0, "{d:?}");
-    // After 4 s of batches keeping the fast class 91% busy, the free slow
-    // class takes it whole (the split no longer pays at this load; without
-    // this rule the batch was split, as above).
-    let mut p = setup();
-    p.slots[1].workers = 0;
-    for i in 0..100 {
-        p.place(19, 0, i as f64 * 0.041).unwrap();
-    }
-    p.slots[1].workers = 1;
-    assert!(p.busy(0, 4.1) >= FULL, "{}", p.busy(0, 4.1));
-    let d = burst(&mut p, 4.1);
-    assert_eq!(d.shares, vec![0.0, 1.0], "{d:?}");
-}
