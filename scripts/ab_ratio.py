@@ -19,6 +19,12 @@ machine's noise alone does to the ratio in that many rounds.
     python3 scripts/ab_ratio.py --base cpu --goal 1.1 \\
         docs/results/serve-placer-ab-final-loadgen.json
 
+The percentiles are of the 200s only, as serve_ab.py reports them: a
+configuration that refuses requests (429) is not charged for them here, so
+read its 429s in serve_ab.py's table beside the ratio. A run with no 200s
+has no value; a ratio uses the rounds in which both configurations have
+one, the median column every round of that configuration.
+
 Reads only; stdlib only. A file that is not serve_ab's JSON is named in a
 one-line error (exit 2).
 """
@@ -46,13 +52,21 @@ def load(path):
         die(f"{path}: {e.strerror}")
     except json.JSONDecodeError as e:
         die(f"{path}:{e.lineno}: not JSON ({e.msg})")
+    except (ValueError, RecursionError) as e:
+        die(f"{path}: not JSON ({type(e).__name__})")
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list):
         die(f"{path}: no `runs` list (not a serve_ab.py JSON)")
     for i, r in enumerate(runs):
         if not (isinstance(r, dict) and isinstance(r.get("config"), str)
-                and isinstance(r.get("rate"), (int, float))):
-            die(f"{path}: run {i} has no `config` name and `rate` (not a serve_ab.py run)")
+                and isinstance(r.get("rate"), (int, float))
+                and isinstance(r.get("round", 0), int)):
+            die(f"{path}: run {i} has no `config` name, `rate` and `round` (not a serve_ab.py run)")
+        lat = r.get("report", {}).get("latency_ok") if isinstance(r.get("report"), dict) else None
+        for q in QUANTILES:
+            v = lat.get(f"{q}_ms") if isinstance(lat, dict) else None
+            if v is not None and not isinstance(v, (int, float)):
+                die(f"{path}: run {i}: latency_ok.{q}_ms is {v!r}, not a number")
     return data, runs
 
 
@@ -80,9 +94,15 @@ def median(values):
     return statistics.median(values) if values else math.nan
 
 
+def paired(rounds, name, base):
+    """The rounds in which both configurations ran and have a value."""
+    return [r for r in rounds
+            if not math.isnan(r.get(name, math.nan)) and not math.isnan(r.get(base, math.nan))]
+
+
 def ratio_of_medians(rounds, name, base):
-    """median(name) / median(base) over the rounds in which both ran."""
-    both = [r for r in rounds if name in r and base in r]
+    """median(name) / median(base) over the rounds in which both have a value."""
+    both = paired(rounds, name, base)
     num, den = median([r[name] for r in both]), median([r[base] for r in both])
     return num / den if den and not math.isnan(den) else math.nan
 
@@ -92,7 +112,7 @@ def interval(rounds, name, base, draws, seed, level=0.90):
     generator seeded with `seed` (a string: the same cell gets the same
     interval whatever else the file holds)."""
     rng = random.Random(seed)
-    rounds = [r for r in rounds if name in r and base in r]
+    rounds = paired(rounds, name, base)
     if len(rounds) < 2:
         return (math.nan, math.nan)
     got = []

@@ -40,7 +40,7 @@ pub(crate) struct ServeArgs {
     /// Longest a batch waits for more requests after its first, in µs (at most 10 s).
     #[arg(long, default_value_t = 1000)]
     max_wait_us: u64,
-    /// Requests (input rows) waiting at most; more get 503.
+    /// Requests (input rows) waiting at most; more get 429.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
     /// The model: an MLP classifier in safetensors (`fc1.weight`,
