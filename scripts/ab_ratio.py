@@ -33,15 +33,18 @@ import argparse
 import json
 import math
 import random
-import statistics
-import sys
+
+from serve_ab import median
+from serve_sweep import die
 
 QUANTILES = ("p50", "p95", "p99")
 
 
-def die(msg):
-    print(f"ab_ratio: {msg}", file=sys.stderr)
-    sys.exit(2)
+def latency(run):
+    """The run's `latency_ok` (serve_ab's report of its 200s), or None."""
+    report = run.get("report")
+    lat = report.get("latency_ok") if isinstance(report, dict) else None
+    return lat if isinstance(lat, dict) else None
 
 
 def load(path):
@@ -62,9 +65,9 @@ def load(path):
                 and isinstance(r.get("rate"), (int, float))
                 and isinstance(r.get("round", 0), int)):
             die(f"{path}: run {i} has no `config` name, `rate` and `round` (not a serve_ab.py run)")
-        lat = r.get("report", {}).get("latency_ok") if isinstance(r.get("report"), dict) else None
+        lat = latency(r)
         for q in QUANTILES:
-            v = lat.get(f"{q}_ms") if isinstance(lat, dict) else None
+            v = lat.get(f"{q}_ms") if lat else None
             if v is not None and not isinstance(v, (int, float)):
                 die(f"{path}: run {i}: latency_ok.{q}_ms is {v!r}, not a number")
     return data, runs
@@ -72,9 +75,8 @@ def load(path):
 
 def percentile(run, q):
     """The run's percentile of its 200s in ms; NaN when it had none."""
-    report = run.get("report")
-    lat = report.get("latency_ok") if isinstance(report, dict) else None
-    if not isinstance(lat, dict):
+    lat = latency(run)
+    if lat is None:
         return math.nan
     v = lat.get(f"{q}_ms")
     return float(v) if lat.get("count") and v is not None else math.nan
@@ -87,11 +89,6 @@ def rounds_of(runs, rate, q):
         if r.get("rate") == rate:
             out.setdefault(r.get("round", 0), {})[r["config"]] = percentile(r, q)
     return out
-
-
-def median(values):
-    values = [v for v in values if not math.isnan(v)]
-    return statistics.median(values) if values else math.nan
 
 
 def paired(rounds, name, base):
