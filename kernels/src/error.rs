@@ -38,6 +38,17 @@ pub enum KernelError {
         /// What is wrong with it.
         why: String,
     },
+    /// A model folder's JSON config lacks a field, or holds one this
+    /// crate cannot serve (`…/config.json: field `model_type`: …`).
+    #[error("{}: field `{field}`: {why}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// The field at fault.
+        field: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// An I/O error reading an input.
     #[error("{}: {source}", path.display())]
     Io {

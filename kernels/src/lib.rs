@@ -33,8 +33,12 @@
 pub mod baseline;
 mod buf;
 mod claim;
+#[cfg(feature = "embed")]
+pub mod embed;
 mod error;
 mod kernel;
+#[cfg(any(feature = "workloads", feature = "embed"))]
+mod tensors;
 mod twin;
 mod workload;
 #[cfg(feature = "workloads")]

@@ -42,6 +42,8 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+#[cfg(feature = "embed")]
+pub mod embed;
 mod error;
 mod exporter;
 mod host;

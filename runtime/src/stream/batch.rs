@@ -54,6 +54,9 @@ impl<M: Model> Batcher<M> {
         let slots = Arc::new(Semaphore::new(self.cfg.in_flight));
         let mut running = JoinSet::new();
         let mut closing = false;
+        // A request that would have passed its batch's cost limit: the
+        // next batch's first.
+        let mut carry: Option<Request<M>> = None;
         loop {
             while running.try_join_next().is_some() {}
             // A batch forms only once it can start: while every slot is busy,
@@ -61,7 +64,9 @@ impl<M: Model> Batcher<M> {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 break;
             };
-            let first = if closing {
+            let first = if let Some(r) = carry.take() {
+                Some(r)
+            } else if closing {
                 self.rx.recv().await
             } else {
                 tokio::select! {
@@ -80,13 +85,15 @@ impl<M: Model> Batcher<M> {
                 .checked_add(self.cfg.max_wait)
                 .unwrap_or(first.enqueued + StreamConfig::MAX_WAIT_LIMIT);
             let mut batch = Vec::with_capacity(self.cfg.max_batch.min(1024));
+            let max_cost = self.cfg.max_batch_cost.unwrap_or(usize::MAX);
+            let mut cost = cost_of(&*self.model, &first.input);
             batch.push(first);
             // One wait per batch, polled across arrivals.
             let wait = wait_until(close_at);
             tokio::pin!(wait);
-            while batch.len() < self.cfg.max_batch {
-                match self.rx.try_recv() {
-                    Ok(r) => batch.push(r),
+            while batch.len() < self.cfg.max_batch && cost < max_cost {
+                let next = match self.rx.try_recv() {
+                    Ok(r) => Some(r),
                     Err(_) if closing => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                     // Past `close_at` (always so with a zero `max_wait`) the
@@ -98,16 +105,26 @@ impl<M: Model> Batcher<M> {
                         // `max_wait`.
                         tokio::select! {
                             r = self.rx.recv() => match r {
-                                Some(r) => batch.push(r),
+                                Some(r) => Some(r),
                                 None => break,
                             },
                             () = &mut wait => break,
                             () = self.shared.close.notified() => {
                                 closing = true;
                                 self.rx.close();
+                                None
                             }
                         }
                     }
+                };
+                if let Some(r) = next {
+                    let c = cost_of(&*self.model, &r.input);
+                    if cost.saturating_add(c) > max_cost {
+                        carry = Some(r);
+                        break;
+                    }
+                    cost += c;
+                    batch.push(r);
                 }
             }
             let closed = Instant::now();
@@ -130,6 +147,12 @@ impl<M: Model> Batcher<M> {
         }
         while running.join_next().await.is_some() {}
     }
+}
+
+/// `model.cost(input)`; a panic in it counts the input as 1 (the batcher
+/// must go on: the input's own batch will fail it, if anything does).
+fn cost_of<M: Model>(model: &M, input: &M::Input) -> usize {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.cost(input))).unwrap_or(1)
 }
 
 /// One batch's job, run on its own task.

@@ -51,6 +51,7 @@ pub(super) type Observer = Arc<dyn Fn(&BatchTiming) + Send + Sync>;
 #[non_exhaustive]
 pub struct StreamConfig {
     pub(super) max_batch: usize,
+    pub(super) max_batch_cost: Option<usize>,
     pub(super) max_wait: Duration,
     pub(super) queue: usize,
     pub(super) in_flight: usize,
@@ -63,6 +64,7 @@ impl std::fmt::Debug for StreamConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamConfig")
             .field("max_batch", &self.max_batch)
+            .field("max_batch_cost", &self.max_batch_cost)
             .field("max_wait", &self.max_wait)
             .field("queue", &self.queue)
             .field("in_flight", &self.in_flight)
@@ -83,6 +85,7 @@ impl StreamConfig {
     pub fn new() -> Self {
         Self {
             max_batch: 32,
+            max_batch_cost: None,
             max_wait: Duration::from_millis(1),
             queue: 1024,
             in_flight: 2,
@@ -95,6 +98,15 @@ impl StreamConfig {
     /// Most requests in one batch.
     pub fn max_batch(mut self, n: usize) -> Self {
         self.max_batch = n;
+        self
+    }
+
+    /// Most [`Model::cost`](super::Model::cost) in one batch (an encoder's:
+    /// tokens), besides [`StreamConfig::max_batch`] requests; `None`: no
+    /// such limit (the default). A request that would pass it starts the
+    /// next batch; one that weighs more alone runs alone.
+    pub fn max_batch_cost(mut self, cost: Option<usize>) -> Self {
+        self.max_batch_cost = cost;
         self
     }
 
@@ -162,9 +174,15 @@ impl StreamConfig {
         self.max_batch
     }
 
+    /// The batch cost limit set.
+    pub fn max_batch_cost_limit(&self) -> Option<usize> {
+        self.max_batch_cost
+    }
+
     pub(super) fn check(&self) -> Result<(), Error> {
         for (what, v) in [
             ("stream max_batch", self.max_batch),
+            ("stream max_batch_cost", self.max_batch_cost.unwrap_or(1)),
             ("stream queue", self.queue),
             ("stream in_flight", self.in_flight),
         ] {

@@ -45,6 +45,14 @@ pub trait Model: Send + Sync + 'static {
         let _ = input;
         Ok(())
     }
+
+    /// What an input weighs against [`StreamConfig::max_batch_cost`](super::StreamConfig::max_batch_cost)
+    /// (a text's tokens, for an encoder). Called by the batcher on each
+    /// input as it joins a batch: keep it cheap. Default: 1.
+    fn cost(&self, input: &Self::Input) -> usize {
+        let _ = input;
+        1
+    }
 }
 
 /// A shared model is a model: a caller that keeps an `Arc` of its own
@@ -65,6 +73,10 @@ impl<M: Model + ?Sized> Model for Arc<M> {
 
     fn check_input(&self, input: &Self::Input) -> Result<(), String> {
         (**self).check_input(input)
+    }
+
+    fn cost(&self, input: &Self::Input) -> usize {
+        (**self).cost(input)
     }
 }
 

@@ -1,104 +1,11 @@
-//! Reading the model's safetensors files: tensors by name and dtype, and
-//! the labelled rows of a test split.
+//! The labelled rows of a test split, saved beside a model.
 
 use std::path::Path;
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::SafeTensors;
 
-use super::read;
+use crate::tensors::{read, read_f32, read_i64, tensor_err};
 use crate::KernelError;
-
-/// A tensor read out of a safetensors file: its shape and its f32 or i64
-/// elements (little-endian in the file, copied out since the file's bytes need
-/// not be aligned).
-pub(super) struct Tensor<T = f32> {
-    pub(super) shape: Vec<usize>,
-    pub(super) data: Box<[T]>,
-}
-
-pub(super) fn tensor_err(path: &Path, tensor: &str, e: impl std::fmt::Display) -> KernelError {
-    KernelError::Tensor {
-        path: path.to_path_buf(),
-        tensor: tensor.to_string(),
-        why: e.to_string(),
-    }
-}
-
-/// Reads `name` as `dtype` with `rank = want.len()` dimensions, each equal to
-/// `want[d]` where that is `Some`, and every dimension positive.
-pub(super) fn read_raw<'a>(
-    st: &SafeTensors<'a>,
-    path: &Path,
-    name: &str,
-    dtype: Dtype,
-    want: &[Option<usize>],
-) -> Result<(Vec<usize>, &'a [u8]), KernelError> {
-    let t = st.tensor(name).map_err(|_| {
-        let mut names = st.names();
-        names.sort_unstable();
-        tensor_err(path, name, format!("missing (the file holds {names:?})"))
-    })?;
-    if t.dtype() != dtype {
-        return Err(tensor_err(
-            path,
-            name,
-            format!("dtype {:?}, expected {dtype:?}", t.dtype()),
-        ));
-    }
-    let shape = t.shape().to_vec();
-    let fits = shape.len() == want.len()
-        && shape
-            .iter()
-            .zip(want)
-            .all(|(&s, w)| s > 0 && w.is_none_or(|w| w == s));
-    if !fits {
-        let want: Vec<String> = want
-            .iter()
-            .map(|w| w.map_or("_".into(), |w| w.to_string()))
-            .collect();
-        return Err(tensor_err(
-            path,
-            name,
-            format!("shape {shape:?}, expected [{}]", want.join(", ")),
-        ));
-    }
-    Ok((shape, t.data()))
-}
-
-pub(super) fn read_f32(
-    st: &SafeTensors<'_>,
-    path: &Path,
-    name: &str,
-    want: &[Option<usize>],
-) -> Result<Tensor, KernelError> {
-    let (shape, bytes) = read_raw(st, path, name, Dtype::F32, want)?;
-    let data: Box<[f32]> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
-        return Err(tensor_err(
-            path,
-            name,
-            format!("element {i} is {}", data[i]),
-        ));
-    }
-    Ok(Tensor { shape, data })
-}
-
-pub(super) fn read_i64(
-    st: &SafeTensors<'_>,
-    path: &Path,
-    name: &str,
-    want: &[Option<usize>],
-) -> Result<Tensor<i64>, KernelError> {
-    let (shape, bytes) = read_raw(st, path, name, Dtype::I64, want)?;
-    let data = bytes
-        .chunks_exact(8)
-        .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-        .collect();
-    Ok(Tensor { shape, data })
-}
 
 /// A labelled test split saved beside a model by `scripts/train_digits.py`:
 /// the rows (scaled as for training), their true labels, the labels the

@@ -167,14 +167,6 @@ pub struct MlpWeights {
     id: u64,
 }
 
-/// The bytes of `path`, or an I/O error naming it.
-pub(super) fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
-    std::fs::read(path).map_err(|source| KernelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 /// Most layers a model may have: far past any MLP worth serving, and a
 /// bound on what a hostile file can make the loader look for.
 const MAX_LAYERS: usize = 64;
@@ -447,4 +439,4 @@ mod io;
 mod tests;
 
 pub use io::{argmax, LabeledRows};
-use io::{read_f32, tensor_err};
+use crate::tensors::{read, read_f32, tensor_err};

@@ -1,0 +1,215 @@
+//! embed: a sentence-embedding encoder of the BERT family
+//! (all-MiniLM-L6-v2 and any encoder of its layout) over a batch of
+//! tokenised sequences, on every CPU worker at once.
+//!
+//! A model folder holds `config.json` (Hugging Face's: `model_type`
+//! `bert`, widths, depth, heads, vocabulary), `model.safetensors`, and
+//! optionally sentence-transformers' `1_Pooling/config.json` (mean or
+//! `[CLS]` pooling) and `sentence_bert_config.json` (`max_seq_length`).
+//! Tokenising is the caller's (the `coexec` crate's `embed` module, with
+//! the `tokenizers` crate): an [`Encoder`] takes token ids.
+//!
+//! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
+//! costs `L` dense-layer tokens plus attention's `L²` term
+//! ([`BertConfig::work`]: `L·(1 + L/(2H + I))` token-equivalents), so the
+//! kernel's items are token-equivalents: a batch's sequences, sorted
+//! shortest first, are laid end to end on the item axis, and a chunk
+//! `lo..hi` computes the sequences that *start* in it. Each sequence
+//! starts in exactly one chunk, so each is computed once; the speed
+//! models (`t(n) = a + n/b`) and the split then weigh a batch by its
+//! tokens. Sorted, the CPUs (eating from the head) take the short
+//! sequences and an accelerator (from the tail) the long ones.
+//!
+//! ```text
+//!  items  [ s0 ][ s1 ][  s2  ][   s3   ][      s4      ]   (shortest first)
+//!  chunk  |---- cpu ----|------------ gpu -------------|
+//!         computes s0 s1 s2      computes s3 s4
+//! ```
+//!
+//! The CPU pass (`cpu.rs`) lays a tile's sequences back to back with no
+//! padding: dense layers are GEMMs over real tokens, attention runs over
+//! each sequence's own tokens. Outputs are the pooled vectors before
+//! normalisation (the caller normalises, or not, per request).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use coexec_kernels::embed::{BertWeights, Encoder};
+//! use coexec_kernels::{run_sequential, OneShot};
+//!
+//! let w = Arc::new(BertWeights::load("all-MiniLM-L6-v2")?);
+//! // [CLS] hello world [SEP], as the model's tokenizer gives it.
+//! let k = Encoder::new(w, vec![vec![101, 7592, 2088, 102]])?;
+//! let k = run_sequential(OneShot::new(k))?.expect("absorbed");
+//! assert_eq!(k.into_vectors()[0].len(), 384);
+//! # Ok::<(), coexec_kernels::KernelError>(())
+//! ```
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use crate::workload::check_chunk;
+use crate::{Chunk, Kernel, KernelError};
+
+mod config;
+mod cpu;
+#[cfg(test)]
+mod tests;
+mod weights;
+
+pub use config::{BertConfig, Pooling};
+pub use weights::BertWeights;
+
+thread_local! {
+    /// Each worker thread's activations, kept between chunks.
+    static SCRATCH: RefCell<cpu::Scratch> = RefCell::new(cpu::Scratch::default());
+}
+
+/// The forward pass over a batch of tokenised sequences: item space in
+/// token-equivalents (see the module docs), one pooled vector out per
+/// sequence.
+#[derive(Debug)]
+pub struct Encoder {
+    weights: Arc<BertWeights>,
+    /// The sequences' ids back to back, shortest sequence first.
+    ids: Vec<u32>,
+    /// Per sorted sequence: its ids' start in `ids`, and its length.
+    spans: Vec<(usize, usize)>,
+    /// Per sorted sequence: its index in the batch as given.
+    order: Vec<usize>,
+    /// Per sorted sequence: its first item; then the item count.
+    starts: Vec<usize>,
+    /// Pooled vectors in sorted order (`sequences × H`), each written
+    /// by the chunk it starts in.
+    out: Mutex<Vec<f32>>,
+}
+
+impl Encoder {
+    /// A batch of `seqs`, each the ids of one input as the model's
+    /// tokenizer gives them (`[CLS] … [SEP]`). Refuses an empty sequence,
+    /// one longer than the model's positions, and an id past its
+    /// vocabulary, naming the sequence.
+    pub fn new(weights: Arc<BertWeights>, seqs: Vec<Vec<u32>>) -> Result<Self, KernelError> {
+        let c = weights.config();
+        for (i, s) in seqs.iter().enumerate() {
+            if s.is_empty() || s.len() > c.max_positions {
+                return Err(KernelError::invalid(
+                    "encoder input",
+                    format!(
+                        "sequence {i} has {} tokens; the model takes 1 to {}",
+                        s.len(),
+                        c.max_positions
+                    ),
+                ));
+            }
+            if let Some(&id) = s.iter().find(|&&id| id as usize >= c.vocab) {
+                return Err(KernelError::invalid(
+                    "encoder input",
+                    format!(
+                        "sequence {i} holds token id {id}, past the vocabulary of {}",
+                        c.vocab
+                    ),
+                ));
+            }
+        }
+        let mut order: Vec<usize> = (0..seqs.len()).collect();
+        order.sort_by_key(|&i| seqs[i].len());
+        let tokens = seqs.iter().map(Vec::len).sum();
+        let mut ids = Vec::with_capacity(tokens);
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut starts = Vec::with_capacity(seqs.len() + 1);
+        let mut units = 0;
+        for &i in &order {
+            spans.push((ids.len(), seqs[i].len()));
+            ids.extend_from_slice(&seqs[i]);
+            starts.push(units);
+            units += c.work(seqs[i].len());
+        }
+        starts.push(units);
+        let out = crate::workload::try_zeroed("encoder output", seqs.len() * c.hidden)?;
+        Ok(Self {
+            weights,
+            ids,
+            spans,
+            order,
+            starts,
+            out: Mutex::new(out),
+        })
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Arc<BertWeights> {
+        &self.weights
+    }
+
+    /// Sequences in the batch.
+    pub fn sequences(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Tokens in the batch.
+    pub fn tokens(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The sorted sequences (`first..last`) that start in items `lo..hi`.
+    fn starting_in(&self, lo: usize, hi: usize) -> std::ops::Range<usize> {
+        let n = self.spans.len();
+        let first = self.starts[..n].partition_point(|&s| s < lo);
+        let last = self.starts[..n].partition_point(|&s| s < hi);
+        first..last
+    }
+
+    /// The ids of sorted sequence `j`.
+    fn seq(&self, j: usize) -> &[u32] {
+        let (at, len) = self.spans[j];
+        &self.ids[at..at + len]
+    }
+
+    /// Each sequence's pooled vector (not normalised), in the batch's
+    /// order, once the run is over.
+    pub fn into_vectors(self) -> Vec<Vec<f32>> {
+        let h = self.weights.dim();
+        let out = self.out.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut v = vec![Vec::new(); self.order.len()];
+        for (j, &i) in self.order.iter().enumerate() {
+            v[i] = out[j * h..(j + 1) * h].to_vec();
+        }
+        v
+    }
+}
+
+impl Kernel for Encoder {
+    fn name(&self) -> &str {
+        "bert"
+    }
+
+    fn items(&self) -> usize {
+        self.starts[self.spans.len()]
+    }
+
+    fn profile_key(&self) -> String {
+        let c = self.weights.config();
+        format!(
+            "bert/{}x{}x{}x{}",
+            c.layers, c.hidden, c.heads, c.intermediate
+        )
+    }
+
+    fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), 1)?;
+        let seqs = self.starting_in(chunk.lo(), chunk.hi());
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        let h = self.weights.dim();
+        let ids: Vec<&[u32]> = seqs.clone().map(|j| self.seq(j)).collect();
+        let mut pooled = vec![0.0; ids.len() * h];
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            self.weights.encode_cpu(&ids, &mut pooled, &mut s);
+        });
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out[seqs.start * h..seqs.end * h].copy_from_slice(&pooled);
+        Ok(())
+    }
+}
