@@ -202,7 +202,9 @@ impl Model for Embedder {
     type Kernel = Encoder;
 
     fn build(&self, inputs: Vec<Vec<u32>>) -> Result<Encoder, KernelError> {
-        Encoder::new(self.weights.clone(), inputs)
+        let k = Encoder::new(self.weights.clone(), inputs)?;
+        metrics::histogram!("coexec_embed_batch_tokens").record(k.tokens() as f64);
+        Ok(k)
     }
 
     fn outputs(&self, k: Encoder) -> Result<Vec<Vec<f32>>, KernelError> {

@@ -89,9 +89,23 @@ pub(super) fn retry_after(backlog: usize, rate: f64, cap: Duration) -> u64 {
     ((backlog as f64 / rate).ceil() as u64).clamp(1, cap)
 }
 
-/// Why a request was refused, as its JSON body says.
+/// Why a request was refused, as its JSON body says: `{"error": why,
+/// "error_type": kind}`, the kind as Text Embeddings Inference names it
+/// (from the status: 429 `Overloaded`, 503 `Unhealthy`, 5xx `Backend`,
+/// other 4xx `Validation`).
 pub(super) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": msg.into() }).to_string();
+    let kind = match status {
+        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
+        StatusCode::SERVICE_UNAVAILABLE => "Unhealthy",
+        s if s.is_server_error() => "Backend",
+        _ => "Validation",
+    };
+    error_of(status, kind, msg)
+}
+
+/// [`error`] with the `error_type` given.
+pub(super) fn error_of(status: StatusCode, kind: &str, msg: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": msg.into(), "error_type": kind }).to_string();
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
@@ -311,17 +325,16 @@ pub(super) async fn read_body(
         .unwrap_or(Err(BodyFault::Stalled))
 }
 
-pub(super) async fn infer_inner<M: ServeModel>(
+/// The body under the service's limits, or the answer to send instead
+/// (413, 408, 400, each closing the connection).
+pub(super) async fn body_of<M: ServeModel>(
     svc: &Service<M>,
     headers: &HeaderMap,
     body: Body,
-) -> Response {
+) -> Result<Bytes, Response> {
     let i = &svc.inner;
-    // A request whose head came before the drain began is answered, though
-    // its body may finish arriving after it.
-    let accepted = !i.draining.load(Ordering::Acquire);
-    let body = match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
-        Ok(b) => b,
+    match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
+        Ok(b) => Ok(b),
         Err(fault) => {
             let (status, why) = match fault {
                 BodyFault::TooLarge => (
@@ -345,8 +358,23 @@ pub(super) async fn infer_inner<M: ServeModel>(
             let mut r = error(status, why);
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return r;
+            Err(r)
         }
+    }
+}
+
+pub(super) async fn infer_inner<M: ServeModel>(
+    svc: &Service<M>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let i = &svc.inner;
+    // A request whose head came before the drain began is answered, though
+    // its body may finish arriving after it.
+    let accepted = !i.draining.load(Ordering::Acquire);
+    let body = match body_of(svc, headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     // Under overload most requests are turned away, and the parse is a
     // large part of a request's cost on the handlers (a third of a 200's,
@@ -400,31 +428,57 @@ pub(super) async fn infer_inner<M: ServeModel>(
             }
         }
     }
-    if !accepted {
-        return draining();
+    let deadline = req.deadline_ms.map(Duration::from_millis);
+    let outputs = match submit(svc, accepted, req.inputs, deadline).await {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    // An input the model took can still have no meaningful answer (an
+    // MLP's arithmetic overflowing): refused, not answered with `null`s.
+    for (k, out) in outputs.iter().enumerate() {
+        if let Err(why) = i.model.check_output(out) {
+            return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
+        }
     }
-    let rows = req.inputs.len();
-    let deadline = req
-        .deadline_ms
-        .map(Duration::from_millis)
-        .or(i.cfg.deadline)
-        .map(|d| Instant::now() + d);
+    let outputs = &outputs[..];
+    match serde_json::to_string(&InferResponse { outputs }) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Queues a request's checked `inputs` on the stream, all or none, and
+/// awaits their outputs in order; `Err` is the answer to send instead (503
+/// when the drain began before the request's head, `accepted` false; 429,
+/// 504, 500). `deadline` is the request's own, else the service's.
+pub(super) async fn submit<M: ServeModel>(
+    svc: &Service<M>,
+    accepted: bool,
+    inputs: Vec<M::Input>,
+    deadline: Option<Duration>,
+) -> Result<Vec<M::Output>, Response> {
+    let i = &svc.inner;
+    if !accepted {
+        return Err(draining());
+    }
+    let rows = inputs.len();
+    let deadline = deadline.or(i.cfg.deadline).map(|d| Instant::now() + d);
     // All the request's rows are queued, or none: a refused request leaves
     // nothing in the queue. (A deadline already past is checked first: 504
     // before 429.)
-    let admitted = i.stream.try_infer_many_checked(req.inputs, deadline);
+    let admitted = i.stream.try_infer_many_checked(inputs, deadline);
     let pending: Vec<Pending<M::Output>> = match admitted {
         Ok(pending) => pending,
         Err(rejected) => match rejected.error() {
-            StreamError::Overloaded { .. } => return svc.overloaded(),
+            StreamError::Overloaded { .. } => return Err(svc.overloaded()),
             StreamError::DeadlinePassed => {
-                return error(StatusCode::GATEWAY_TIMEOUT, "deadline passed");
+                return Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"));
             }
-            // Not reached: more rows than `most` got their 400 above.
+            // Not reached: the callers refuse more rows than the queue holds.
             e @ StreamError::TooMany { .. } => {
-                return error(StatusCode::BAD_REQUEST, e.to_string())
+                return Err(error(StatusCode::BAD_REQUEST, e.to_string()))
             }
-            _ => return draining(),
+            _ => return Err(draining()),
         },
     };
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);
@@ -444,29 +498,19 @@ pub(super) async fn infer_inner<M: ServeModel>(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .answered(rows as u64, svc.now());
-    // An input the model took can still have no meaningful answer (an
-    // MLP's arithmetic overflowing): refused, not answered with `null`s.
-    if failure.is_none() {
-        for (k, out) in outputs.iter().enumerate() {
-            if let Err(why) = i.model.check_output(out) {
-                return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
-            }
-        }
-    }
     match failure {
-        None => {
-            let outputs = &outputs[..];
-            match serde_json::to_string(&InferResponse { outputs }) {
-                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-            }
+        None => Ok(outputs),
+        Some(StreamError::DeadlinePassed) => {
+            Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"))
         }
-        Some(StreamError::DeadlinePassed) => error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"),
-        Some(StreamError::Overloaded { .. }) => svc.overloaded(),
-        Some(StreamError::Closed) => error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"),
+        Some(StreamError::Overloaded { .. }) => Err(svc.overloaded()),
+        Some(StreamError::Closed) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the stream closed",
+        )),
         Some(e) => {
             tracing::error!("inference failed: {e}");
-            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
         }
     }
 }

@@ -68,10 +68,14 @@ use crate::{Error, Runtime};
 mod infer;
 mod model;
 mod server;
+#[cfg(feature = "embed")]
+mod tei;
 #[cfg(test)]
 mod tests;
 
 pub use model::ServeModel;
+#[cfg(feature = "embed")]
+pub use tei::BLOCKING_BYTES;
 
 use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
 pub use server::{
@@ -167,6 +171,11 @@ struct Inner<M: ServeModel> {
     drain: Mutex<DrainRate>,
     /// Rows accepted and not yet answered.
     in_flight: AtomicU64,
+    /// The stream's batch limits, for `/info`.
+    #[cfg_attr(not(feature = "embed"), allow(dead_code))]
+    batch_len: usize,
+    #[cfg_attr(not(feature = "embed"), allow(dead_code))]
+    batch_cost: Option<usize>,
 }
 
 /// The inference service: a [`Stream`] of a [`ServeModel`] and the HTTP
@@ -213,6 +222,7 @@ impl<M: ServeModel> Service<M> {
                 .record_many((t.run + t.deliver).as_secs_f64(), n);
         });
         let model = Arc::new(model);
+        let (batch_len, batch_cost) = (stream.max_batch_len(), stream.max_batch_cost_limit());
         let stream = Stream::start(rt, model.clone(), stream)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -224,6 +234,8 @@ impl<M: ServeModel> Service<M> {
                 epoch: Instant::now(),
                 drain: Mutex::new(DrainRate::default()),
                 in_flight: AtomicU64::new(0),
+                batch_len,
+                batch_cost,
             }),
         })
     }
@@ -244,13 +256,19 @@ impl<M: ServeModel> Service<M> {
         } else {
             "POST /v1/infer; GET /healthz, /readyz"
         };
+        self.router_with(Router::new(), routes)
+    }
+
+    /// [`Service::router`]'s routes and `extra`, with `routes` (all of
+    /// them) named in the 404s and 405s.
+    fn router_with(&self, extra: Router<Self>, routes: &'static str) -> Router {
         let json405 = move || async move {
             error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 format!("method not allowed: {routes}"),
             )
         };
-        let mut r = Router::new()
+        let mut r = extra
             .route("/v1/infer", post(infer::<M>).fallback(json405))
             .route("/healthz", get(|| async { "ok\n" }).fallback(json405))
             .route("/readyz", get(ready::<M>).fallback(json405));
@@ -311,6 +329,33 @@ impl<M: ServeModel> Service<M> {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         r
+    }
+}
+
+/// Text Embeddings Inference's API (see `tei.rs`).
+#[cfg(feature = "embed")]
+impl Service<crate::embed::Embedder> {
+    /// TEI's routes — `POST /embed`, `POST /v1/embeddings`, `GET /info`,
+    /// `GET /health` — and [`Service::router`]'s (token ids on
+    /// `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a handle).
+    pub fn tei_router(&self) -> Router {
+        let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
+            "POST /embed, /v1/embeddings, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
+        } else {
+            "POST /embed, /v1/embeddings, /v1/infer; GET /info, /health, /healthz, /readyz"
+        };
+        let json405 = move || async move {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("method not allowed: {routes}"),
+            )
+        };
+        let tei = Router::new()
+            .route("/embed", post(tei::embed).fallback(json405))
+            .route("/v1/embeddings", post(tei::openai).fallback(json405))
+            .route("/info", get(tei::info).fallback(json405))
+            .route("/health", get(tei::health).fallback(json405));
+        self.router_with(tei, routes)
     }
 }
 

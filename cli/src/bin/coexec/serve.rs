@@ -1,5 +1,6 @@
 //! `coexec serve`: an MLP classifier behind HTTP (the built-in digits model,
-//! or any MLP in safetensors given by `--model`).
+//! or any MLP in safetensors given by `--model FILE`), or a sentence
+//! embedding model with Text Embeddings Inference's API (`--model DIR`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -7,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use coexec::embed::Embedder;
 use coexec::kernels::workloads::MlpWeights;
-use coexec::serve::{ServeConfig, ServerConfig, Service};
+use coexec::serve::{ServeConfig, ServeModel, ServerConfig, Service};
 use coexec::stream::{MlpModel, Placement, StreamConfig};
 use coexec::Runtime;
 
@@ -31,21 +33,39 @@ pub(crate) struct ServeArgs {
     /// alone: --devices cpu:1 or --devices sim:1@0.5.
     #[arg(long, default_value = "hybrid", value_parser = ["hybrid", "greedy"])]
     policy: String,
-    /// Most requests (input rows) in one batch. The default suits the
-    /// committed model, whose every batch packs its 4 MiB hidden layer
-    /// once: one core runs 26 k rows/s in 32-row batches and 33 k in
-    /// 128-row ones (`cargo bench --bench mlp_forward`).
-    #[arg(long, default_value_t = 128)]
-    max_batch: usize,
+    /// Most requests (input rows, or texts) in one batch. Default: 128 for
+    /// an MLP, whose every batch packs its 4 MiB hidden layer once (one
+    /// core runs 26 k rows/s in 32-row batches and 33 k in 128-row ones:
+    /// `cargo bench --bench mlp_forward`); 256 texts for an embedding
+    /// model, whose batches --max-batch-tokens bounds.
+    #[arg(long)]
+    max_batch: Option<usize>,
+    /// Embedding model: most tokens in one batch (TEI's
+    /// --max-batch-tokens).
+    #[arg(long, default_value_t = 16384)]
+    max_batch_tokens: usize,
+    /// Most inputs in one request; more get 413 (TEI's
+    /// --max-client-batch-size). Default: 32 for an embedding model, 1024
+    /// rows for an MLP.
+    #[arg(long)]
+    max_client_batch_size: Option<usize>,
+    /// Embedding model: the id `/info` and `/v1/embeddings` give
+    /// (default: the folder's name).
+    #[arg(long)]
+    model_id: Option<String>,
     /// Longest a batch waits for more requests after its first, in µs (at most 10 s).
     #[arg(long, default_value_t = 1000)]
     max_wait_us: u64,
     /// Requests (input rows) waiting at most; more get 429.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
-    /// The model: an MLP classifier in safetensors (`fc1.weight`,
+    /// The model. A file: an MLP classifier in safetensors (`fc1.weight`,
     /// `fc1.bias`, `fc2.weight`, …; any depth and widths, read from the
-    /// file). Default: the committed digits model, built in.
+    /// file), on `POST /v1/infer`. A folder: a BERT-family sentence
+    /// embedding model (config.json, model.safetensors, tokenizer.json;
+    /// `scripts/fetch_model.sh` fetches all-MiniLM-L6-v2), on Text
+    /// Embeddings Inference's API (`POST /embed`, `/v1/embeddings`, `GET
+    /// /info`, `/health`). Default: the committed digits model, built in.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir).
@@ -85,6 +105,25 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
+    if let Some(dir) = a.model.as_ref().filter(|p| p.is_dir()) {
+        let mut model = Embedder::load(dir)?;
+        if let Some(id) = &a.model_id {
+            model = model.with_id(id.clone());
+        }
+        tracing::info!(
+            model = %dir.display(),
+            sha256 = model.sha256(),
+            "serving sentence embeddings of {} dimensions, inputs up to {} tokens",
+            model.dim(),
+            model.max_input_length()
+        );
+        let stream = |s: StreamConfig| {
+            s.max_batch(a.max_batch.unwrap_or(256))
+                .max_batch_cost(Some(a.max_batch_tokens))
+        };
+        let inputs = a.max_client_batch_size.unwrap_or(32);
+        return run(&a, model, stream, inputs, Service::tei_router).await;
+    }
     let weights = Arc::new(match &a.model {
         Some(path) => MlpWeights::load(path)?,
         None => MlpWeights::from_bytes(
@@ -92,6 +131,28 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
             std::path::Path::new("built-in examples/models/digits_mlp.safetensors"),
         )?,
     });
+    let widths: Vec<String> = weights.widths().iter().map(usize::to_string).collect();
+    tracing::info!(
+        model = %weights.source().display(),
+        widths = %widths.join(" → "),
+        "serving an MLP of {} inputs",
+        weights.inputs()
+    );
+    let stream = |s: StreamConfig| s.max_batch(a.max_batch.unwrap_or(128));
+    let inputs = a.max_client_batch_size.unwrap_or(1024);
+    run(&a, MlpModel::new(weights), stream, inputs, Service::router).await
+}
+
+/// Serves `model` until a signal, then drains: the runtime from `a`'s
+/// devices, the stream from `a`'s limits (and `stream`'s, the model's
+/// own), the routes from `routes`.
+async fn run<M: ServeModel>(
+    a: &ServeArgs,
+    model: M,
+    stream: impl FnOnce(StreamConfig) -> StreamConfig,
+    max_inputs: usize,
+    routes: fn(&Service<M>) -> axum::Router,
+) -> Result<(), Failure> {
     let mut b = Runtime::builder();
     if let Some(d) = &a.devices {
         b = b.devices(d)?;
@@ -110,26 +171,21 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
         || rt.classes().len().max(1) + usize::from(placement == Placement::Hybrid),
         |n| n as usize,
     );
-    let stream = StreamConfig::new()
-        .max_batch(a.max_batch)
-        .max_wait(Duration::from_micros(a.max_wait_us))
-        .queue(a.queue)
-        .in_flight(in_flight)
-        .placement(placement);
+    let stream = stream(
+        StreamConfig::new()
+            .max_wait(Duration::from_micros(a.max_wait_us))
+            .queue(a.queue)
+            .in_flight(in_flight)
+            .placement(placement),
+    );
     // The application installs the process's recorder; the service only
     // records into it and serves it.
     let prometheus = coexec::metrics::install()?;
     let cfg = ServeConfig::new()
         .deadline(a.deadline_ms.map(Duration::from_millis))
+        .max_inputs(max_inputs)
         .prometheus(prometheus);
-    let widths: Vec<String> = weights.widths().iter().map(usize::to_string).collect();
-    tracing::info!(
-        model = %weights.source().display(),
-        widths = %widths.join(" → "),
-        "serving an MLP of {} inputs",
-        weights.inputs()
-    );
-    let svc = Service::start(rt.clone(), MlpModel::new(weights), stream, cfg)?;
+    let svc = Service::start(rt.clone(), model, stream, cfg)?;
     let listener = coexec::serve::bind(a.addr).await?;
     let addr = listener
         .local_addr()
@@ -159,7 +215,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
     let server = ServerConfig::new()
         .max_connections(usize::try_from(a.max_connections).unwrap_or(usize::MAX))
         .drain_timeout(Duration::from_secs(a.drain_timeout_s));
-    coexec::serve::serve_with(listener, svc.router(), signal, server).await;
+    coexec::serve::serve_with(listener, routes(&svc), signal, server).await;
     svc.shutdown().await;
     drop(svc);
     match Arc::try_unwrap(rt) {

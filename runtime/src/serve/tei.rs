@@ -1,0 +1,350 @@
+//! Text Embeddings Inference's HTTP API over an [`Embedder`]: a drop-in for
+//! TEI's clients, served on every CPU core and GPU at once.
+//!
+//! ```text
+//!  POST /embed          {"inputs": str | [str], "normalize": true, "truncate": true} → [[f32]]
+//!  POST /v1/embeddings  {"input": str | [str], "model": …}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
+//!  GET  /info           model id and sha, max input length, batch limits
+//!  GET  /health         200, 503 while draining
+//! ```
+//!
+//! Texts are tokenised on the request's handler (a request of more than
+//! [`BLOCKING_BYTES`] on tokio's blocking pool), never on coexec's workers.
+//! Errors are `{"error", "error_type"}` with TEI's statuses: 400 `Empty`
+//! (no input, an empty string), 413 `Validation` (too many inputs, an
+//! input past the model's limit with `truncate: false`, a body over the
+//! limit), 400 for a body that is not JSON, 422 `Validation` for JSON of
+//! the wrong shape, 422 `Tokenizer`, 429 `Overloaded` with `Retry-After`.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use metrics::{counter, histogram};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::infer::{body_of, error, error_of, inputs_in, outcome_of, submit};
+use super::{ServeModel, Service};
+use crate::embed::{normalize, Embedder, TokenizeError};
+
+/// A request whose texts hold more bytes than this is tokenised on
+/// tokio's blocking pool, not on the handler's worker thread.
+pub const BLOCKING_BYTES: usize = 64 << 10;
+
+/// Token ids are the input of `/v1/infer` (for clients that tokenise
+/// themselves); TEI's routes take text.
+impl ServeModel for Embedder {
+    fn describe_input(&self) -> String {
+        format!("[token ids, 1 to {}]", self.weights().config().max_positions)
+    }
+}
+
+/// Which of TEI's shapes a request and its answer take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Api {
+    /// `POST /embed`.
+    Tei,
+    /// `POST /v1/embeddings`.
+    OpenAi,
+}
+
+impl Api {
+    fn field(self) -> &'static str {
+        match self {
+            Api::Tei => "inputs",
+            Api::OpenAi => "input",
+        }
+    }
+}
+
+/// A request's texts and flags, read from its JSON.
+struct Parsed {
+    texts: Vec<String>,
+    normalize: bool,
+    truncate: bool,
+}
+
+fn unprocessable(msg: impl Into<String>) -> Response {
+    error_of(StatusCode::UNPROCESSABLE_ENTITY, "Validation", msg)
+}
+
+fn flag(obj: &serde_json::Map<String, Value>, name: &str) -> Result<bool, Response> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(unprocessable(format!("`{name}` must be true or false, not {v}"))),
+    }
+}
+
+/// The texts of a request body, or its 4xx.
+fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        let status = if e.is_data() {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        error(status, format!("the body is not JSON: {e}"))
+    })?;
+    let field = api.field();
+    let Value::Object(obj) = v else {
+        return Err(unprocessable(format!(
+            "expected a JSON object {{\"{field}\": string or [string, ...]}}"
+        )));
+    };
+    let texts = match obj.get(field) {
+        None => return Err(unprocessable(format!("missing field `{field}`"))),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            if a.len() > most {
+                return Err(error_of(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Validation",
+                    format!(
+                        "batch size {} > maximum allowed batch size {most}",
+                        a.len()
+                    ),
+                ));
+            }
+            let mut texts = Vec::with_capacity(a.len());
+            for (k, t) in a.iter().enumerate() {
+                match t {
+                    Value::String(s) => texts.push(s.clone()),
+                    other => {
+                        return Err(unprocessable(format!(
+                            "`{field}[{k}]` must be a string, not {}",
+                            kind(other)
+                        )))
+                    }
+                }
+            }
+            texts
+        }
+        Some(other) => {
+            return Err(unprocessable(format!(
+                "`{field}` must be a string or an array of strings, not {}",
+                kind(other)
+            )))
+        }
+    };
+    if texts.is_empty() {
+        return Err(error_of(
+            StatusCode::BAD_REQUEST,
+            "Empty",
+            format!("`{field}` cannot be empty"),
+        ));
+    }
+    if let Some(k) = texts.iter().position(String::is_empty) {
+        return Err(error_of(
+            StatusCode::BAD_REQUEST,
+            "Empty",
+            format!("`{field}[{k}]` is an empty string"),
+        ));
+    }
+    if api == Api::OpenAi {
+        if let Some(f) = obj.get("encoding_format") {
+            if f.as_str() != Some("float") && !f.is_null() {
+                return Err(unprocessable(format!(
+                    "`encoding_format` {f} is not served; \"float\" is"
+                )));
+            }
+        }
+    }
+    Ok(Parsed {
+        texts,
+        // OpenAI's embeddings are unit vectors.
+        normalize: if api == Api::Tei {
+            flag(&obj, "normalize")?
+        } else {
+            true
+        },
+        truncate: flag(&obj, "truncate")?,
+    })
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The ids of each text, or the 4xx of the first that fails.
+fn tokenize(model: &Embedder, api: Api, p: &Parsed) -> Result<Vec<Vec<u32>>, Response> {
+    p.texts
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            model.tokenize(t, p.truncate).map_err(|e| match e {
+                TokenizeError::TooLong { .. } => error_of(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Validation",
+                    format!("`{}[{k}]`: {e}", api.field()),
+                ),
+                _ => error_of(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Tokenizer",
+                    format!("`{}[{k}]`: {e}", api.field()),
+                ),
+            })
+        })
+        .collect()
+}
+
+async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Body) -> Response {
+    let i = &svc.inner;
+    let accepted = !i.draining.load(Ordering::Acquire);
+    let body = match body_of(svc, headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let most = i.cfg.max_inputs.min(i.stream.capacity());
+    let rows = inputs_in(&body);
+    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
+        return svc.overloaded();
+    }
+    let parsed = match parse(api, &body, most) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    drop(body);
+    let model = svc.model().clone();
+    let bytes: usize = parsed.texts.iter().map(String::len).sum();
+    let (ids, parsed) = if bytes > BLOCKING_BYTES {
+        match tokio::task::spawn_blocking(move || (tokenize(&model, api, &parsed), parsed)).await
+        {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    } else {
+        (tokenize(&model, api, &parsed), parsed)
+    };
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(r) => return r,
+    };
+    let tokens: usize = ids.iter().map(Vec::len).sum();
+    let mut vectors = match submit(svc, accepted, ids, None).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    counter!("coexec_embed_sequences_total").increment(vectors.len() as u64);
+    counter!("coexec_embed_tokens_total").increment(tokens as u64);
+    if parsed.normalize {
+        vectors.iter_mut().for_each(|v| normalize(v));
+    }
+    let body = match api {
+        Api::Tei => serde_json::to_string(&vectors),
+        Api::OpenAi => serde_json::to_string(&OpenAiList {
+            object: "list",
+            data: vectors
+                .iter()
+                .enumerate()
+                .map(|(index, embedding)| OpenAiEmbedding {
+                    object: "embedding",
+                    embedding,
+                    index,
+                })
+                .collect(),
+            model: svc.model().id(),
+            usage: Usage {
+                prompt_tokens: tokens,
+                total_tokens: tokens,
+            },
+        }),
+    };
+    match body {
+        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `/v1/embeddings`' answer (vectors as `f32`, written shortest).
+#[derive(Serialize)]
+struct OpenAiList<'a> {
+    object: &'static str,
+    data: Vec<OpenAiEmbedding<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct OpenAiEmbedding<'a> {
+    object: &'static str,
+    embedding: &'a [f32],
+    index: usize,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
+}
+
+/// Times and counts a request as `/v1/infer`'s are.
+async fn timed(svc: Service<Embedder>, api: Api, headers: HeaderMap, body: Body) -> Response {
+    let t0 = Instant::now();
+    let r = handle(&svc, api, &headers, body).await;
+    let o = outcome_of(&r);
+    counter!("coexec_requests_total", "outcome" => o).increment(1);
+    histogram!("coexec_request_duration_seconds", "outcome" => o)
+        .record(t0.elapsed().as_secs_f64());
+    r
+}
+
+pub(super) async fn embed(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    timed(svc, Api::Tei, headers, body).await
+}
+
+pub(super) async fn openai(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    timed(svc, Api::OpenAi, headers, body).await
+}
+
+pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
+    let i = &svc.inner;
+    let m = svc.model();
+    let pooling = match m.weights().config().pooling {
+        coexec_kernels::embed::Pooling::Cls => "cls",
+        _ => "mean",
+    };
+    let body = json!({
+        "model_id": m.id(),
+        "model_sha": m.sha256(),
+        "model_dtype": "float32",
+        "model_type": {"embedding": {"pooling": pooling}},
+        "max_concurrent_requests": i.stream.capacity(),
+        "max_input_length": m.max_input_length(),
+        "max_batch_tokens": i.batch_cost,
+        "max_batch_requests": i.batch_len,
+        "max_client_batch_size": i.cfg.max_inputs.min(i.stream.capacity()),
+        "auto_truncate": true,
+        "tokenization_workers": 0,
+        "version": env!("CARGO_PKG_VERSION"),
+        "router": "coexec",
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+pub(super) async fn health(State(svc): State<Service<Embedder>>) -> Response {
+    if svc.inner.draining.load(Ordering::Acquire) {
+        error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        StatusCode::OK.into_response()
+    }
+}
