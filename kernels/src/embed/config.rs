@@ -249,7 +249,11 @@ fn read_pooling(path: &Path) -> Result<Pooling, KernelError> {
     match modes.as_slice() {
         ["pooling_mode_mean_tokens"] => Ok(Pooling::Mean),
         ["pooling_mode_cls_token"] => Ok(Pooling::Cls),
-        [] => Err(config_err(path, "pooling_mode_mean_tokens", "no pooling mode is true")),
+        [] => Err(config_err(
+            path,
+            "pooling_mode_mean_tokens",
+            "no pooling mode is true",
+        )),
         [one] => Err(config_err(
             path,
             one,

@@ -102,12 +102,12 @@ impl BertWeights {
     pub fn from_bytes(cfg: BertConfig, bytes: &[u8], origin: &Path) -> Result<Self, KernelError> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| tensor_err(origin, "", e))?;
         let word_name = "embeddings.word_embeddings.weight";
-        let prefix = if st.tensor(word_name).is_err() && st.tensor(&format!("bert.{word_name}")).is_ok()
-        {
-            "bert."
-        } else {
-            ""
-        };
+        let prefix =
+            if st.tensor(word_name).is_err() && st.tensor(&format!("bert.{word_name}")).is_ok() {
+                "bert."
+            } else {
+                ""
+            };
         let r = Reader {
             st: &st,
             path: origin,

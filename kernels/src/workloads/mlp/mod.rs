@@ -438,5 +438,5 @@ mod io;
 #[cfg(test)]
 mod tests;
 
-pub use io::{argmax, LabeledRows};
 use crate::tensors::{read, read_f32, tensor_err};
+pub use io::{argmax, LabeledRows};
