@@ -7,134 +7,14 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use coexec::kernels::workloads::LabeledRows;
 
-/// A running `coexec serve`, killed if the test ends early.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _profiles: TempDir,
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "coexec-serve-test-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos() ^ (extra.len() as u128 * 7919)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))
-            .args(["serve", "--addr", "127.0.0.1:0", "--profile-dir"])
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("coexec serve starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("first line: {line:?}"))
-            .parse()
-            .unwrap();
-        Self {
-            child,
-            addr,
-            _profiles: TempDir(dir),
-        }
-    }
-
-    fn terminate(&mut self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM");
-    }
-
-    /// Waits (bounded) for the process to exit; its status.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(t.elapsed() < limit, "did not exit within {limit:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim())
-        })
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Answer {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    // A server refusing a large body may close before reading it all.
-    for piece in body.chunks(64 * 1024) {
-        if s.write_all(piece).is_err() {
-            break;
-        }
-    }
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("{text:?}"));
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Answer {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    }
-}
+#[path = "common/server.rs"]
+mod server;
+use server::{http, Answer, Server, TempDir};
 
 fn test_rows() -> LabeledRows {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

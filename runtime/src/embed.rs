@@ -222,7 +222,10 @@ impl Model for Embedder {
             ));
         }
         match ids.iter().find(|&&id| id as usize >= c.vocab) {
-            Some(id) => Err(format!("token id {id} is past the vocabulary of {}", c.vocab)),
+            Some(id) => Err(format!(
+                "token id {id} is past the vocabulary of {}",
+                c.vocab
+            )),
             None => Ok(()),
         }
     }

@@ -504,10 +504,9 @@ pub(super) async fn submit<M: ServeModel>(
             Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"))
         }
         Some(StreamError::Overloaded { .. }) => Err(svc.overloaded()),
-        Some(StreamError::Closed) => Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the stream closed",
-        )),
+        Some(StreamError::Closed) => {
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"))
+        }
         Some(e) => {
             tracing::error!("inference failed: {e}");
             Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))

@@ -39,7 +39,10 @@ pub const BLOCKING_BYTES: usize = 64 << 10;
 /// themselves); TEI's routes take text.
 impl ServeModel for Embedder {
     fn describe_input(&self) -> String {
-        format!("[token ids, 1 to {}]", self.weights().config().max_positions)
+        format!(
+            "[token ids, 1 to {}]",
+            self.weights().config().max_positions
+        )
     }
 }
 
@@ -76,7 +79,9 @@ fn flag(obj: &serde_json::Map<String, Value>, name: &str) -> Result<bool, Respon
     match obj.get(name) {
         None | Some(Value::Null) => Ok(true),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(unprocessable(format!("`{name}` must be true or false, not {v}"))),
+        Some(v) => Err(unprocessable(format!(
+            "`{name}` must be true or false, not {v}"
+        ))),
     }
 }
 
@@ -104,10 +109,7 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
                 return Err(error_of(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "Validation",
-                    format!(
-                        "batch size {} > maximum allowed batch size {most}",
-                        a.len()
-                    ),
+                    format!("batch size {} > maximum allowed batch size {most}", a.len()),
                 ));
             }
             let mut texts = Vec::with_capacity(a.len());
@@ -219,8 +221,7 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     let model = svc.model().clone();
     let bytes: usize = parsed.texts.iter().map(String::len).sum();
     let (ids, parsed) = if bytes > BLOCKING_BYTES {
-        match tokio::task::spawn_blocking(move || (tokenize(&model, api, &parsed), parsed)).await
-        {
+        match tokio::task::spawn_blocking(move || (tokenize(&model, api, &parsed), parsed)).await {
             Ok(r) => r,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         }
@@ -338,7 +339,11 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "router": "coexec",
     });
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 pub(super) async fn health(State(svc): State<Service<Embedder>>) -> Response {

@@ -10,6 +10,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod embed;
 mod plot;
 mod progress;
 mod report;
@@ -99,10 +100,15 @@ enum Cmd {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-    /// Serve the digits classifier over HTTP (POST /v1/infer, /healthz,
-    /// /readyz, /metrics) until SIGTERM or Ctrl-C, then answer every
-    /// accepted request and exit 0.
+    /// Serve the digits classifier (or --model FILE, an MLP) over HTTP
+    /// (POST /v1/infer, /healthz, /readyz, /metrics), or a sentence
+    /// embedding model (--model DIR) with Text Embeddings Inference's API,
+    /// until SIGTERM or Ctrl-C, then answer every accepted request and
+    /// exit 0.
     Serve(serve::ServeArgs),
+    /// Embed a corpus (one text per line, or JSON Lines) with a sentence
+    /// embedding model into a .npy or .jsonl file, on every device.
+    Embed(embed::EmbedArgs),
 }
 
 /// Settings shared by `run` and `bench`.
@@ -144,7 +150,11 @@ impl From<coexec::Error> for Failure {
         use coexec_actors::ActorError as A;
         match &e {
             coexec::Error::Kernel(
-                K::Input { .. } | K::Invalid { .. } | K::Io { .. } | K::Tensor { .. },
+                K::Input { .. }
+                | K::Invalid { .. }
+                | K::Io { .. }
+                | K::Tensor { .. }
+                | K::Config { .. },
             )
             | coexec::Error::Actor(A::DeviceSpec { .. } | A::UnknownPolicy(_))
             | coexec::Error::Config { .. }
@@ -353,6 +363,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
         Cmd::Serve(args) => serve::serve(args).await,
+        Cmd::Embed(args) => embed::embed(args).await,
     }
 }
 

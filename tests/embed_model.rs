@@ -1,0 +1,377 @@
+//! all-MiniLM-L6-v2 as users run it: the library's vectors against the
+//! sentence-transformers documentation and an independent fp64 reference,
+//! `coexec serve --model DIR` with TEI's API (good and bad inputs at once),
+//! and `coexec embed` giving the service's vectors.
+//!
+//! The weights are not in the repository: `scripts/fetch_model.sh` puts
+//! them in `~/.cache/coexec/models/all-MiniLM-L6-v2` (or
+//! `COEXEC_EMBED_MODEL` names a folder). Without them each test says
+//! "skipped" on stderr and checks nothing. The reference comparison also
+//! needs `COEXEC_EMBED_REFERENCE`, the JSON `scripts/bert_reference.py`
+//! writes for `tests/data/embed_sentences.jsonl` (`.ci/run` makes both).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use coexec::embed::{normalize, Embedder};
+use coexec::stream::{Stream, StreamConfig};
+
+mod common;
+#[path = "common/server.rs"]
+mod server;
+use server::{http, Server};
+
+/// The model folder, or `None` (and a line saying the test is skipped).
+fn model_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("COEXEC_EMBED_MODEL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
+        })?;
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "{test}: skipped, no model at {} (scripts/fetch_model.sh fetches it)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn sentences() -> Vec<String> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/embed_sentences.jsonl");
+    std::fs::read_to_string(&p)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
+}
+
+/// Unit vectors of `texts` from the library, on two CPU workers.
+fn embed_all(dir: &PathBuf, texts: &[String]) -> (Embedder, Vec<Vec<u32>>, Vec<Vec<f32>>) {
+    let model = Embedder::load(dir).unwrap();
+    let ids: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| model.tokenize(t, true).unwrap())
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let out = rt.block_on(async {
+        let r = Arc::new(
+            coexec::Runtime::builder()
+                .devices("cpu:2")
+                .unwrap()
+                .in_memory_profiles()
+                .start()
+                .await
+                .unwrap(),
+        );
+        let s = Stream::start(r, model.clone(), StreamConfig::new().max_batch(32)).unwrap();
+        let pending: Vec<_> = ids.iter().map(|i| s.infer(i.clone())).collect();
+        let mut out = Vec::new();
+        for p in pending {
+            let mut v = p.await.unwrap();
+            normalize(&mut v);
+            out.push(v);
+        }
+        s.shutdown().await;
+        out
+    });
+    (model, ids, out)
+}
+
+#[test]
+fn the_documented_similarity_matrix_to_3_decimals() {
+    let Some(dir) = model_dir("the_documented_similarity_matrix_to_3_decimals") else {
+        return;
+    };
+    let texts: Vec<String> = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The girl is carrying a baby.",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (_, _, v) = embed_all(&dir, &texts);
+    // sentence-transformers' documentation for all-MiniLM-L6-v2.
+    let want = [
+        [1.0, 0.7553, -0.1050],
+        [0.7553, 1.0, -0.0610],
+        [-0.1050, -0.0610, 1.0],
+    ];
+    for i in 0..3 {
+        for j in 0..3 {
+            let got = dot(&v[i], &v[j]);
+            assert!(
+                (got - want[i][j]).abs() < 5e-4,
+                "[{i}][{j}]: {got:.4}, documented {}",
+                want[i][j]
+            );
+        }
+    }
+}
+
+#[test]
+fn every_sentence_matches_the_fp64_reference() {
+    let Some(dir) = model_dir("every_sentence_matches_the_fp64_reference") else {
+        return;
+    };
+    let Some(reference) = std::env::var_os("COEXEC_EMBED_REFERENCE") else {
+        eprintln!(
+            "every_sentence_matches_the_fp64_reference: skipped, COEXEC_EMBED_REFERENCE is not set \
+             (scripts/bert_reference.py writes it)"
+        );
+        return;
+    };
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(reference).unwrap()).unwrap();
+    let items = r["items"].as_array().unwrap();
+    let texts = sentences();
+    assert!(texts.len() >= 500 && items.len() == texts.len());
+    let (model, ids, v) = embed_all(&dir, &texts);
+    assert_eq!(r["model_sha256"].as_str(), Some(model.sha256()));
+    let mut worst = (f64::INFINITY, 0);
+    let mut long = 0;
+    for (k, item) in items.iter().enumerate() {
+        let want_ids: Vec<u32> = item["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(ids[k], want_ids, "line {}: token ids", k + 1);
+        long += usize::from(want_ids.len() == 256);
+        let e: Vec<f64> = item["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let d: f64 = v[k].iter().zip(&e).map(|(a, b)| *a as f64 * b).sum();
+        let n = e.iter().map(|x| x * x).sum::<f64>().sqrt()
+            * v[k].iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        if d / n < worst.0 {
+            worst = (d / n, k + 1);
+        }
+    }
+    eprintln!(
+        "{} sentences ({long} cut at 256 tokens): minimum cosine {:.9} (line {})",
+        texts.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(long >= 20, "{long} inputs past 256 tokens");
+    assert!(worst.0 >= 0.99999, "line {}: cosine {}", worst.1, worst.0);
+}
+
+#[test]
+fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
+    let Some(dir) =
+        model_dir("the_service_answers_tei_requests_and_refuses_bad_ones_while_serving")
+    else {
+        return;
+    };
+    let dir = dir.to_str().unwrap().to_string();
+    let srv = Server::start(&[
+        "--model",
+        &dir,
+        "--devices",
+        "cpu:1",
+        "--model-id",
+        "all-MiniLM-L6-v2",
+    ]);
+    let addr = srv.addr;
+    let texts = sentences();
+    // Good traffic from four clients while the bad requests arrive: every
+    // good one must come back whole.
+    let good: Vec<_> = (0..4)
+        .map(|c| {
+            let texts: Vec<String> = texts[c * 8..c * 8 + 8].to_vec();
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let body = serde_json::json!({ "inputs": texts }).to_string();
+                    let a = http(addr, "POST", "/embed", body.as_bytes());
+                    assert_eq!(a.status, 200, "{}", a.body);
+                    let v = a.json();
+                    assert_eq!(v.as_array().unwrap().len(), 8);
+                    let row: Vec<f32> = serde_json::from_value(v[0].clone()).unwrap();
+                    assert_eq!(row.len(), 384);
+                    assert!((dot(&row, &row) - 1.0).abs() < 1e-5);
+                }
+            })
+        })
+        .collect();
+    let many = serde_json::json!({ "inputs": vec!["a"; 1000] }).to_string();
+    let huge = format!("{{\"inputs\": \"{}\"}}", "a".repeat(10 << 20));
+    let long = serde_json::json!({ "inputs": "word ".repeat(400), "truncate": false }).to_string();
+    let bad: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("empty list", br#"{"inputs": []}"#.to_vec(), 400, "Empty"),
+        ("empty string", br#"{"inputs": ""}"#.to_vec(), 400, "Empty"),
+        ("1000 inputs", many.into_bytes(), 413, "Validation"),
+        ("a 10 MB string", huge.into_bytes(), 413, "Validation"),
+        (
+            "invalid UTF-8",
+            b"{\"inputs\": \"\xff\xfe\"}".to_vec(),
+            400,
+            "Validation",
+        ),
+        (
+            "a number",
+            br#"{"inputs": [1, 2]}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+        (
+            "an object",
+            br#"{"inputs": {"a": 1}}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+        ("past the limit", long.into_bytes(), 413, "Validation"),
+        ("not JSON", b"{\"inputs\": ".to_vec(), 400, "Validation"),
+        (
+            "no inputs",
+            br#"{"input": "x"}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+    ];
+    for (what, body, status, kind) in &bad {
+        let a = http(addr, "POST", "/embed", body);
+        assert_eq!(a.status, *status, "{what}: {}", a.body);
+        let e = a.json();
+        assert!(
+            e["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {}",
+            a.body
+        );
+        assert_eq!(e["error_type"], *kind, "{what}");
+    }
+    for g in good {
+        g.join().unwrap();
+    }
+    // Truncated, the same long input is served.
+    let a = http(addr, "POST", "/embed", br#"{"inputs": "still serving"}"#);
+    assert_eq!(a.status, 200);
+    let a = http(
+        addr,
+        "POST",
+        "/v1/embeddings",
+        br#"{"input": ["A man is eating food.", "hi"], "model": "x"}"#,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    assert_eq!(v["data"][1]["index"], 1);
+    assert_eq!(v["data"][0]["embedding"].as_array().unwrap().len(), 384);
+    assert_eq!(v["usage"]["prompt_tokens"], 11);
+    assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    let info = http(addr, "GET", "/info", b"").json();
+    assert_eq!(info["max_input_length"], 256);
+    assert_eq!(info["model_id"], "all-MiniLM-L6-v2");
+    assert_eq!(info["model_sha"].as_str().unwrap().len(), 64);
+    assert_eq!(http(addr, "GET", "/health", b"").status, 200);
+    let m = http(addr, "GET", "/metrics", b"").body;
+    for name in [
+        "coexec_embed_tokens_total",
+        "coexec_embed_sequences_total",
+        "coexec_embed_batch_tokens",
+    ] {
+        assert!(m.contains(name), "{name} missing from /metrics");
+    }
+}
+
+#[test]
+fn coexec_embed_writes_the_service_vectors_and_resumes() {
+    let Some(dir) = model_dir("coexec_embed_writes_the_service_vectors_and_resumes") else {
+        return;
+    };
+    let dir = dir.to_str().unwrap().to_string();
+    let tmp = std::env::temp_dir().join(format!("coexec-embed-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let texts: Vec<String> = sentences().into_iter().take(40).collect();
+    let mut corpus: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string())
+        .collect();
+    corpus.insert(5, "{not json".into());
+    let input = tmp.join("corpus.jsonl");
+    std::fs::write(&input, corpus.join("\n") + "\n").unwrap();
+    let out = tmp.join("vectors.npy");
+    let args = |resume: bool| {
+        let mut a = vec![
+            "embed".to_string(),
+            "--model".into(),
+            dir.clone(),
+            "--input".into(),
+            input.to_str().unwrap().into(),
+            "--output".into(),
+            out.to_str().unwrap().into(),
+            "--devices".into(),
+            "cpu:2".into(),
+        ];
+        if resume {
+            a.push("--resume".into());
+        }
+        a
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        common::coexec("embed-cli", &a)
+    };
+    let (code, stdout, stderr) = run(args(false));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("corpus.jsonl:6: not JSON"), "{stderr}");
+    assert!(
+        stdout.contains("embedded 40 texts") && stdout.contains("1 bad lines"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(args(false));
+    assert_eq!(code, 2, "an existing output is refused: {stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    // Cut mid-row, then resumed: the rows whole again.
+    let bytes = std::fs::read(&out).unwrap();
+    let header = bytes.len() - 41 * 384 * 4;
+    std::fs::write(&out, &bytes[..header + 20 * 384 * 4 + 100]).unwrap();
+    let (code, stdout, stderr) = run(args(true));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("20 rows resumed"), "{stdout}");
+    let again = std::fs::read(&out).unwrap();
+    assert_eq!(again.len(), bytes.len());
+    let rows: Vec<f32> = again[header..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert!(
+        rows[5 * 384..6 * 384].iter().all(|x| x.is_nan()),
+        "the bad line's row is NaN"
+    );
+    // The service's vectors for the same texts.
+    let srv = Server::start(&["--model", &dir, "--devices", "cpu:1"]);
+    let body = serde_json::json!({ "inputs": texts[..16] }).to_string();
+    let a = http(srv.addr, "POST", "/embed", body.as_bytes());
+    assert_eq!(a.status, 200, "{}", a.body);
+    let served: Vec<Vec<f32>> = serde_json::from_str(&a.body).unwrap();
+    for (k, s) in served.iter().enumerate() {
+        let line = if k < 5 { k } else { k + 1 };
+        let row = &rows[line * 384..(line + 1) * 384];
+        let d = row
+            .iter()
+            .zip(s)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            d <= 1e-6,
+            "text {k}: the file's row differs from the service's by {d}"
+        );
+    }
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
