@@ -45,7 +45,7 @@ pub enum KernelError {
         /// The file.
         path: PathBuf,
         /// The field at fault.
-        field: String,
+        field: &'static str,
         /// What is wrong with it.
         why: String,
     },

@@ -106,7 +106,7 @@ impl Embedder {
             }))
             .map_err(|e| KernelError::Config {
                 path: tok_path.clone(),
-                field: "truncation".into(),
+                field: "truncation",
                 why: e.to_string(),
             })?;
         tokenizer.with_padding(None);
@@ -114,7 +114,7 @@ impl Embedder {
         if vocab > weights.config().vocab {
             return Err(KernelError::Config {
                 path: tok_path,
-                field: "model.vocab".into(),
+                field: "model.vocab",
                 why: format!(
                     "{vocab} tokens, more than config.json's vocab_size {}",
                     weights.config().vocab

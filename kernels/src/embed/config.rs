@@ -53,10 +53,10 @@ pub struct BertConfig {
 /// allocate.
 const MAX_DIM: usize = 1 << 20;
 
-fn config_err(path: &Path, field: &str, why: impl Into<String>) -> KernelError {
+fn config_err(path: &Path, field: &'static str, why: impl Into<String>) -> KernelError {
     KernelError::Config {
         path: path.to_path_buf(),
-        field: field.to_string(),
+        field,
         why: why.into(),
     }
 }
@@ -89,7 +89,7 @@ fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, KernelError> {
 }
 
 /// A positive whole number at most [`MAX_DIM`].
-fn dim(obj: &Map<String, Value>, path: &Path, field: &str) -> Result<usize, KernelError> {
+fn dim(obj: &Map<String, Value>, path: &Path, field: &'static str) -> Result<usize, KernelError> {
     match obj.get(field) {
         None => Err(config_err(path, field, "missing")),
         Some(v) => match v.as_u64() {

@@ -16,6 +16,11 @@
 //! limit), 400 for a body that is not JSON, 422 `Validation` for JSON of
 //! the wrong shape, 422 `Tokenizer`, 429 `Overloaded` with `Retry-After`.
 
+// The error of the request readers below is the answer to send (a 4xx
+// `Response`, 128 bytes): made once per refused request, it is not worth a
+// box.
+#![allow(clippy::result_large_err)]
+
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
