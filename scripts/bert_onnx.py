@@ -10,13 +10,22 @@ coexec's own forward pass (onnxruntime on the same weights).
 Inputs input_ids and attention_mask, int64 [batch, seq]; output
 sentence_embedding, float [batch, hidden]: the mean of the last layer's
 vectors over the unmasked tokens, L2-normalised. Token types are all 0 (the
-row is folded into the position table). The graph is laid out as the
-transformers exporter writes BERT (opset 17), so that onnxruntime's optimizer
-finds its usual patterns: MatMul + Add per projection; Reshape [0,0,heads,d]
+row is folded into the position table); position ids are an exclusive
+CumSum of ones shaped like input_ids, which keeps [batch, seq, hidden] known
+to shape inference (SkipLayerNormalization's fusion compares shapes). The
+graph is laid out as the transformers exporter writes BERT, so that
+onnxruntime's optimizer finds its usual patterns: MatMul + Add per projection; Reshape [0,0,heads,d]
 and Transpose for the heads (key transposed 0,2,3,1); MatMul, Div by sqrt(d),
 Add of the mask (attention_mask -> Unsqueeze -> Unsqueeze -> Cast -> 1 - m ->
 * -10000), Softmax, MatMul, Transpose, Reshape [0,0,hidden]; Add residual +
 LayerNormalization; GELU as x * 0.5 * (1 + Erf(x / sqrt 2)).
+
+--opset 17 (the default) uses ONNX's LayerNormalization and passes the ONNX
+checker; onnxruntime 1.32 fuses SkipLayerNormalization and BiasGelu in it,
+but not Attention: that matcher only accepts the Add/Reshape versions of
+opsets <= 13 and Unsqueeze with an axes attribute (<= 12). --opset 12 writes
+that older form, LayerNormalization then being onnxruntime's own operator
+(no ONNX schema before 17, so no checker), and gets Attention fused.
 
 --verify REF.json (bert_reference.py's output) runs the graph in
 onnxruntime (CPU, all graph optimisations) on the reference's own token ids,
