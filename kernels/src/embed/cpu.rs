@@ -150,25 +150,53 @@ pub(crate) fn erf(x: f32) -> f32 {
     x * p / q
 }
 
-/// GELU, the erf form: `x·(1 + erf(x/√2))/2`.
-fn gelu(v: &mut [f32]) {
-    for x in v {
-        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+/// Runs `$body` (a plain loop over its arguments) compiled for AVX2 and
+/// FMA where the CPU has them (8 lanes, not SSE2's 4: the crate is built
+/// for the x86-64 baseline), else as built.
+macro_rules! widest {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$m])*
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn wide($($arg: $ty),*) $body
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has the features `wide` is compiled
+                    // for (checked just above); its body is safe code.
+                    return unsafe { wide($($arg),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+
+widest! {
+    /// GELU, the erf form: `x·(1 + erf(x/√2))/2`.
+    fn gelu(v: &mut [f32]) {
+        for x in v {
+            *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+        }
     }
 }
 
-/// Each row of `s` (`n` wide) becomes its softmax.
-fn softmax_rows(s: &mut [f32], n: usize) {
-    for row in s.chunks_exact_mut(n) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
-        for v in row.iter_mut() {
-            *v = exp(*v - max);
-            sum += *v;
-        }
-        let inv = 1.0 / sum;
-        for v in row.iter_mut() {
-            *v *= inv;
+widest! {
+    /// Each row of `s` (`n` wide) becomes its softmax.
+    fn softmax_rows(s: &mut [f32], n: usize) {
+        for row in s.chunks_exact_mut(n) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for v in row.iter_mut() {
+                *v = exp(*v - max);
+                sum += *v;
+            }
+            let inv = 1.0 / sum;
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
         }
     }
 }

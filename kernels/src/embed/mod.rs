@@ -14,16 +14,19 @@
 //! ([`BertConfig::work`]: `L·(1 + L/(2H + I))` token-equivalents), so the
 //! kernel's items are token-equivalents: a batch's sequences, sorted
 //! shortest first, are laid end to end on the item axis, and a chunk
-//! `lo..hi` computes the sequences that *start* in it. Each sequence
-//! starts in exactly one chunk, so each is computed once; the speed
+//! `lo..hi` computes the sequences whose *middle* item lies in it. Each
+//! sequence's middle lies in exactly one chunk, so each is computed once,
+//! and a chunk's work stays near its items (by starts instead, an even
+//! split of two sequences gave both to the first half); the speed
 //! models (`t(n) = a + n/b`) and the split then weigh a batch by its
 //! tokens. Sorted, the CPUs (eating from the head) take the short
 //! sequences and an accelerator (from the tail) the long ones.
 //!
 //! ```text
 //!  items  [ s0 ][ s1 ][  s2  ][   s3   ][      s4      ]   (shortest first)
-//!  chunk  |---- cpu ----|------------ gpu -------------|
-//!         computes s0 s1 s2      computes s3 s4
+//!  middle     ^     ^      ^        ^            ^
+//!  chunk  |------- cpu -------|---------- gpu ----------|
+//!         computes s0 s1 s2        computes s3 s4
 //! ```
 //!
 //! The CPU pass (`cpu.rs`) lays a tile's sequences back to back with no
@@ -76,10 +79,12 @@ pub struct Encoder {
     spans: Vec<(usize, usize)>,
     /// Per sorted sequence: its index in the batch as given.
     order: Vec<usize>,
-    /// Per sorted sequence: its first item; then the item count.
-    starts: Vec<usize>,
+    /// Per sorted sequence: its middle item (rising with the sequence).
+    mids: Vec<usize>,
+    /// Items in all.
+    units: usize,
     /// Pooled vectors in sorted order (`sequences × H`), each written
-    /// by the chunk it starts in.
+    /// by the chunk its middle lies in.
     out: Mutex<Vec<f32>>,
 }
 
@@ -116,22 +121,23 @@ impl Encoder {
         let tokens = seqs.iter().map(Vec::len).sum();
         let mut ids = Vec::with_capacity(tokens);
         let mut spans = Vec::with_capacity(seqs.len());
-        let mut starts = Vec::with_capacity(seqs.len() + 1);
+        let mut mids = Vec::with_capacity(seqs.len());
         let mut units = 0;
         for &i in &order {
             spans.push((ids.len(), seqs[i].len()));
             ids.extend_from_slice(&seqs[i]);
-            starts.push(units);
-            units += c.work(seqs[i].len());
+            let w = c.work(seqs[i].len());
+            mids.push(units + w / 2);
+            units += w;
         }
-        starts.push(units);
         let out = crate::workload::try_zeroed("encoder output", seqs.len() * c.hidden)?;
         Ok(Self {
             weights,
             ids,
             spans,
             order,
-            starts,
+            mids,
+            units,
             out: Mutex::new(out),
         })
     }
@@ -151,12 +157,10 @@ impl Encoder {
         self.ids.len()
     }
 
-    /// The sorted sequences (`first..last`) that start in items `lo..hi`.
-    fn starting_in(&self, lo: usize, hi: usize) -> std::ops::Range<usize> {
-        let n = self.spans.len();
-        let first = self.starts[..n].partition_point(|&s| s < lo);
-        let last = self.starts[..n].partition_point(|&s| s < hi);
-        first..last
+    /// The sorted sequences (`first..last`) whose middle lies in items
+    /// `lo..hi`.
+    fn centred_in(&self, lo: usize, hi: usize) -> std::ops::Range<usize> {
+        self.mids.partition_point(|&m| m < lo)..self.mids.partition_point(|&m| m < hi)
     }
 
     /// The ids of sorted sequence `j`.
@@ -184,7 +188,7 @@ impl Kernel for Encoder {
     }
 
     fn items(&self) -> usize {
-        self.starts[self.spans.len()]
+        self.units
     }
 
     fn profile_key(&self) -> String {
@@ -197,7 +201,7 @@ impl Kernel for Encoder {
 
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         check_chunk(chunk, self.items(), 1)?;
-        let seqs = self.starting_in(chunk.lo(), chunk.hi());
+        let seqs = self.centred_in(chunk.lo(), chunk.hi());
         if seqs.is_empty() {
             return Ok(());
         }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coexec_kernels::KernelError;
+use coexec_kernels::{Kernel, KernelError};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
@@ -231,14 +231,14 @@ impl Drop for PlaceGuard<'_> {
 }
 
 impl<M: Model> BatchJob<M> {
-    /// The options of a batch of `size`: placed by the placer (its policy,
+    /// The options of a batch of `items`: placed by the placer (its policy,
     /// its classes), or as configured.
-    fn place(&self, size: usize, backlog: usize) -> (JobOptions, Option<u64>) {
+    fn place(&self, items: usize, backlog: usize) -> (JobOptions, Option<u64>) {
         let Some(p) = &self.placer else {
             return (self.opts.clone(), None);
         };
         let now = self.epoch.elapsed().as_secs_f64();
-        match lock(p).place(size, backlog, now) {
+        match lock(p).place(items, backlog, now) {
             Some(d) => {
                 let opts = self.opts.clone().policy(d.policy()).classes(d.classes());
                 (opts, Some(d.ticket))
@@ -272,15 +272,6 @@ impl<M: Model> BatchJob<M> {
             return;
         }
         let size = replies.len();
-        let (opts, ticket) = self.place(size, backlog);
-        // Frees the batch's place on every path, a panic's included: a place
-        // never given back would count as a batch running on its classes
-        // for good, and the placer would pass them over.
-        let place = PlaceGuard {
-            placer: self.placer.as_deref(),
-            ticket,
-            epoch: self.epoch,
-        };
         // The model is user code: a panic in it fails this batch, not the
         // stream.
         let model = self.model.clone();
@@ -295,6 +286,18 @@ impl<M: Model> BatchJob<M> {
         let started = Instant::now();
         let (outputs, run, delivering) = match kernel {
             Ok(k) => {
+                // Placed by its items, the unit the speed models count in
+                // (a row of an MLP, a token-equivalent of an encoder).
+                let (opts, ticket) = self.place(k.items(), backlog);
+                // Frees the batch's place on every path, a panic's
+                // included: a place never given back would count as a
+                // batch running on its classes for good, and the placer
+                // would pass them over.
+                let place = PlaceGuard {
+                    placer: self.placer.as_deref(),
+                    ticket,
+                    epoch: self.epoch,
+                };
                 let done = self.rt.run_with(k, opts).await;
                 let (run, delivering) = (started.elapsed(), Instant::now());
                 place.learn(done.as_ref().ok().map(|d| &d.report));
@@ -313,10 +316,7 @@ impl<M: Model> BatchJob<M> {
                 };
                 (outs, run, delivering)
             }
-            Err(e) => {
-                place.learn(None);
-                (Err(e), Duration::ZERO, Instant::now())
-            }
+            Err(e) => (Err(e), Duration::ZERO, Instant::now()),
         };
         let outputs = outputs.and_then(|o| {
             if o.len() == size {

@@ -37,6 +37,8 @@ pub(crate) struct Dataset {
     pub(crate) labels: Vec<i64>,
     /// The reference model's label of each row, when the file has one.
     pub(crate) predicted: Option<Vec<i64>>,
+    /// Texts for an embedding service (`--texts`), not rows: no labels.
+    texts: bool,
 }
 
 impl Dataset {
@@ -108,12 +110,60 @@ impl Dataset {
             rows_json,
             labels,
             predicted,
+            texts: false,
         })
     }
 
-    /// Number of rows.
+    /// The texts of a JSON Lines file (each line a string or an object with
+    /// a `text` field), for an embedding service's `/embed`.
+    pub(crate) fn texts(path: &Path) -> Result<Self, DataError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut rows_json = Vec::new();
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let bad = |detail: String| DataError::Format {
+                path: path.to_path_buf(),
+                detail: format!("line {}: {detail}", n + 1),
+            };
+            let t = match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(serde_json::Value::String(t)) => t,
+                Ok(serde_json::Value::Object(o)) => match o.get("text") {
+                    Some(serde_json::Value::String(t)) => t.clone(),
+                    _ => return Err(bad("no string field `text`".into())),
+                },
+                Ok(_) => return Err(bad("neither a string nor an object".into())),
+                Err(e) => return Err(bad(format!("not JSON: {e}"))),
+            };
+            rows_json.push(serde_json::Value::String(t).to_string());
+        }
+        if rows_json.is_empty() {
+            return Err(DataError::Format {
+                path: path.to_path_buf(),
+                detail: "no texts".into(),
+            });
+        }
+        Ok(Self {
+            rows_json,
+            labels: Vec::new(),
+            predicted: None,
+            texts: true,
+        })
+    }
+
+    /// Whether these are texts (`--texts`), not labelled rows.
+    pub(crate) fn is_texts(&self) -> bool {
+        self.texts
+    }
+
+    /// Number of rows (or texts).
     pub(crate) fn rows(&self) -> usize {
-        self.labels.len()
+        self.rows_json.len()
     }
 
     /// The rows request `index` carries: `per_request` consecutive rows,

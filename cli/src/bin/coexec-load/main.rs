@@ -73,8 +73,14 @@ struct Args {
     max_in_flight: usize,
     /// The rows and labels: a safetensors file with `x`, `y` (and optionally
     /// `pred`). Default: the committed digits test split, built in.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "texts")]
     data: Option<PathBuf>,
+    /// Texts instead of rows, for an embedding service (target
+    /// http://HOST:PORT/embed): a JSON Lines file, each line a string or
+    /// an object with a `text` field. Each answer is checked for one unit
+    /// vector per text.
+    #[arg(long)]
+    texts: Option<PathBuf>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -147,9 +153,12 @@ async fn run(a: Args) -> Result<(), Failure> {
     let target = target::resolve(&a.target)
         .await
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let data = match &a.data {
-        Some(path) => Dataset::load(path),
-        None => Dataset::from_bytes(std::path::Path::new(BUILT_IN_DATA_NAME), BUILT_IN_DATA),
+    let data = match (&a.texts, &a.data) {
+        (Some(path), _) => Dataset::texts(path),
+        (None, Some(path)) => Dataset::load(path),
+        (None, None) => {
+            Dataset::from_bytes(std::path::Path::new(BUILT_IN_DATA_NAME), BUILT_IN_DATA)
+        }
     }
     .map_err(|e| Failure::Usage(e.to_string()))?;
     let (target, data) = (Arc::new(target), Arc::new(data));
@@ -215,8 +224,9 @@ async fn run(a: Args) -> Result<(), Failure> {
             duration_limit_s: a.duration_limit,
             max_in_flight: a.max_in_flight,
             data: a
-                .data
+                .texts
                 .as_ref()
+                .or(a.data.as_ref())
                 .map_or_else(|| BUILT_IN_DATA_NAME.into(), |p| p.display().to_string()),
             rates: &reports,
         };

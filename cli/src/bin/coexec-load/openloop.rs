@@ -82,6 +82,9 @@ struct InferOutput {
 
 /// Checks a 200's body against the rows that were sent.
 pub(crate) fn check_body(body: &[u8], rows: &[usize], data: &Dataset) -> Check {
+    if data.is_texts() {
+        return check_vectors(body, rows.len());
+    }
     let resp: InferResponse = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {
@@ -122,8 +125,41 @@ pub(crate) fn check_body(body: &[u8], rows: &[usize], data: &Dataset) -> Check {
     });
     Check::Valid {
         rows: rows.len() as u64,
-        correct,
+        correct: Some(correct),
         agree,
+    }
+}
+
+/// Checks an embedding service's 200 (`/embed`: `[[f32]]`): one vector per
+/// text, all of one width, finite, of unit length (`normalize` defaults
+/// to true).
+fn check_vectors(body: &[u8], texts: usize) -> Check {
+    let v: Vec<Vec<f64>> = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            let head = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+            return Check::Malformed(format!(
+                "not [[number, ...], ...]: {e} (body starts {head:?})"
+            ));
+        }
+    };
+    if v.len() != texts {
+        return Check::Malformed(format!("{} vectors for {texts} texts", v.len()));
+    }
+    let dim = v.first().map_or(0, Vec::len);
+    for (k, x) in v.iter().enumerate() {
+        let norm = x.iter().map(|a| a * a).sum::<f64>().sqrt();
+        if x.len() != dim || dim == 0 || !(norm - 1.0).abs().lt(&1e-3) {
+            return Check::Malformed(format!(
+                "vector {k}: {} values of norm {norm} (the first has {dim})",
+                x.len()
+            ));
+        }
+    }
+    Check::Valid {
+        rows: texts as u64,
+        correct: None,
+        agree: None,
     }
 }
 
@@ -305,7 +341,7 @@ mod tests {
             check_body(good, &[3, 4], &d),
             Check::Valid {
                 rows: 2,
-                correct: 2,
+                correct: Some(2),
                 agree: Some(2)
             }
         );
@@ -315,7 +351,7 @@ mod tests {
             check_body(swapped, &[3, 4], &d),
             Check::Valid {
                 rows: 2,
-                correct: 0,
+                correct: Some(0),
                 agree: Some(0)
             }
         );

@@ -208,7 +208,7 @@ mod tests {
         t.answered(1, 503, Duration::from_micros(800), None);
         let fine = Check::Valid {
             rows: 1,
-            correct: 1,
+            correct: Some(1),
             agree: None,
         };
         t.answered(0, 200, Duration::from_micros(3912), Some(&fine));

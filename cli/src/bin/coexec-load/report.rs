@@ -22,11 +22,12 @@ pub(crate) enum Lost {
 /// How a 200's body compared with what was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Check {
-    /// One output per input: how many labels matched the true ones and, where
-    /// the data has the reference model's labels, how many matched those.
+    /// One output per input: how many labels matched the true ones (`None`
+    /// for texts, which have no labels) and, where the data has the
+    /// reference model's labels, how many matched those.
     Valid {
         rows: u64,
-        correct: u64,
+        correct: Option<u64>,
         agree: Option<u64>,
     },
     /// Not the expected JSON, or the wrong number of outputs.
@@ -158,6 +159,8 @@ pub(crate) struct Tally {
     report: RateReport,
     answered: Vec<bool>,
     correct: u64,
+    /// Rows with a label checked.
+    labelled: u64,
     agree: u64,
     agree_rows: u64,
     last_answer: Duration,
@@ -211,6 +214,7 @@ impl Tally {
             },
             answered: vec![false; requests as usize],
             correct: 0,
+            labelled: 0,
             agree: 0,
             agree_rows: 0,
             last_answer: Duration::ZERO,
@@ -306,7 +310,10 @@ impl Tally {
                         agree,
                     }) => {
                         r.rows_checked += rows;
-                        self.correct += correct;
+                        if let Some(c) = correct {
+                            self.correct += c;
+                            self.labelled += rows;
+                        }
                         if let Some(a) = agree {
                             self.agree += a;
                             self.agree_rows += rows;
@@ -328,7 +335,7 @@ impl Tally {
         debug_assert_eq!(r.rate, self.rate);
         r.unsent = self.requests - r.sent;
         r.lost = r.lost_timeout + r.lost_cut + r.lost_closed;
-        r.accuracy = (r.rows_checked > 0).then(|| self.correct as f64 / r.rows_checked as f64);
+        r.accuracy = (self.labelled > 0).then(|| self.correct as f64 / self.labelled as f64);
         r.agreement = (self.agree_rows > 0).then(|| self.agree as f64 / self.agree_rows as f64);
         r.elapsed_s = self.last_answer.as_secs_f64();
         let answered = self.hist_all.len();
@@ -476,7 +483,7 @@ mod tests {
         let valid = |c| {
             Some(Check::Valid {
                 rows: 2,
-                correct: c,
+                correct: Some(c),
                 agree: Some(c),
             })
         };
