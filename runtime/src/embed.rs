@@ -37,7 +37,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::stream::Model;
 
-pub use coexec_kernels::embed::{BertConfig, BertWeights, Encoder, Pooling};
+pub use coexec_kernels::embed::{BertConfig, BertWeights, Encoder, Pooling, ATTENTION_COST};
 
 /// Why a text was not tokenised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,7 +11,8 @@
 //!
 //! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
 //! costs `L` dense-layer tokens plus attention's `L²` term
-//! ([`BertConfig::work`]: `L·(1 + L/(2H + I))` token-equivalents), so the
+//! ([`BertConfig::work`]: `L·(1 + 4L/(2H + I))` token-equivalents, the 4
+//! measured), so the
 //! kernel's items are token-equivalents: a batch's sequences, sorted
 //! shortest first, are laid end to end on the item axis, and a chunk
 //! `lo..hi` computes the sequences whose *middle* item lies in it. Each
@@ -59,7 +60,7 @@ mod cpu;
 mod tests;
 mod weights;
 
-pub use config::{BertConfig, Pooling};
+pub use config::{BertConfig, Pooling, ATTENTION_COST};
 pub use weights::BertWeights;
 
 thread_local! {
