@@ -287,8 +287,12 @@ impl<M: Model> BatchJob<M> {
         let (outputs, run, delivering) = match kernel {
             Ok(k) => {
                 // Placed by its items, the unit the speed models count in
-                // (a row of an MLP, a token-equivalent of an encoder).
-                let (opts, ticket) = self.place(k.items(), backlog);
+                // (a row of an MLP, a token-equivalent of an encoder); the
+                // requests queued behind it counted in items at this
+                // batch's mean.
+                let items = k.items();
+                let queued = backlog.saturating_mul(items) / size.max(1);
+                let (opts, ticket) = self.place(items, queued);
                 // Frees the batch's place on every path, a panic's
                 // included: a place never given back would count as a
                 // batch running on its classes for good, and the placer
