@@ -54,6 +54,12 @@ const BATCH_BUCKETS: [f64; 12] = [
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
 ];
 
+/// Buckets of `coexec_embed_batch_tokens` (tokens per batch of an
+/// embedding model; `--max-batch-tokens` is 16384 by default).
+const TOKEN_BUCKETS: [f64; 12] = [
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0,
+];
+
 /// Buckets of the service's request latencies (`coexec_request_*_seconds`):
 /// finer than the chunks' 1-3-10 steps where a service's bounds lie, and
 /// with 50 ms among them, so the share of requests within a 50 ms bound is
@@ -101,6 +107,12 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
         })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Prefix("coexec_request_".into()), &REQUEST_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("coexec_embed_batch_tokens".into()),
+                &TOKEN_BUCKETS,
+            )
         })
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();

@@ -397,6 +397,24 @@ fn describe() {
         "Connections still open at the drain's deadline after a signal, closed then (their answers lost)."
     );
     counter!("coexec_drain_closed_connections_total").increment(0);
+    #[cfg(feature = "embed")]
+    {
+        describe_counter!(
+            "coexec_embed_tokens_total",
+            Unit::Count,
+            "Tokens of the texts embedded (answered /embed and /v1/embeddings inputs)."
+        );
+        describe_counter!(
+            "coexec_embed_sequences_total",
+            Unit::Count,
+            "Texts embedded (answered /embed and /v1/embeddings inputs)."
+        );
+        describe_histogram!(
+            "coexec_embed_batch_tokens",
+            Unit::Count,
+            "Tokens per batch of an embedding model."
+        );
+    }
     // Every outcome from the start, at 0: `rate()` and `increase()` then
     // see a series' first requests, and an alert its first burst.
     for o in OUTCOMES {
