@@ -1,5 +1,6 @@
 //! Reading safetensors files: tensors by name, dtype and shape, with errors
-//! that name the file and the tensor (the MLP's and the encoder's weights).
+//! that name the file and the tensor (the MLP's and the encoder's weights);
+//! and the dense layer's GEMM both run.
 
 use std::path::Path;
 
@@ -107,4 +108,36 @@ pub(crate) fn read_i64(
         .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
         .collect();
     Ok(Tensor { shape, data })
+}
+
+/// `y += x·Wᵀ` for `rows` rows as one packed GEMM (`matrixmultiply`'s
+/// `sgemm`): `x` is `rows × inp`, `W` row-major `out × inp` (PyTorch's
+/// layout, read as its transpose), `y` `rows × out`.
+pub(crate) fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize, y: &mut [f32]) {
+    // Internal invariant (the callers size the slices); checked because the
+    // GEMM below reads through raw pointers.
+    assert!(x.len() >= rows * inp && w.len() >= out * inp && y.len() >= rows * out);
+    // SAFETY: `x` holds `rows × inp` elements at row stride `inp`, `W` holds
+    // `out × inp` read as its transpose (`inp × out`, row stride 1, column
+    // stride `inp`), `y` holds `rows × out` at row stride `out`; all three
+    // lengths are checked above and `y` does not alias `x` or `W` (it is a
+    // `&mut`).
+    unsafe {
+        matrixmultiply::sgemm(
+            rows,
+            inp,
+            out,
+            1.0,
+            x.as_ptr(),
+            inp as isize,
+            1,
+            w.as_ptr(),
+            1,
+            inp as isize,
+            1.0,
+            y.as_mut_ptr(),
+            out as isize,
+            1,
+        );
+    }
 }

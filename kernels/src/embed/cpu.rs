@@ -44,35 +44,10 @@ fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
 impl Dense {
     /// `y = x·Wᵀ + b` for `rows` rows.
     fn forward(&self, x: &[f32], rows: usize, y: &mut [f32]) {
-        // Internal invariant (the callers size the slices); checked because the
-        // GEMM below reads through raw pointers.
-        assert!(x.len() >= rows * self.inp && y.len() >= rows * self.out);
         for row in y[..rows * self.out].chunks_exact_mut(self.out) {
             row.copy_from_slice(&self.b);
         }
-        // SAFETY: `x` holds `rows × inp` elements at row stride `inp`; `W`
-        // holds `out × inp`, read as its transpose (`inp × out`: row stride
-        // 1, column stride `inp`); `y` holds `rows × out` at row stride
-        // `out` (lengths checked above) and does not alias `x` or `W` (a
-        // `&mut`).
-        unsafe {
-            matrixmultiply::sgemm(
-                rows,
-                self.inp,
-                self.out,
-                1.0,
-                x.as_ptr(),
-                self.inp as isize,
-                1,
-                self.w.as_ptr(),
-                1,
-                self.inp as isize,
-                1.0,
-                y.as_mut_ptr(),
-                self.out as isize,
-                1,
-            );
-        }
+        crate::tensors::add_xwt(x, rows, &self.w, self.inp, self.out, y);
     }
 }
 

@@ -260,10 +260,7 @@ pub(super) async fn infer<M: ServeModel>(
 ) -> Response {
     let t0 = Instant::now();
     let r = infer_inner(&svc, &headers, body).await;
-    let o = outcome_of(&r);
-    counter!("coexec_requests_total", "outcome" => o).increment(1);
-    histogram!("coexec_request_duration_seconds", "outcome" => o)
-        .record(t0.elapsed().as_secs_f64());
+    record(&r, t0);
     r
 }
 
@@ -363,29 +360,67 @@ pub(super) async fn body_of<M: ServeModel>(
     }
 }
 
+/// A request's body, read and not refused for a full queue.
+pub(super) struct Received {
+    pub(super) body: Bytes,
+    /// The drain had not begun when its head came.
+    pub(super) accepted: bool,
+    /// The most inputs a request may carry.
+    pub(super) most: usize,
+}
+
+/// Reads a request's body ([`body_of`]), and refuses it with 429 when the
+/// inputs it holds (counted by a scan) cannot fit in the queue.
+pub(super) async fn receive<M: ServeModel>(
+    svc: &Service<M>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Received, Response> {
+    let i = &svc.inner;
+    // A request whose head came before the drain began is answered, though
+    // its body may finish arriving after it.
+    let accepted = !i.draining.load(Ordering::Acquire);
+    let body = body_of(svc, headers, body).await?;
+    // Under overload most requests are turned away, and the parse is a
+    // large part of a request's cost on the handlers (a third of a 200's,
+    // by `perf`): a request whose inputs (counted by a scan) cannot fit is
+    // refused before it.
+    // One that could never fit is left to the parse, to get its 400 (413).
+    let most = i.cfg.max_inputs.min(i.stream.capacity());
+    let rows = inputs_in(&body);
+    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
+        return Err(svc.overloaded());
+    }
+    Ok(Received {
+        body,
+        accepted,
+        most,
+    })
+}
+
+/// Counts and times an answer in `coexec_requests_total` and
+/// `coexec_request_duration_seconds` by its outcome.
+pub(super) fn record(r: &Response, t0: Instant) {
+    let o = outcome_of(r);
+    counter!("coexec_requests_total", "outcome" => o).increment(1);
+    histogram!("coexec_request_duration_seconds", "outcome" => o)
+        .record(t0.elapsed().as_secs_f64());
+}
+
 pub(super) async fn infer_inner<M: ServeModel>(
     svc: &Service<M>,
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
     let i = &svc.inner;
-    // A request whose head came before the drain began is answered, though
-    // its body may finish arriving after it.
-    let accepted = !i.draining.load(Ordering::Acquire);
-    let body = match body_of(svc, headers, body).await {
-        Ok(b) => b,
+    let Received {
+        body,
+        accepted,
+        most,
+    } = match receive(svc, headers, body).await {
+        Ok(r) => r,
         Err(r) => return r,
     };
-    // Under overload most requests are turned away, and the parse is a
-    // large part of a request's cost on the handlers (a third of a 200's,
-    // by `perf`): a request whose inputs (counted by a scan) cannot fit is
-    // refused before it.
-    // One that could never fit is left to the parse, to get its 400.
-    let most = i.cfg.max_inputs.min(i.stream.capacity());
-    let rows = inputs_in(&body);
-    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
-        return svc.overloaded();
-    }
     // serde's derived structs also take a JSON array of their fields
     // (`[[[...]], 100]`): only an object is the documented form.
     if body.trim_ascii_start().first() != Some(&b'{') {

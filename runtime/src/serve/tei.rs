@@ -28,11 +28,11 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use metrics::{counter, histogram};
+use metrics::counter;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::infer::{body_of, error, error_of, inputs_in, outcome_of, submit};
+use super::infer::{error, error_of, receive, record, submit, Received};
 use super::{ServeModel, Service};
 use crate::embed::{normalize, Embedder, TokenizeError};
 
@@ -207,17 +207,14 @@ fn tokenize(model: &Embedder, api: Api, p: &Parsed) -> Result<Vec<Vec<u32>>, Res
 }
 
 async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Body) -> Response {
-    let i = &svc.inner;
-    let accepted = !i.draining.load(Ordering::Acquire);
-    let body = match body_of(svc, headers, body).await {
-        Ok(b) => b,
+    let Received {
+        body,
+        accepted,
+        most,
+    } = match receive(svc, headers, body).await {
+        Ok(r) => r,
         Err(r) => return r,
     };
-    let most = i.cfg.max_inputs.min(i.stream.capacity());
-    let rows = inputs_in(&body);
-    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
-        return svc.overloaded();
-    }
     let parsed = match parse(api, &body, most) {
         Ok(p) => p,
         Err(r) => return r,
@@ -299,10 +296,7 @@ struct Usage {
 async fn timed(svc: Service<Embedder>, api: Api, headers: HeaderMap, body: Body) -> Response {
     let t0 = Instant::now();
     let r = handle(&svc, api, &headers, body).await;
-    let o = outcome_of(&r);
-    counter!("coexec_requests_total", "outcome" => o).increment(1);
-    histogram!("coexec_request_duration_seconds", "outcome" => o)
-        .record(t0.elapsed().as_secs_f64());
+    record(&r, t0);
     r
 }
 

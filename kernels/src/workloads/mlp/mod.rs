@@ -119,39 +119,12 @@ impl Dense {
                 }
             }
         } else {
-            self.gemm(x, rows, y);
+            crate::tensors::add_xwt(x, rows, &self.w, self.inp, self.out, y);
         }
         if relu {
             for v in &mut y[..rows * self.out] {
                 *v = v.max(0.0);
             }
-        }
-    }
-
-    /// `y += x·Wᵀ` for `rows` rows as one packed GEMM.
-    fn gemm(&self, x: &[f32], rows: usize, y: &mut [f32]) {
-        // SAFETY: `x` holds `rows × inp` elements at row stride `inp`, `W` holds
-        // `out × inp` read as its transpose (`inp × out`, row stride 1, column
-        // stride `inp`), `y` holds `rows × out` at row stride `out`; all three
-        // lengths are checked above and `y` does not alias `x` or `W` (it is a
-        // `&mut`).
-        unsafe {
-            matrixmultiply::sgemm(
-                rows,
-                self.inp,
-                self.out,
-                1.0,
-                x.as_ptr(),
-                self.inp as isize,
-                1,
-                self.w.as_ptr(),
-                1,
-                self.inp as isize,
-                1.0,
-                y.as_mut_ptr(),
-                self.out as isize,
-                1,
-            );
         }
     }
 }
