@@ -1,6 +1,6 @@
 //! Reading safetensors files: tensors by name, dtype and shape, with errors
-//! that name the file and the tensor (the MLP's and the encoder's weights);
-//! and the dense layer's GEMM both run.
+//! that name the file and the tensor (the MLP's and the encoder's
+//! weights); and the MLP's dense GEMM.
 
 use std::path::Path;
 
@@ -111,8 +111,9 @@ pub(crate) fn read_i64(
 }
 
 /// `y += x·Wᵀ` for `rows` rows as one packed GEMM (`matrixmultiply`'s
-/// `sgemm`): `x` is `rows × inp`, `W` row-major `out × inp` (PyTorch's
+/// `sgemm`; the MLP's): `x` is `rows × inp`, `W` row-major `out × inp` (PyTorch's
 /// layout, read as its transpose), `y` `rows × out`.
+#[cfg(feature = "workloads")]
 pub(crate) fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize, y: &mut [f32]) {
     // Internal invariant (the callers size the slices); checked because the
     // GEMM below reads through raw pointers.
