@@ -267,7 +267,7 @@ fn the_default_bench_runs_without_the_kmeans_input() {
         String::from_utf8_lossy(&out.stderr),
     );
     // A kmeans folder named explicitly but missing is an error naming it
-    // (issue 11: only an absent default falls back to the generated input).
+    // (only an absent default falls back to the generated input).
     let _ = out_s;
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("/nonexistent/coexec-data/kdd_cup.xz"), "{err}");

@@ -55,7 +55,7 @@ async fn a_second_runtime_starts_from_the_stored_profile() {
         "the stored split favours the faster sim: {p:?}"
     );
     rt.shutdown().await;
-    // The profile and its lock file (saves merge under it, issue 13).
+    // The profile and its lock file (saves merge under it).
     let files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(Result::ok)

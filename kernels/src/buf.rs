@@ -603,7 +603,7 @@ mod tests {
         assert_eq!(s.capacity(), 10);
     }
 
-    /// Issue 30's overlap: items 0..4 taken item by item are elements
+    /// The overlap a second map would make: items 0..4 taken item by item are elements
     /// 0..4; items 4..8 in blocks of 4 would be element 1.
     #[test]
     #[should_panic(expected = "one map per job")]

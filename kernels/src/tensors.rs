@@ -1,6 +1,6 @@
 //! Reading safetensors files: tensors by name, dtype and shape, with errors
 //! that name the file and the tensor (the MLP's and the encoder's
-//! weights); and the MLP's dense GEMM.
+//! weights); and the dense layers' GEMMs both models run.
 
 use std::path::Path;
 
@@ -139,6 +139,52 @@ pub(crate) fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize,
             y.as_mut_ptr(),
             out as isize,
             1,
+        );
+    }
+}
+
+/// `y += x·Wᵀ` for `rows` rows as one `gemm` GEMM: `x` is `rows × inp`,
+/// `W` row-major `out × inp` (read as its transpose), `y` `rows × out`.
+/// The encoder's dense layers, and the MLP's rows one at a time (where it
+/// reads `W` in place, without `matrixmultiply`'s packing).
+pub(crate) fn gemm_add_xwt(
+    x: &[f32],
+    rows: usize,
+    w: &[f32],
+    inp: usize,
+    out: usize,
+    y: &mut [f32],
+) {
+    // Internal invariant (the callers size the slices); checked because the
+    // GEMM below reads through raw pointers.
+    assert!(x.len() >= rows * inp && w.len() >= out * inp && y.len() >= rows * out);
+    // SAFETY: `x` holds `rows × inp` elements (column stride 1, row stride
+    // `inp`), `W` holds `out × inp`, read as its transpose (`inp × out`:
+    // column stride `inp`, row stride 1), `y` holds `rows × out` (column
+    // stride 1, row stride `out`); lengths checked above. `y` does not alias
+    // `x` or `W` (a `&mut`). With `read_dst`, `y := 1·y + 1·x·Wᵀ`; f32 is a
+    // type `gemm` takes, so it does not panic.
+    unsafe {
+        gemm::gemm(
+            rows,
+            out,
+            inp,
+            y.as_mut_ptr(),
+            1,
+            out as isize,
+            true,
+            x.as_ptr(),
+            1,
+            inp as isize,
+            w.as_ptr(),
+            inp as isize,
+            1,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
 }

@@ -65,6 +65,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::stream::{Stream, StreamConfig};
 use crate::{Error, Runtime};
+mod body;
 mod infer;
 mod model;
 mod server;

@@ -32,7 +32,8 @@ use metrics::counter;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::infer::{error, error_of, receive, record, submit, Received};
+use super::body::{receive, record, Received};
+use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
 use crate::embed::{normalize, Embedder, TokenizeError};
 

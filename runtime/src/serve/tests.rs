@@ -1,5 +1,6 @@
 use std::future::Future;
 
+use super::body::*;
 use super::infer::*;
 use super::server::*;
 use super::*;

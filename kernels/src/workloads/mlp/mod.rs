@@ -87,36 +87,7 @@ impl Dense {
                 .chunks_exact(self.inp)
                 .zip(y[..rows * self.out].chunks_exact_mut(self.out))
             {
-                // SAFETY: `x_row` holds `inp` elements (stride 1), `W` holds
-                // `out × inp` read as its transpose (`inp × out`: row stride
-                // 1, column stride `inp`), `y_row` holds `out` elements
-                // (stride 1) and does not alias the others (a `&mut`). With
-                // `read_dst`, `y_row := 1·y_row + 1·x_row·Wᵀ` (the bias
-                // written above, plus the product); f32 is a type `gemm`
-                // takes, so it does not panic.
-                unsafe {
-                    gemm::gemm(
-                        1,
-                        self.out,
-                        self.inp,
-                        y_row.as_mut_ptr(),
-                        1,
-                        self.out as isize,
-                        true,
-                        x_row.as_ptr(),
-                        1,
-                        self.inp as isize,
-                        self.w.as_ptr(),
-                        self.inp as isize,
-                        1,
-                        1.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
-                }
+                crate::tensors::gemm_add_xwt(x_row, 1, &self.w, self.inp, self.out, y_row);
             }
         } else {
             crate::tensors::add_xwt(x, rows, &self.w, self.inp, self.out, y);
