@@ -494,6 +494,100 @@ fn mlp_matches(test: &str, ws: &mut [StreamWorker; 2], name: &str) -> bool {
     true
 }
 
+/// The sentence-embedding model's folder: `COEXEC_EMBED_MODEL`, else
+/// where `scripts/fetch_model.sh` caches it.
+#[cfg(feature = "embed")]
+fn embed_model() -> Option<PathBuf> {
+    let dir = std::env::var_os("COEXEC_EMBED_MODEL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
+        })?;
+    dir.join("model.safetensors").exists().then_some(dir)
+}
+
+/// The encoder's GPU twin against its CPU pass on random token ids, one
+/// batch of lengths 1 to the model's limit (attention groups of every
+/// shape, padded rows, a piece boundary) and one of many short sequences:
+/// each vector within cosine 0.99999 of the CPU's (the fp64 reference's
+/// bound for the CPU pass).
+#[cfg(feature = "embed")]
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn bert_cuda_matches_cpu() {
+    use coexec_kernels::embed::{BertWeights, Encoder};
+    let test = "bert_cuda_matches_cpu";
+    let Some(mut ws) = workers(test) else { return };
+    let dir = embed_model().unwrap_or_else(|| {
+        panic!("{test} needs the model: set COEXEC_EMBED_MODEL or run scripts/fetch_model.sh")
+    });
+    let weights = Arc::new(BertWeights::load(&dir).unwrap());
+    let c = weights.config().clone();
+    let mut z = 0x9e37_79b9u64;
+    let mut next = |n: usize| {
+        z = z
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (z >> 33) as usize % n
+    };
+    let mut seq = |len: usize| -> Vec<u32> {
+        let mut s: Vec<u32> = (0..len)
+            .map(|_| 1000 + next(c.vocab - 1000) as u32)
+            .collect();
+        (s[0], s[len - 1]) = (101, 102);
+        s
+    };
+    let longest = c.max_tokens;
+    let mut wide: Vec<Vec<u32>> = [1, 2, 3, 7, 31, 32, 33, 40, 41, 64, 100, 129, 200]
+        .into_iter()
+        .chain([longest - 1, longest, longest])
+        .map(&mut seq)
+        .collect();
+    // 100 more of the longest: the largest chunk (`cuts`: 36% of the
+    // items) then holds ~9,400 tokens, past one piece of 8,192.
+    wide.extend((0..100).map(|_| seq(longest)));
+    let short: Vec<Vec<u32>> = (0..300).map(|i| seq(2 + i % 14)).collect();
+    for (what, seqs) in [("lengths 1 to the limit", wide), ("300 short", short)] {
+        let cpu = run_sequential(OneShot::new(
+            Encoder::new(weights.clone(), seqs.clone()).unwrap(),
+        ))
+        .unwrap()
+        .expect("absorbed")
+        .into_vectors();
+        let mut k = Encoder::new(weights.clone(), seqs.clone()).unwrap();
+        let t = Instant::now();
+        if !run_gpu(test, &mut ws, &mut k).unwrap() {
+            return;
+        }
+        let elapsed = t.elapsed();
+        let gpu = k.into_vectors();
+        let cos = |a: &[f32], b: &[f32]| {
+            let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            dot / (n(a) * n(b))
+        };
+        let (worst, at) = cpu
+            .iter()
+            .zip(&gpu)
+            .enumerate()
+            .map(|(i, (a, b))| (cos(a, b), i))
+            .fold((1.0f64, 0), |m, x| if x.0 < m.0 { x } else { m });
+        say(&format!(
+            "{test}: {what}: {} sequences, {} tokens: min cosine gpu vs cpu {worst:.9} \
+             (sequence {at}, {} tokens), {elapsed:?} on the GPU (two streams, uneven chunks)",
+            seqs.len(),
+            seqs.iter().map(Vec::len).sum::<usize>(),
+            seqs[at].len()
+        ));
+        assert!(
+            gpu.iter().flatten().all(|v| v.is_finite()),
+            "{what}: a value not finite"
+        );
+        assert!(worst >= 0.99999, "{what}: sequence {at} at cosine {worst}");
+    }
+}
+
 /// Blobs around a few centres, from a fixed generator: `n` points of `f`
 /// features.
 fn blobs(n: usize, f: usize) -> Vec<f32> {

@@ -114,6 +114,67 @@ impl Blas {
         }
         .map_err(error("cublasSgemm"))
     }
+
+    /// Enqueues the strided-batched product `g` (column-major, as
+    /// [`Gemm`](crate::embed::plan::Gemm) describes it).
+    ///
+    /// # Safety
+    ///
+    /// `a`, `b` and `c` are device addresses of this handle's context
+    /// holding at least `g.extents()` f32 each, valid until the stream is
+    /// synchronised; `c` overlaps neither input.
+    #[cfg(feature = "embed")]
+    pub(super) unsafe fn gemm(
+        &self,
+        g: &crate::embed::plan::Gemm,
+        a: DevPtr,
+        b: DevPtr,
+        c: DevPtr,
+    ) -> Result<(), KernelError> {
+        let int = |n: usize| {
+            i32::try_from(n).map_err(|_| {
+                KernelError::invalid("batched product", format!("{n} exceeds cuBLAS's int"))
+            })
+        };
+        let long = |n: usize| {
+            i64::try_from(n)
+                .map_err(|_| KernelError::invalid("batched product", format!("stride {n}")))
+        };
+        let op = |t: bool| {
+            if t {
+                sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let beta = 0.0f32;
+        // SAFETY: the caller's promise on the buffers; the sizes, leading
+        // dimensions and strides are `g`'s, whose extents the caller
+        // checked; alpha and beta are host scalars.
+        unsafe {
+            result::sgemm_strided_batched(
+                self.handle,
+                op(g.ta),
+                op(g.tb),
+                int(g.m)?,
+                int(g.n)?,
+                int(g.k)?,
+                &g.alpha,
+                a as *const f32,
+                int(g.lda)?,
+                long(g.sa)?,
+                b as *const f32,
+                int(g.ldb)?,
+                long(g.sb)?,
+                &beta,
+                c as *mut f32,
+                int(g.ldc)?,
+                long(g.sc)?,
+                int(g.batch)?,
+            )
+        }
+        .map_err(error("cublasSgemmStridedBatched"))
+    }
 }
 
 impl Drop for Blas {

@@ -38,9 +38,11 @@
 //! }
 //! ```
 
-#[cfg(feature = "workloads")]
+#[cfg(any(feature = "workloads", feature = "embed"))]
 mod blas;
 mod driver;
+#[cfg(feature = "embed")]
+mod embed;
 mod nvrtc;
 mod pin;
 mod stream;

@@ -43,6 +43,8 @@ program!(MATMUL, "matmul.cu");
 program!(PATHFINDER, "pathfinder.cu");
 #[cfg(feature = "workloads")]
 program!(MLP, "mlp.cu");
+#[cfg(feature = "embed")]
+program!(BERT, "bert.cu");
 
 /// Whether an NVRTC library can be opened. Only `dlopen`s.
 fn libnvrtc_present() -> bool {
@@ -175,10 +177,12 @@ mod tests {
 
     #[test]
     fn sources_are_embedded_and_export_c_names() {
+        #[allow(unused_mut)]
+        let mut programs = vec![&SYNTHETIC];
         #[cfg(feature = "workloads")]
-        let programs = [&SYNTHETIC, &MATMUL, &PATHFINDER, &MLP];
-        #[cfg(not(feature = "workloads"))]
-        let programs = [&SYNTHETIC];
+        programs.extend([&MATMUL, &PATHFINDER, &MLP]);
+        #[cfg(feature = "embed")]
+        programs.push(&BERT);
         for p in programs {
             assert!(p.src.contains("extern \"C\" __global__"), "{}", p.name);
             assert!(!p.src.contains('\0'), "{}", p.name);

@@ -56,9 +56,11 @@ use crate::{Chunk, Kernel, KernelError};
 
 mod config;
 mod cpu;
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod plan;
 #[cfg(test)]
 mod tests;
-mod weights;
+pub(crate) mod weights;
 
 pub use config::{BertConfig, Pooling, ATTENTION_COST};
 pub use weights::BertWeights;
@@ -160,14 +162,28 @@ impl Encoder {
 
     /// The sorted sequences (`first..last`) whose middle lies in items
     /// `lo..hi`.
-    fn centred_in(&self, lo: usize, hi: usize) -> std::ops::Range<usize> {
+    pub(crate) fn centred_in(&self, lo: usize, hi: usize) -> std::ops::Range<usize> {
         self.mids.partition_point(|&m| m < lo)..self.mids.partition_point(|&m| m < hi)
     }
 
     /// The ids of sorted sequence `j`.
-    fn seq(&self, j: usize) -> &[u32] {
+    pub(crate) fn seq(&self, j: usize) -> &[u32] {
         let (at, len) = self.spans[j];
         &self.ids[at..at + len]
+    }
+
+    /// Every sequence's ids, shortest first.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn sorted(&self) -> Vec<&[u32]> {
+        (0..self.spans.len()).map(|j| self.seq(j)).collect()
+    }
+
+    /// Writes the pooled vectors of sorted sequences `seqs` (a chunk's,
+    /// `seqs.len() × H` in `pooled`) into the output.
+    pub(crate) fn store(&self, seqs: std::ops::Range<usize>, pooled: &[f32]) {
+        let h = self.weights.dim();
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out[seqs.start * h..seqs.end * h].copy_from_slice(pooled);
     }
 
     /// Each sequence's pooled vector (not normalised), in the batch's
@@ -213,8 +229,12 @@ impl Kernel for Encoder {
             let mut s = s.borrow_mut();
             self.weights.encode_cpu(&ids, &mut pooled, &mut s);
         });
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        out[seqs.start * h..seqs.end * h].copy_from_slice(&pooled);
+        self.store(seqs, &pooled);
         Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+        Some(self)
     }
 }

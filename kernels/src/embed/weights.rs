@@ -50,6 +50,71 @@ pub struct BertWeights {
     pub(crate) emb_norm: Norm,
     pub(crate) layers: Vec<Layer>,
     source: PathBuf,
+    /// Names these weights in a device's run cache (never reused).
+    #[cfg(feature = "cuda")]
+    pub(crate) id: u64,
+    /// The weights as one flat buffer for a GPU, built on first use.
+    #[cfg(feature = "cuda")]
+    image: std::sync::OnceLock<Image>,
+}
+
+/// Where one layer's tensors lie in an [`Image`] (floats).
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerAt {
+    pub(crate) qkv: (usize, usize),
+    pub(crate) attn_out: (usize, usize),
+    pub(crate) attn_norm: (usize, usize),
+    pub(crate) up: (usize, usize),
+    pub(crate) down: (usize, usize),
+    pub(crate) out_norm: (usize, usize),
+}
+
+/// Every tensor back to back in one buffer, so a device takes the whole
+/// model in one upload (and one entry of its run cache): a dense layer as
+/// `(weight, bias)` offsets, a norm as `(gamma, beta)`.
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+pub(crate) struct Image {
+    pub(crate) data: Box<[f32]>,
+    pub(crate) word: usize,
+    pub(crate) pos_type: usize,
+    pub(crate) emb_norm: (usize, usize),
+    pub(crate) layers: Vec<LayerAt>,
+}
+
+#[cfg(feature = "cuda")]
+impl Image {
+    fn of(w: &BertWeights) -> Self {
+        let mut data = Vec::new();
+        let mut put = |t: &[f32]| {
+            let at = data.len();
+            data.extend_from_slice(t);
+            at
+        };
+        let word = put(&w.word);
+        let pos_type = put(&w.pos_type);
+        let emb_norm = (put(&w.emb_norm.gamma), put(&w.emb_norm.beta));
+        let layers = w
+            .layers
+            .iter()
+            .map(|l| LayerAt {
+                qkv: (put(&l.qkv.w), put(&l.qkv.b)),
+                attn_out: (put(&l.attn_out.w), put(&l.attn_out.b)),
+                attn_norm: (put(&l.attn_norm.gamma), put(&l.attn_norm.beta)),
+                up: (put(&l.up.w), put(&l.up.b)),
+                down: (put(&l.down.w), put(&l.down.b)),
+                out_norm: (put(&l.out_norm.gamma), put(&l.out_norm.beta)),
+            })
+            .collect();
+        Self {
+            data: data.into_boxed_slice(),
+            word,
+            pos_type,
+            emb_norm,
+            layers,
+        }
+    }
 }
 
 /// Reads tensors under one name prefix (`bert.` in checkpoints saved with
@@ -159,7 +224,19 @@ impl BertWeights {
             emb_norm,
             layers,
             source: origin.to_path_buf(),
+            #[cfg(feature = "cuda")]
+            id: crate::claim::next_id(),
+            #[cfg(feature = "cuda")]
+            image: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The weights as one buffer for a GPU's upload, built on the first
+    /// call (a second copy of the weights in host memory, made only where
+    /// a GPU runs the encoder).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn image(&self) -> &Image {
+        self.image.get_or_init(|| Image::of(self))
     }
 
     /// The encoder's shape.

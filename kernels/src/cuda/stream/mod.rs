@@ -28,7 +28,7 @@ use cudarc::driver::{
     sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 
-#[cfg(feature = "workloads")]
+#[cfg(any(feature = "workloads", feature = "embed"))]
 use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
@@ -60,7 +60,7 @@ pub(crate) type DevPtr = u64;
 pub struct StreamWorker {
     /// cuBLAS on this stream, opened by the first kernel that asks (first
     /// field: dropped before the stream it works on).
-    #[cfg(feature = "workloads")]
+    #[cfg(any(feature = "workloads", feature = "embed"))]
     blas: Option<Blas>,
     dev: Arc<Device>,
     stream: Arc<CudaStream>,
@@ -117,7 +117,7 @@ impl StreamWorker {
             dev.ctx.new_stream().map_err(driver::error)
         })?;
         Ok(Self {
-            #[cfg(feature = "workloads")]
+            #[cfg(any(feature = "workloads", feature = "embed"))]
             blas: None,
             dev,
             stream: s,
@@ -370,8 +370,8 @@ impl StreamWorker {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(self.err())
     }
 
-    // cuBLAS serves the MLP alone.
-    #[cfg(feature = "workloads")]
+    // cuBLAS serves the MLP and the encoder.
+    #[cfg(any(feature = "workloads", feature = "embed"))]
     /// Enqueues the dense layer `y = x · Wᵀ` (row-major `x` `[rows, inp]`,
     /// `W` `[out, inp]`, `y` `[rows, out]`) on this stream through cuBLAS,
     /// opening cuBLAS for this stream on first use.
@@ -395,7 +395,28 @@ impl StreamWorker {
         unsafe { blas.dense(x, w, y, rows, inp, out) }
     }
 
-    #[cfg(feature = "workloads")]
+    /// Enqueues the strided-batched product `g` with operands at `a`, `b`
+    /// and `c` through cuBLAS.
+    ///
+    /// # Safety
+    ///
+    /// `a`, `b` and `c` are device addresses of this worker's device
+    /// holding at least `g.extents()` f32 each, valid until the stream is
+    /// synchronised; `c` overlaps neither input.
+    #[cfg(feature = "embed")]
+    pub(crate) unsafe fn gemm(
+        &mut self,
+        g: &crate::embed::plan::Gemm,
+        a: DevPtr,
+        b: DevPtr,
+        c: DevPtr,
+    ) -> Result<(), KernelError> {
+        let blas = self.blas()?;
+        // SAFETY: the caller's promise.
+        unsafe { blas.gemm(g, a, b, c) }
+    }
+
+    #[cfg(any(feature = "workloads", feature = "embed"))]
     /// This stream's cuBLAS handle, opened on first use (the context is
     /// current: every entry point binds it before calling a kernel).
     fn blas(&mut self) -> Result<&Blas, KernelError> {

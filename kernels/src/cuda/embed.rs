@@ -1,0 +1,336 @@
+//! The sentence encoder's GPU twin: the weights uploaded once per device
+//! (one buffer, [`BertWeights::image`]); per chunk, its sequences in
+//! pieces of at most [`PIECE_TOKENS`] tokens, each a whole forward pass.
+//!
+//! ```text
+//!  tables (ids, positions, starts, padded rows) ─▶ embed_ln ─▶ ×layers [
+//!    QKV cuBLAS GEMM ─▶ split_heads (+bias, padded [B, heads, P, d] per group)
+//!    ─▶ per group: strided-batched Q·Kᵀ, softmax_rows, strided-batched ·V
+//!    ─▶ merge_heads ─▶ out GEMM ─▶ bias_residual_ln ─▶ up GEMM ─▶ bias_gelu
+//!    ─▶ down GEMM ─▶ bias_residual_ln ] ─▶ pool ─▶ host
+//! ```
+//!
+//! Dense layers run over real tokens only; attention pads each group of
+//! similar lengths to its longest (`embed/plan.rs`). The element-wise
+//! steps are `src/cu/bert.cu`. cuBLAS runs in its default FP32 math (no
+//! TF32), so results stay within the CPU pass's bound of the fp64
+//! reference.
+
+use cudarc::driver::{CudaFunction, LaunchConfig};
+
+use super::nvrtc::BERT;
+use super::stream::{grid_1d, DevPtr, Out, StreamWorker};
+use super::{CudaKernel, HostPin};
+use crate::embed::plan::{Plan, PIECE_TOKENS};
+use crate::embed::weights::Image;
+use crate::embed::{Encoder, Pooling};
+use crate::workload::check_chunk;
+use crate::{Chunk, Kernel, KernelError};
+
+/// The stream's slots: the tables, the hidden state `[T, H]`, the QKV
+/// projections `[T, 3H]`, the padded Q, K and V, the scores, the context
+/// `[T, H]`, a sublayer's output `[T, H]`, the feed-forward activations
+/// `[T, I]`, the pooled vectors `[S, H]`.
+const META: usize = 0;
+const X: usize = 1;
+const QKV: usize = 2;
+const HEADS: usize = 3;
+const SCORES: usize = 4;
+const CTX: usize = 5;
+const TMP: usize = 6;
+const INTER: usize = 7;
+const POOL: usize = 8;
+
+/// Threads of a row kernel's block (`embed_ln`, `bias_residual_ln`,
+/// `pool`): a multiple of 32.
+const ROW_BLOCK: u32 = 128;
+
+/// The functions of `bert.cu`.
+struct Fns {
+    embed_ln: CudaFunction,
+    bias_residual_ln: CudaFunction,
+    bias_gelu: CudaFunction,
+    split_heads: CudaFunction,
+    softmax_rows: CudaFunction,
+    merge_heads: CudaFunction,
+    pool: CudaFunction,
+}
+
+impl Fns {
+    fn get(w: &StreamWorker) -> Result<Self, KernelError> {
+        let f = |name| w.function(&BERT, name);
+        Ok(Self {
+            embed_ln: f("embed_ln")?,
+            bias_residual_ln: f("bias_residual_ln")?,
+            bias_gelu: f("bias_gelu")?,
+            split_heads: f("split_heads")?,
+            softmax_rows: f("softmax_rows")?,
+            merge_heads: f("merge_heads")?,
+            pool: f("pool")?,
+        })
+    }
+}
+
+fn u32_of(n: usize, what: &str) -> Result<u32, KernelError> {
+    u32::try_from(n)
+        .map_err(|_| KernelError::invalid("encoder piece", format!("{what} {n} exceeds u32")))
+}
+
+/// One block per row of `h` floats, with the row in shared memory.
+fn rows_cfg(rows: usize, h: usize) -> Result<LaunchConfig, KernelError> {
+    Ok(LaunchConfig {
+        grid_dim: (u32_of(rows, "rows")?, 1, 1),
+        block_dim: (ROW_BLOCK, 1, 1),
+        shared_mem_bytes: u32_of(h * 4, "row bytes")?,
+    })
+}
+
+/// A grid-stride launch over `n` elements.
+fn elementwise(n: usize) -> LaunchConfig {
+    grid_1d(n.min(1 << 24), 256)
+}
+
+/// Enqueues the forward pass of `plan`'s piece; the pooled vectors are in
+/// slot [`POOL`] (`S × H` floats) once the stream has run it.
+///
+/// # Safety
+///
+/// `base` is the device copy of `img` (held until the stream is
+/// synchronised), and `plan` was made for `enc`'s weights.
+unsafe fn forward(
+    w: &mut StreamWorker,
+    f: &Fns,
+    enc: &Encoder,
+    img: &Image,
+    base: DevPtr,
+    plan: &Plan,
+) -> Result<(), KernelError> {
+    let c = enc.weights().config();
+    if !plan.products_fit() {
+        return Err(KernelError::invalid(
+            "encoder piece",
+            "attention products past their buffers",
+        ));
+    }
+    let (h, d, inter_w) = (c.hidden, c.head_dim(), c.intermediate);
+    let (t, r, s) = (plan.tokens, plan.rows, plan.seqs);
+    let at = |floats: usize| base + 4 * floats as u64;
+    let meta = w.upload::<u32>(META, &[&plan.meta])?;
+    let tab = plan.tables();
+    let table = |i: usize| meta + 4 * i as u64;
+    let x = w.scratch::<f32>(X, t * h)?;
+    let qkv = w.scratch::<f32>(QKV, t * 3 * h)?;
+    let heads = w.scratch::<f32>(HEADS, 3 * r * h)?;
+    let (q, k, v) = (
+        heads,
+        heads + 4 * (r * h) as u64,
+        heads + 8 * (r * h) as u64,
+    );
+    let scores = w.scratch::<f32>(SCORES, plan.scores)?;
+    let ctx = w.scratch::<f32>(CTX, t * h)?;
+    let tmp = w.scratch::<f32>(TMP, t * h)?;
+    let inter = w.scratch::<f32>(INTER, t * inter_w)?;
+    let pooled = w.scratch::<f32>(POOL, s * h)?;
+    let (t32, r32, s32) = (
+        u32_of(t, "tokens")?,
+        u32_of(r, "rows")?,
+        u32_of(s, "sequences")?,
+    );
+    let (h32, d32, i32_, heads32) = (h as u32, d as u32, inter_w as u32, c.heads as u32);
+    let eps = c.eps;
+    let (ids, pos, starts) = (table(tab.ids), table(tab.pos), table(tab.starts));
+    let (src, dst, stride) = (table(tab.src), table(tab.dst), table(tab.stride));
+    // SAFETY (every launch and product below): the slots were sized above
+    // for this piece (x, ctx, tmp `T·H`, qkv `T·3H`, heads `3·R·H`, scores
+    // `plan.scores`, inter `T·I`, pooled `S·H`), the tables are `plan.meta`
+    // (ids below the vocabulary and positions below `max_positions`, as
+    // the `Encoder` checked; padded rows address inside the Q/K/V blocks
+    // and tokens below T, as `Plan` builds them, tested in
+    // `embed::plan::tests`), the weights are at their `img` offsets in
+    // `base`. Each kernel's parameter list is the one in `bert.cu` that the
+    // argument list follows; no product's output overlaps its inputs (the
+    // context overwrites Q, which it does not read).
+    unsafe {
+        w.launch(
+            &f.embed_ln,
+            rows_cfg(t, h)?,
+            &[
+                &ids,
+                &pos,
+                &at(img.word),
+                &at(img.pos_type),
+                &at(img.emb_norm.0),
+                &at(img.emb_norm.1),
+                &t32,
+                &h32,
+                &eps,
+                &x,
+            ],
+        )?;
+        for l in &img.layers {
+            w.dense(x, at(l.qkv.0), qkv, t, h, 3 * h)?;
+            w.launch(
+                &f.split_heads,
+                elementwise(r * h),
+                &[
+                    &qkv,
+                    &at(l.qkv.1),
+                    &src,
+                    &dst,
+                    &stride,
+                    &r32,
+                    &h32,
+                    &d32,
+                    &q,
+                    &k,
+                    &v,
+                ],
+            )?;
+            for g in &plan.groups {
+                let off = 4 * (g.row0 * h) as u64;
+                let sc = scores + 4 * g.score0 as u64;
+                w.gemm(&plan.scores_gemm(g), k + off, q + off, sc)?;
+                let rows = g.count * c.heads * g.pad;
+                let (n32, p32) = (g.count as u32, g.pad as u32);
+                let first = table(tab.starts + g.first);
+                w.launch(
+                    &f.softmax_rows,
+                    grid_1d(rows * 32, 256),
+                    &[&sc, &first, &n32, &heads32, &p32],
+                )?;
+                w.gemm(&plan.context_gemm(g), v + off, sc, q + off)?;
+            }
+            w.launch(
+                &f.merge_heads,
+                elementwise(r * h),
+                &[&q, &src, &dst, &stride, &r32, &h32, &d32, &ctx],
+            )?;
+            w.dense(ctx, at(l.attn_out.0), tmp, t, h, h)?;
+            let norm = |n: (usize, usize)| (at(n.0), at(n.1));
+            let (g1, b1) = norm(l.attn_norm);
+            w.launch(
+                &f.bias_residual_ln,
+                rows_cfg(t, h)?,
+                &[&tmp, &at(l.attn_out.1), &x, &g1, &b1, &t32, &h32, &eps],
+            )?;
+            w.dense(x, at(l.up.0), inter, t, h, inter_w)?;
+            w.launch(
+                &f.bias_gelu,
+                elementwise(t * inter_w),
+                &[&inter, &at(l.up.1), &t32, &i32_],
+            )?;
+            w.dense(inter, at(l.down.0), tmp, t, inter_w, h)?;
+            let (g2, b2) = norm(l.out_norm);
+            w.launch(
+                &f.bias_residual_ln,
+                rows_cfg(t, h)?,
+                &[&tmp, &at(l.down.1), &x, &g2, &b2, &t32, &h32, &eps],
+            )?;
+        }
+        let mean = u32::from(c.pooling == Pooling::Mean);
+        w.launch(
+            &f.pool,
+            LaunchConfig {
+                grid_dim: (s32, 1, 1),
+                block_dim: (ROW_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            &[&x, &starts, &s32, &h32, &mean, &pooled],
+        )?;
+    }
+    Ok(())
+}
+
+/// `seqs` (ids, sorted shortest first) cut into pieces of at most
+/// [`PIECE_TOKENS`] tokens (a longer sequence alone).
+fn pieces<'a>(seqs: &'a [&'a [u32]]) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+    let mut first = 0;
+    std::iter::from_fn(move || {
+        if first == seqs.len() {
+            return None;
+        }
+        let mut end = first + 1;
+        let mut tokens = seqs[first].len();
+        while end < seqs.len() && tokens + seqs[end].len() <= PIECE_TOKENS {
+            tokens += seqs[end].len();
+            end += 1;
+        }
+        let r = first..end;
+        first = end;
+        Some(r)
+    })
+}
+
+impl Encoder {
+    /// The pooled vectors of sorted sequences `range` into `out`
+    /// (`range.len() × H`), piece by piece on `w`'s stream.
+    fn run_gpu(
+        &self,
+        w: &mut StreamWorker,
+        range: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let c = self.weights().config();
+        let h = c.hidden;
+        let f = Fns::get(w)?;
+        let img = self.weights().image();
+        let buf = w.run_input(self.weights().id, &img.data)?;
+        let base = w.addr(&buf);
+        let seqs: Vec<&[u32]> = range.map(|j| self.seq(j)).collect();
+        let pin = HostPin::default();
+        for p in pieces(&seqs) {
+            let plan = Plan::new(&seqs[p.clone()], c.heads, c.head_dim()).ok_or_else(|| {
+                KernelError::invalid("encoder piece", "too large for 32-bit offsets")
+            })?;
+            // SAFETY: `base` is `img`'s device copy, held in `buf` (and by
+            // the stream's held list) until `finish_into` synchronises;
+            // `plan` is of this encoder's sequences.
+            unsafe { forward(w, &f, self, img, base, &plan)? };
+            let dst = &mut out[p.start * h..p.end * h];
+            w.finish_into(&mut [Out::new(POOL, 0, dst, &pin)])?;
+        }
+        drop(buf);
+        Ok(())
+    }
+}
+
+impl CudaKernel for Encoder {
+    fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        Fns::get(w)?;
+        // One pass over this batch's first piece opens cuBLAS for the
+        // stream and sizes its buffers, here rather than in the first
+        // chunk, whose time would teach the profiler a GPU many times
+        // slower than it is. Its results are discarded.
+        let all = self.sorted();
+        let first = pieces(&all).next().unwrap_or(0..0);
+        let mut out = vec![0.0; first.len() * self.weights().dim()];
+        self.run_gpu(w, first, &mut out)
+    }
+
+    fn stage(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
+        let img = self.weights().image();
+        w.run_input(self.weights().id, &img.data).map(drop)
+    }
+
+    fn threads_per_item(&self) -> usize {
+        // About 16 outputs of the widest dense layer per cuBLAS thread, as
+        // for the MLP: an item (a token-equivalent) occupies width / 16
+        // threads, 96 for MiniLM, so the smallest GPU chunk on an H100 is
+        // about 1400 token-equivalents; a smaller batch runs whole there.
+        let c = self.weights().config();
+        ((3 * c.hidden).max(c.intermediate) / 16).max(1)
+    }
+
+    fn run_cuda(&self, w: &mut StreamWorker, chunk: &Chunk) -> Result<(), KernelError> {
+        check_chunk(chunk, self.items(), 1)?;
+        let seqs = self.centred_in(chunk.lo(), chunk.hi());
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        let h = self.weights().dim();
+        let mut pooled = vec![0.0; seqs.len() * h];
+        self.run_gpu(w, seqs.clone(), &mut pooled)?;
+        self.store(seqs, &pooled);
+        Ok(())
+    }
+}
