@@ -24,6 +24,7 @@ const SHORT: usize = 32;
 
 /// The most tokens in one piece: a chunk larger than this runs piece by
 /// piece, so the device buffers stay bounded (about 100 MB for MiniLM).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const PIECE_TOKENS: usize = 8192;
 
 /// Sequences of one attention group.
