@@ -866,6 +866,69 @@ mod declared {
                 .scalar(self.s)
         }
     }
+
+    /// `Check` declared wrongly: without its last scalar (`Fewer`), or
+    /// with it as an `f64` where the kernel takes a `float` (`Wider`).
+    pub(super) struct Mismatched(pub(super) Check, pub(super) bool);
+
+    impl Kernel for Mismatched {
+        fn name(&self) -> &str {
+            "twin_check_mismatched"
+        }
+        fn items(&self) -> usize {
+            self.0.items()
+        }
+        fn grain(&self) -> usize {
+            GRAIN
+        }
+        fn run_cpu(&self, c: &Chunk) -> Result<(), KernelError> {
+            self.0.run_cpu(c)
+        }
+        fn cuda(&self) -> Option<&dyn coexec_kernels::cuda::CudaKernel> {
+            Some(self)
+        }
+    }
+
+    impl GpuTwin for Mismatched {
+        fn twin(&self) -> Twin<'_> {
+            let c = &self.0;
+            let t = Twin::new(&SOURCE, "twin_check")
+                .run_input(&c.coef)
+                .item_input(&c.x, 2)
+                .output(&c.y)
+                .block_output(&c.sums)
+                .scalar(GRAIN as u32);
+            if self.1 {
+                t.scalar(c.s as f64)
+            } else {
+                t
+            }
+        }
+    }
+}
+
+/// A twin whose declaration differs from its kernel's parameters, in
+/// count or in a size, gets an error naming the parameter and never
+/// launches (the driver would read past the argument array).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
+fn a_mismatched_twin_is_refused_before_launch() {
+    let test = "a_mismatched_twin_is_refused_before_launch";
+    let Some(mut ws) = workers(test) else { return };
+    for (wider, want) in [
+        (false, "takes 8 parameters, the twin passes 7"),
+        (true, "parameter 7 takes 4 bytes, the twin passes 8"),
+    ] {
+        let mut k = declared::Mismatched(declared::Check::new(1000), wider);
+        match run_gpu(test, &mut ws, &mut k) {
+            Err(e) => assert!(e.to_string().contains(want), "{e}"),
+            Ok(_) => panic!("a mismatched twin ran"),
+        }
+        assert!(
+            k.0.y.as_slice().iter().all(|&y| y == 0.0),
+            "nothing was written"
+        );
+    }
 }
 
 #[test]

@@ -105,6 +105,9 @@ pub(crate) struct Device {
     pub(super) ctx: Arc<CudaContext>,
     /// Loaded modules by (program, deterministic).
     modules: Mutex<HashMap<ModuleKey, Arc<CudaModule>>>,
+    /// Each loaded function's parameter sizes (by its handle), asked of
+    /// the driver once.
+    params: Mutex<HashMap<usize, Arc<[usize]>>>,
     pub(super) run_cache: RunCache,
 }
 
@@ -176,11 +179,45 @@ fn open(ordinal: usize) -> Result<Device, KernelError> {
         info,
         ctx,
         modules: Mutex::new(HashMap::new()),
+        params: Mutex::new(HashMap::new()),
         run_cache: RunCache::default(),
     })
 }
 
 impl Device {
+    /// The sizes in bytes of `f`'s parameters, in order, as the driver
+    /// reports them (`cuFuncGetParamInfo`, CUDA 12.4 and later drivers; on
+    /// an older driver the missing symbol is an error, so a launch that
+    /// cannot be checked does not happen).
+    pub(super) fn param_sizes(&self, f: &CudaFunction) -> Result<Arc<[usize]>, KernelError> {
+        let key = f.cu_function() as usize;
+        let mut known = self.params.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = known.get(&key) {
+            return Ok(p.clone());
+        }
+        let sizes = guarded("asking a kernel's parameters", || {
+            let h = f.cu_function();
+            let mut sizes = Vec::new();
+            // Index by index until the driver says there is no such
+            // parameter (the count query is CUDA 13.2's; this works from
+            // 12.4). A kernel takes at most 32 764 bytes of parameters.
+            while sizes.len() < 32_768 {
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: `h` is a function of a module `f` holds loaded;
+                // both out-pointers are live locals.
+                let r = unsafe { sys::cuFuncGetParamInfo(h, sizes.len(), &mut offset, &mut size) };
+                match r {
+                    CUresult::CUDA_SUCCESS => sizes.push(size),
+                    CUresult::CUDA_ERROR_INVALID_VALUE => break,
+                    other => return Err(error(other.result().expect_err("not success"))),
+                }
+            }
+            Ok(Arc::<[usize]>::from(sizes))
+        })?;
+        known.insert(key, sizes.clone());
+        Ok(sizes)
+    }
+
     /// Function `name` of `program`, compiling and loading the program on
     /// first use (per process and device; the NVRTC output is shared by devices
     /// of the same architecture).

@@ -9,7 +9,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::stream::{grid_1d, Arg, DevPtr, Out, StreamWorker};
 use super::CudaKernel;
-use crate::twin::{Scalar, Twin, TwinArg};
+use crate::twin::{check_signature, Scalar, Twin, TwinArg};
 use crate::{Chunk, GpuTwin, KernelError};
 
 /// Threads per launch at most: grids index threads with 32-bit integers.
@@ -160,6 +160,13 @@ impl<K: GpuTwin> CudaKernel for K {
             values.push(v);
         }
         let f = w.function(&program(&t), t.entry)?;
+        // What the launch passes against what the compiled kernel takes:
+        // a declaration that differs never launches.
+        let declared: Vec<usize> = [8, 4]
+            .into_iter()
+            .chain(t.args.iter().map(TwinArg::param_bytes))
+            .collect();
+        check_signature(&declared, &w.param_sizes(&f)?).map_err(|why| invalid(&t, why))?;
         let (lo64, n32) = (lo as u64, n as u32);
         let mut args: Vec<&dyn Arg> = vec![&lo64, &n32];
         args.extend(values.iter().map(Value::arg));
@@ -172,9 +179,11 @@ impl<K: GpuTwin> CudaKernel for K {
         } else {
             grid_1d(threads as usize, t.block)
         };
-        // SAFETY: the parameters are `(u64 lo, u32 n, …)` then one per
-        // declared argument in order, as the twin's contract (`GpuTwin`)
-        // states; every pointer is a device buffer of this stream holding
+        // SAFETY: the arguments are `(u64 lo, u32 n, …)` then one per
+        // declared argument in order, and the compiled kernel takes exactly
+        // as many parameters of exactly those sizes (checked just above
+        // against the driver's report, so the driver reads no further than
+        // the argument array); every pointer is a device buffer of this stream holding
         // the declared extent (checked above against the buffers' sizes),
         // valid until `finish_into` has synchronised the stream. Host memory
         // is written only by `finish_into`, into the chunk's own part of

@@ -345,6 +345,11 @@ impl StreamWorker {
         self.dev.function(program, name, is_deterministic())
     }
 
+    /// The sizes of `f`'s parameters, as the driver reports them.
+    pub(crate) fn param_sizes(&self, f: &CudaFunction) -> Result<Arc<[usize]>, KernelError> {
+        self.dev.param_sizes(f)
+    }
+
     fn err(&self) -> impl Fn(cu::DriverError) -> KernelError {
         error_for(self.items)
     }
