@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs the README's main job (`coexec bench`, defaults) several times in a
-row and checks issue 11's claims on what it printed (stdlib only):
+row and checks the bench's stability claims on what it printed (stdlib only):
 
 - no E above 1 printed as a number (it must read "= T* within ±x%");
 - each run's hybrid E lies inside every other run's E interval.
@@ -96,7 +96,7 @@ def main():
                                    f"{fmt_ci(ci)}")
     missing = sorted(set(missing))
     with open(a.out + ".md", "w") as f:
-        f.write(f"# `coexec bench` {a.runs} times in a row (issue 11)\n\n")
+        f.write(f"# `coexec bench` {a.runs} times in a row\n\n")
         f.write(f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, commit {commit}"
                 f"{' (dirty)' if dirty else ''}. Made by `python3 scripts/bench_three.py "
                 f"--out {a.out}`; each run: `coexec bench --json FILE --quiet` (the README's "

@@ -4,7 +4,7 @@ compares their results (byte for byte) and run times (medians, and the
 median of the per-pair ratios). Stdlib only.
 
     python3 scripts/compare_runs.py --before /tmp/old/coexec \
-        --after target/release/coexec --repeat 7 --out docs/results/issue14-bench
+        --after target/release/coexec --repeat 7 --out docs/results/before-after-bench
 
 The time compared is the run's own (the `N run(s), ... T s` line: from
 built inputs to the last output), not input generation, which later
@@ -96,7 +96,7 @@ def main():
         if not same:
             lines.append(f"|  | before: `{' / '.join(rb)}` | | | | |")
     with open(a.out + ".md", "w") as f:
-        f.write("# The same runs before and after (issue 14)\n\n")
+        f.write("# The same runs before and after\n\n")
         f.write(f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores. Before: `{a.before}`; "
                 f"after: `{a.after}`. Each: `coexec run W --devices {a.devices}` at the sizes `bench` uses, "
                 f"{a.repeat} times per binary, alternating, the first of each pair swapped "

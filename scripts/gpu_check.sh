@@ -96,7 +96,7 @@ fi
 
 # --- a user's declared twin (examples/07_mandelbrot.rs) ----------------------
 # scripts/mandel_e.sh: the GPU alone, hybrid and the CPU alone, at a width
-# grown until the GPU alone takes 0.1 s a run (issue 31's E >= 0.90 on a job
+# grown until the GPU alone takes 0.1 s a run (E >= 0.90 is asked on a job
 # of 100 ms or more); each run checks every 64th row against the CPU code.
 # MANDEL_ARGS: starting width, max iterations, runs.
 if [ -x .bin/07_mandelbrot ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The service sweep of issue 10 on a GPU machine: `coexec serve` with the
+# The service sweep on a GPU machine: `coexec serve` with the
 # digits MLP on the CPU class alone, the GPU alone, greedy and hybrid over
 # both, at 16 rows per request (ROWS), p99 bound 50 ms. Run from the repository root
 # with what scripts/README.md step 1 puts in .bin/ (coexec and coexec-load).

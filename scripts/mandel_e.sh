@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # E of the user example with a declared CUDA twin (examples/07_mandelbrot.rs)
-# at a size where the GPU alone takes at least MIN_S per run (issue 31 asks
-# for E >= 0.90 on a job of 100 ms or more). Run by scripts/gpu_check.sh;
+# at a size where the GPU alone takes at least MIN_S per run (E >= 0.90 is asked
+# on a job of 100 ms or more). Run by scripts/gpu_check.sh;
 # runs here too with other devices, for instance
 #   MANDEL_GPU=sim:2@20 MANDEL_HYBRID=cpu,sim:2@20 MANDEL_ARGS="512 300 3" \
 #     MIN_S=0.05 BIN=target/release/examples/07_mandelbrot bash scripts/mandel_e.sh /tmp/m

@@ -3,7 +3,7 @@
 use coexec::kernels::{Empty, Synthetic};
 use coexec::Runtime;
 
-/// The bug of issue 14: a job finished at admission kept a handle on its
+/// A job finished at admission kept a handle on its
 /// kernel, so `run` failed about half the time on a multi-thread runtime
 /// ("still shared after its run"). Every one of these runs must succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
