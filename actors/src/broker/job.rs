@@ -132,9 +132,6 @@ pub(crate) struct JobCore {
     standby: Vec<bool>,
     /// The policy's forecast, for the report.
     forecast: Option<crate::policy::Forecast>,
-    /// The engine as on the H100 lease (see `guard.rs`); tests only.
-    #[cfg(test)]
-    pub(crate) lease_engine: bool,
 }
 
 impl JobCore {

@@ -344,7 +344,6 @@ impl Machine {
             self.classes.clone(),
             self.worker_class.clone(),
         );
-        job.lease_engine = lease;
         self.simulate(&mut job, &mut ctx.rng);
         let report = job.report().expect("a virtual job does not fail");
         Observe::of(key, keys, &report, job.samples()).apply(
@@ -373,10 +372,9 @@ impl Machine {
     }
 
     /// The machine of a calibrated workload, its CPU throughput and GPU rate
-    /// fitted so that each class alone takes the measured time on the
-    /// engine as it ran on the lease (the calibration's first guesses
-    /// ignore the engine's chunking and tail; fitted on the engine of the
-    /// day, the machine would move with each change to it).
+    /// fitted so that each class alone takes the measured time under the
+    /// lease's settings ([`lease_thresholds`]; the calibration's first
+    /// guesses ignore the engine's chunking and tail).
     pub(crate) fn fitted(w: &Workload) -> Self {
         let mut m = Self::of(w);
         for _ in 0..4 {
@@ -405,9 +403,9 @@ impl Machine {
     }
 }
 
-/// The method as it ran on the H100 lease: no warm start, no single-class
-/// rule, CPU chunks floored like an accelerator's (a run under these also
-/// runs the lease's guard, see `JobCore::lease_engine`).
+/// The method's settings as on the H100 lease: no warm start, no
+/// single-class rule, CPU chunks floored like an accelerator's. (The
+/// lease's guard itself is not replayed: the scheduler has one engine.)
 pub(crate) fn lease_thresholds() -> Thresholds {
     Thresholds::default()
         .warm_start(false)

@@ -159,8 +159,6 @@ impl JobCore {
             standby,
             admitted_models: models,
             forecast,
-            #[cfg(test)]
-            lease_engine: false,
         }
     }
 }

@@ -51,7 +51,7 @@ impl JobCore {
             // as this one and would refuse for the same reason: counted, the
             // idle workers of a class each leave a few expensive items to the
             // others, and they run one at a time.
-            if cv == c && !self.running[v] && !self.lease_engine() {
+            if cv == c && !self.running[v] {
                 idle_siblings += 1;
                 continue;
             }
@@ -59,7 +59,7 @@ impl JobCore {
             // others to take the rest, as this one would. (Counted, two
             // classes that each leave the tail to the other take it one
             // small chunk at a time.)
-            if !self.running[v] && self.declined[v] && !self.lease_engine() {
+            if !self.running[v] && self.declined[v] {
                 continue;
             }
             let Some(bv) = self.st[cv].b() else {
@@ -77,7 +77,7 @@ impl JobCore {
             let start = (free - now).max(0.0) + self.st[cv].model.a();
             // Fewer items than its least work take a GPU as long as that.
             let least = self.least_of(cv);
-            let bv = if least > self.grain && left < least as f64 && !self.lease_engine() {
+            let bv = if least > self.grain && left < least as f64 {
                 bv * left / least as f64
             } else {
                 bv
@@ -113,10 +113,7 @@ impl JobCore {
             // too few, measures it (at worst it takes a fill's time).
             self.tried_small[c] = true;
             Some(max as usize)
-        } else if least > self.grain
-            && max < least as f64
-            && (self.sibling_busy(w, c) || !self.lease_engine())
-        {
+        } else if least > self.grain && max < least as f64 {
             // A GPU chunk smaller than its least work takes about as long
             // as that (below the device's fill, its few blocks each run the
             // whole kernel, or share the SMs with a sibling stream's chunk):
@@ -132,14 +129,9 @@ impl JobCore {
         }
     }
 
-    /// The least work a chunk of class `c` costs, in items (the fill, as
-    /// the lease's engine took it).
+    /// The least work a chunk of class `c` costs, in items.
     fn least_of(&self, c: usize) -> usize {
-        if self.lease_engine() {
-            self.min_chunk[c]
-        } else {
-            self.least[c].0
-        }
+        self.least[c].0
     }
 
     /// Whether class `c` may take a chunk of `max` items, below its fill,
@@ -147,32 +139,7 @@ impl JobCore {
     /// it has not tried one this run.
     fn may_try_small(&self, c: usize, max: f64) -> bool {
         let fill = self.min_chunk[c];
-        fill > self.grain
-            && max < fill as f64
-            && !self.least[c].1
-            && !self.tried_small[c]
-            && !self.lease_engine()
-    }
-
-    /// Whether this job runs the engine as it was on the H100 lease of
-    /// 2026-11-23 (its guard counted idle and refusing workers as available,
-    /// let a GPU take a sliver next to an idle sibling, and its tail chunks
-    /// kept the latency floor): the virtual-time harness replays that lease
-    /// to validate its machine. Tests only.
-    pub(super) fn lease_engine(&self) -> bool {
-        #[cfg(test)]
-        return self.lease_engine;
-        #[cfg(not(test))]
-        false
-    }
-
-    /// Whether another worker of class `c` has a chunk in flight.
-    pub(super) fn sibling_busy(&self, w: usize, c: usize) -> bool {
-        self.worker_class
-            .iter()
-            .zip(&self.running)
-            .enumerate()
-            .any(|(v, (&cv, &busy))| v != w && cv == c && busy)
+        fill > self.grain && max < fill as f64 && !self.least[c].1 && !self.tried_small[c]
     }
 
     pub(super) fn predict(&self, c: usize, n: usize) -> f64 {
