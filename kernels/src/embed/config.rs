@@ -221,8 +221,8 @@ impl BertConfig {
     /// The work of a sequence of `len` tokens in token-equivalents: `len`
     /// for the dense layers, plus attention's `4·len²·H` flops per layer
     /// (scores and weighted sum) at [`ATTENTION_COST`] times a dense
-    /// flop's cost: `len · (1 + 5·len / (2·H + I))`. For all-MiniLM-L6-v2
-    /// the divisor is 2304/5 ≈ 461: attention adds 56% at 256 tokens, 5%
+    /// flop's cost: `len · (1 + 3·len / (2·H + I))`. For all-MiniLM-L6-v2
+    /// the divisor is 2304/3 = 768: attention adds 33% at 256 tokens, 3%
     /// at 24.
     pub fn work(&self, len: usize) -> usize {
         let k = 2 * self.hidden + self.intermediate;
@@ -232,11 +232,11 @@ impl BertConfig {
 
 /// What an attention flop costs against a dense-layer flop on the CPU
 /// pass: attention runs as many small GEMMs (one per sequence and head,
-/// 64 wide) and a softmax, not one large GEMM. Fitted on `cargo bench
-/// --bench embed_forward` (one thread, sequences of 8 to 256 tokens): the
-/// time per token grew 51% from 8 to 256 tokens; by flops alone attention
-/// would add 11%.
-pub const ATTENTION_COST: usize = 5;
+/// 32 wide for MiniLM) and a softmax, not one large GEMM. Fitted on `cargo
+/// bench --bench embed_forward` (one thread, sequences of 8 to 256 tokens):
+/// the time per token grows about 29% from 8 to 256 tokens; by flops alone
+/// attention would add 11%.
+pub const ATTENTION_COST: usize = 3;
 
 /// The pooling `path` names (mean when the file does not exist).
 fn read_pooling(path: &Path) -> Result<Pooling, KernelError> {

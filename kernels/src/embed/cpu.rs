@@ -65,12 +65,8 @@ impl Norm {
                     *a += b;
                 }
             }
-            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / h as f64;
-            let var = row
-                .iter()
-                .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-                .sum::<f64>()
-                / h as f64;
+            let mean = sum_f64(row, |v| v) / h as f64;
+            let var = sum_f64(row, |v| (v - mean) * (v - mean)) / h as f64;
             let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
             let mean = mean as f32;
             for ((v, g), b) in row.iter_mut().zip(&*self.gamma).zip(&*self.beta) {
@@ -78,6 +74,21 @@ impl Norm {
             }
         }
     }
+}
+
+/// `Σ f(v)` over `row` in `f64`, in [`LANES`] independent partial sums (one
+/// dependent chain of adds per row cost as much as the norm's arithmetic).
+#[inline(always)]
+fn sum_f64(row: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let mut blocks = row.chunks_exact(LANES);
+    for b in &mut blocks {
+        for (a, &v) in lanes.iter_mut().zip(b) {
+            *a += f(v as f64);
+        }
+    }
+    let rest: f64 = blocks.remainder().iter().map(|&v| f(v as f64)).sum();
+    lanes.iter().sum::<f64>() + rest
 }
 
 /// `eˣ` for `x` in `[-87, 88]` (clamped there), within 2 ulp: Cephes'
@@ -161,16 +172,40 @@ widest! {
     }
 }
 
+/// Lanes of the softmax's reductions: independent accumulators, so the
+/// maximum and the sum run as vector operations rather than one dependent
+/// chain per row (a chain of 256 adds was a quarter of a 256-token
+/// sequence's time).
+const LANES: usize = 8;
+
 widest! {
     /// Each row of `s` (`n` wide) becomes its softmax.
     fn softmax_rows(s: &mut [f32], n: usize) {
         for row in s.chunks_exact_mut(n) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
+            let mut lanes = [f32::NEG_INFINITY; LANES];
+            let mut blocks = row.chunks_exact(LANES);
+            for b in &mut blocks {
+                for (m, &v) in lanes.iter_mut().zip(b) {
+                    *m = m.max(v);
+                }
+            }
+            let max = blocks
+                .remainder()
+                .iter()
+                .chain(&lanes)
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
             for v in row.iter_mut() {
                 *v = exp(*v - max);
-                sum += *v;
             }
+            let mut sums = [0.0f32; LANES];
+            let mut blocks = row.chunks_exact(LANES);
+            for b in &mut blocks {
+                for (a, &v) in sums.iter_mut().zip(b) {
+                    *a += v;
+                }
+            }
+            let sum: f32 = sums.iter().chain(blocks.remainder()).sum();
             let inv = 1.0 / sum;
             for v in row.iter_mut() {
                 *v *= inv;

@@ -11,7 +11,7 @@
 //!
 //! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
 //! costs `L` dense-layer tokens plus attention's `L²` term
-//! ([`BertConfig::work`]: `L·(1 + 5L/(2H + I))` token-equivalents, the 5
+//! ([`BertConfig::work`]: `L·(1 + 3L/(2H + I))` token-equivalents, the 3
 //! measured), so the
 //! kernel's items are token-equivalents: a batch's sequences, sorted
 //! shortest first, are laid end to end on the item axis, and a chunk
