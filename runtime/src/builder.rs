@@ -1,4 +1,3 @@
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use coexec_actors::policy::{by_name, Thresholds};
@@ -29,7 +28,8 @@ use crate::{Error, Runtime};
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
     pub(crate) cfg: EngineConfig,
-    pub(crate) metrics: Option<SocketAddr>,
+    #[cfg(feature = "exporter")]
+    pub(crate) metrics: Option<std::net::SocketAddr>,
 }
 
 impl Builder {
@@ -155,8 +155,10 @@ impl Builder {
     /// exporter) record into it and later exporters serve it, values
     /// accumulated by earlier runtimes included. A program that installed a
     /// recorder of its own first gets [`Error::Metrics`] here; without any
-    /// recorder, coexec's metrics cost nothing.
-    pub fn metrics(mut self, addr: SocketAddr) -> Self {
+    /// recorder, coexec's metrics cost nothing. (Feature `exporter`, on by
+    /// default.)
+    #[cfg(feature = "exporter")]
+    pub fn metrics(mut self, addr: std::net::SocketAddr) -> Self {
         self.metrics = Some(addr);
         self
     }

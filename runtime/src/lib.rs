@@ -45,8 +45,10 @@ mod builder;
 #[cfg(feature = "embed")]
 pub mod embed;
 mod error;
+#[cfg(feature = "exporter")]
 mod exporter;
 mod host;
+#[cfg(feature = "exporter")]
 mod net;
 mod runtime;
 #[cfg(feature = "serve")]
@@ -111,6 +113,7 @@ pub mod kernels {
 /// only when asked, here or by [`Builder::metrics`] (which also serves it).
 /// Without any recorder coexec's metrics cost nothing; with another
 /// recorder the application installed, they go to it.
+#[cfg(feature = "exporter")]
 pub mod metrics {
     pub use crate::exporter::install;
 }

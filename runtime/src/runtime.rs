@@ -43,6 +43,7 @@ pub struct Runtime {
     engine: Engine,
     /// Stops with the runtime (declared after `engine`: it outlives the
     /// last job's metrics).
+    #[cfg(feature = "exporter")]
     metrics: Option<crate::exporter::MetricsServer>,
 }
 
@@ -54,12 +55,14 @@ impl Runtime {
     }
 
     pub(crate) fn start(b: Builder) -> Result<Self, Error> {
+        #[cfg(feature = "exporter")]
         let metrics = b
             .metrics
             .map(crate::exporter::MetricsServer::start)
             .transpose()?;
         Ok(Self {
             engine: Engine::start(b.cfg)?,
+            #[cfg(feature = "exporter")]
             metrics,
         })
     }
@@ -184,6 +187,7 @@ impl Runtime {
 
     /// Where `/metrics` is served, with the port the system chose if the
     /// builder asked for port 0 (`None`: no exporter).
+    #[cfg(feature = "exporter")]
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
         self.metrics.as_ref().map(|m| m.addr())
     }
@@ -237,6 +241,7 @@ impl Runtime {
     pub async fn shutdown(mut self) {
         self.engine.drain().await;
         self.engine.shutdown_async(false).await;
+        #[cfg(feature = "exporter")]
         if let Some(m) = self.metrics.take() {
             m.stop().await;
         }
