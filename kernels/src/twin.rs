@@ -28,7 +28,9 @@
 //! twin that declares fewer, more or differently sized arguments gets a
 //! [`KernelError::Invalid`](crate::KernelError) naming the first
 //! difference and is never launched, so safe code cannot make the driver
-//! read past the argument array. (Sizes, not types: a pointer declared
+//! read past the argument array. The driver reports parameters from CUDA
+//! 12.4 on; on an older driver a declared twin does not launch. (Sizes,
+//! not types: a pointer declared
 //! where the kernel takes a 64-bit integer passes the check, and what the
 //! kernel then does with it is the device's fault to report, as below.)
 //!

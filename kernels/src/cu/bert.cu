@@ -2,9 +2,11 @@
 // (cuda/embed.rs); cuBLAS does the dense layers and attention's products.
 // A piece of a batch is T tokens back to back ([T, H] row-major); the
 // tables (ids, positions, sequence starts, padded rows) are those of
-// embed/plan.rs. Row kernels (embed_ln, bias_residual_ln, pool) take one
-// block per row, a multiple of 32 threads, and H floats of dynamic shared
-// memory; LayerNorm sums in double, as the CPU pass does.
+// embed/plan.rs. Row kernels take one block per row (a token, or for pool
+// a sequence) of a multiple of 32 threads; embed_ln and bias_residual_ln
+// take H floats of dynamic shared memory and sum in double, as the CPU pass
+// does. Element-wise kernels index with 32 bits: the host checks that
+// every buffer they walk holds fewer than 2^32 elements.
 
 #define NONE 0xffffffffu
 
@@ -80,7 +82,6 @@ extern "C" __global__ void bias_residual_ln(const float* __restrict__ y,
     float* xt = x + (unsigned long long)t * h;
     const float* yt = y + (unsigned long long)t * h;
     for (unsigned c = threadIdx.x; c < h; c += blockDim.x) row[c] = xt[c] + (yt[c] + b[c]);
-    __syncthreads();
     layer_norm(row, gamma, beta, h, eps, xt);
 }
 
@@ -88,10 +89,9 @@ extern "C" __global__ void bias_residual_ln(const float* __restrict__ y,
 extern "C" __global__ void bias_gelu(float* __restrict__ y, const float* __restrict__ b,
                                      unsigned rows, unsigned out)
 {
-    unsigned long long n = (unsigned long long)rows * out;
-    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += step) {
+    unsigned n = rows * out;
+    unsigned step = gridDim.x * blockDim.x;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         float v = y[i] + b[i % out];
         y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     }
@@ -108,20 +108,18 @@ extern "C" __global__ void split_heads(const float* __restrict__ qkv,
                                        unsigned h, unsigned d, float* __restrict__ q,
                                        float* __restrict__ k, float* __restrict__ v)
 {
-    unsigned long long n = (unsigned long long)rows * h;
-    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += step) {
-        unsigned r = (unsigned)(i / h), c = (unsigned)(i % h);
-        unsigned long long o =
-            (unsigned long long)dst[r] + (unsigned long long)(c / d) * stride[r] + c % d;
+    unsigned n = rows * h;
+    unsigned step = gridDim.x * blockDim.x;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        unsigned r = i / h, c = i % h;
+        unsigned o = dst[r] + (c / d) * stride[r] + c % d;
         unsigned s = src[r];
         if (s == NONE) {
             q[o] = 0.0f;
             k[o] = 0.0f;
             v[o] = 0.0f;
         } else {
-            const float* row = qkv + (unsigned long long)s * 3ull * h;
+            const float* row = qkv + s * 3u * h;
             q[o] = row[c] + bias[c];
             k[o] = row[h + c] + bias[h + c];
             v[o] = row[2u * h + c] + bias[2u * h + c];
@@ -165,16 +163,13 @@ extern "C" __global__ void merge_heads(const float* __restrict__ o,
                                        const unsigned* __restrict__ stride, unsigned rows,
                                        unsigned h, unsigned d, float* __restrict__ ctx)
 {
-    unsigned long long n = (unsigned long long)rows * h;
-    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += step) {
-        unsigned r = (unsigned)(i / h), c = (unsigned)(i % h);
+    unsigned n = rows * h;
+    unsigned step = gridDim.x * blockDim.x;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        unsigned r = i / h, c = i % h;
         unsigned s = src[r];
         if (s == NONE) continue;
-        unsigned long long at =
-            (unsigned long long)dst[r] + (unsigned long long)(c / d) * stride[r] + c % d;
-        ctx[(unsigned long long)s * h + c] = o[at];
+        ctx[s * h + c] = o[dst[r] + (c / d) * stride[r] + c % d];
     }
 }
 

@@ -86,8 +86,9 @@ impl Blas {
         out: usize,
     ) -> Result<(), KernelError> {
         let dim = |n: usize| {
-            i32::try_from(n)
-                .map_err(|_| KernelError::invalid("mlp layer", format!("{n} exceeds cuBLAS's int")))
+            i32::try_from(n).map_err(|_| {
+                KernelError::invalid("dense layer", format!("{n} exceeds cuBLAS's int"))
+            })
         };
         let (m, n, k) = (dim(out)?, dim(rows)?, dim(inp)?);
         let (alpha, beta) = (1.0f32, 0.0f32);

@@ -24,6 +24,7 @@ use super::{CudaKernel, HostPin};
 use crate::embed::plan::{Plan, PIECE_TOKENS};
 use crate::embed::weights::Image;
 use crate::embed::{Encoder, Pooling};
+use crate::twin::check_signature;
 use crate::workload::check_chunk;
 use crate::{Chunk, Kernel, KernelError};
 
@@ -58,15 +59,26 @@ struct Fns {
 
 impl Fns {
     fn get(w: &StreamWorker) -> Result<Self, KernelError> {
-        let f = |name| w.function(&BERT, name);
+        // Each function with the parameter sizes `forward` passes it
+        // (8: a device address; 4: a u32 or f32), checked against the
+        // compiled kernel where the driver can tell (CUDA 12.4 on).
+        let f = |name, want: &[usize]| {
+            let f = w.function(&BERT, name)?;
+            if let Ok(sizes) = w.param_sizes(&f) {
+                check_signature(want, &sizes).map_err(|why| {
+                    KernelError::Cuda(format!("bert.cu `{name}` against its launch: {why}"))
+                })?;
+            }
+            Ok::<_, KernelError>(f)
+        };
         Ok(Self {
-            embed_ln: f("embed_ln")?,
-            bias_residual_ln: f("bias_residual_ln")?,
-            bias_gelu: f("bias_gelu")?,
-            split_heads: f("split_heads")?,
-            softmax_rows: f("softmax_rows")?,
-            merge_heads: f("merge_heads")?,
-            pool: f("pool")?,
+            embed_ln: f("embed_ln", &[8, 8, 8, 8, 8, 8, 4, 4, 4, 8])?,
+            bias_residual_ln: f("bias_residual_ln", &[8, 8, 8, 8, 8, 4, 4, 4])?,
+            bias_gelu: f("bias_gelu", &[8, 8, 4, 4])?,
+            split_heads: f("split_heads", &[8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8])?,
+            softmax_rows: f("softmax_rows", &[8, 8, 4, 4, 4])?,
+            merge_heads: f("merge_heads", &[8, 8, 8, 8, 4, 4, 4, 8])?,
+            pool: f("pool", &[8, 8, 4, 4, 4, 8])?,
         })
     }
 }
@@ -113,6 +125,15 @@ unsafe fn forward(
         ));
     }
     let (h, d, inter_w) = (c.hidden, c.head_dim(), c.intermediate);
+    if plan.tokens * inter_w >= 1 << 31 {
+        return Err(KernelError::invalid(
+            "encoder piece",
+            format!(
+                "{} tokens × {inter_w} past the kernels' 32-bit indices",
+                plan.tokens
+            ),
+        ));
+    }
     let (t, r, s) = (plan.tokens, plan.rows, plan.seqs);
     let at = |floats: usize| base + 4 * floats as u64;
     let meta = w.upload::<u32>(META, &[&plan.meta])?;
@@ -297,6 +318,20 @@ impl Encoder {
 impl CudaKernel for Encoder {
     fn prepare(&self, w: &mut StreamWorker) -> Result<(), KernelError> {
         Fns::get(w)?;
+        // The token-sized buffers at a full piece, once, so that a later
+        // batch's larger piece does not grow them inside a timed chunk.
+        let c = self.weights().config();
+        let (t, h) = (PIECE_TOKENS, c.hidden);
+        for (slot, floats) in [
+            (X, t * h),
+            (QKV, t * 3 * h),
+            (CTX, t * h),
+            (TMP, t * h),
+            (INTER, t * c.intermediate),
+        ] {
+            w.reserve_device(slot, floats * 4)?;
+        }
+        w.reserve_slot(POOL, t * h * 4)?;
         // One pass over this batch's first piece opens cuBLAS for the
         // stream and sizes its buffers, here rather than in the first
         // chunk, whose time would teach the profiler a GPU many times

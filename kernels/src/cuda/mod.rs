@@ -98,7 +98,11 @@ static FAST_MATH: AtomicBool = AtomicBool::new(false);
 ///
 /// Deterministic (the default) compiles with `--fmad=false`, IEEE division and
 /// square root: the GPU does exactly the CPU's floating-point operations in
-/// the CPU's order, and results are bit-identical to [`crate::Kernel::run_cpu`].
+/// the CPU's order, and results are bit-identical to [`crate::Kernel::run_cpu`]
+/// for the kernels written that way (the paper's workloads, declared twins
+/// that mirror their CPU code). The twins built on cuBLAS (the MLP, the
+/// sentence encoder) sum in cuBLAS's order and use CUDA's `expf`/`erff`:
+/// equal to the CPU's within float rounding, not bit for bit.
 /// Fast mode allows fused multiply-add contraction (`--fmad=true`): faster, and
 /// different in the last bits.
 pub fn set_deterministic(on: bool) {

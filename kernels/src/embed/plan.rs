@@ -7,8 +7,9 @@
 //! first) are cut into **groups** of similar length, each padded to its
 //! longest: a group of `B` sequences padded to `P` is `B·heads` products
 //! `[P, d]·[d, P]`. A sequence joins the group while the group's padded
-//! attention work stays within 5/4 of its real work (or the padding is at
-//! most [`SHORT`] tokens, where attention is a small part of the work).
+//! attention work stays within 5/4 of its real work, or, for sequences of
+//! at most [`SHORT`] tokens (where attention is a small part of the work),
+//! while the group's padded rows stay within twice its real tokens.
 //!
 //! Q, K and V of a group are laid `[B, heads, P, d]`; a *padded row* is one
 //! `(sequence, position)` pair of a group, real or padding. Per padded row
@@ -23,7 +24,8 @@ pub(crate) const NONE: u32 = u32::MAX;
 const SHORT: usize = 32;
 
 /// The most tokens in one piece: a chunk larger than this runs piece by
-/// piece, so the device buffers stay bounded (about 100 MB for MiniLM).
+/// piece, so the device buffers stay bounded (for MiniLM about 126 MB for
+/// the token-sized activations, plus the padded Q, K, V and the scores).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) const PIECE_TOKENS: usize = 8192;
 
@@ -151,25 +153,30 @@ pub(crate) struct Tables {
 
 impl Plan {
     /// The plan for `seqs` (ids, sorted shortest first), for an encoder
-    /// of `heads` heads of `head_dim` wide. `None` when an offset would not
-    /// fit the kernels' 32-bit tables (a piece far past [`PIECE_TOKENS`]).
+    /// of `heads` heads of `head_dim` wide. `None` when a buffer would hold
+    /// 2^31 elements or more, past the kernels' 32-bit indices (a piece far
+    /// past [`PIECE_TOKENS`]).
     pub(crate) fn new(seqs: &[&[u32]], heads: usize, head_dim: usize) -> Option<Self> {
         let h = heads * head_dim;
         let tokens: usize = seqs.iter().map(|s| s.len()).sum();
         let mut groups: Vec<Group> = Vec::new();
         let (mut rows, mut scores) = (0, 0);
-        let mut sumsq = 0usize;
+        let (mut sum, mut sumsq) = (0usize, 0usize);
         for (j, s) in seqs.iter().enumerate() {
             let l = s.len();
             debug_assert!(j == 0 || seqs[j - 1].len() <= l, "sorted shortest first");
             let joins = groups.last().is_some_and(|g| {
-                let padded = (g.count + 1) * l * l;
-                l <= SHORT || 4 * padded <= 5 * (sumsq + l * l)
+                if l <= SHORT {
+                    (g.count + 1) * l <= 2 * (sum + l)
+                } else {
+                    4 * (g.count + 1) * l * l <= 5 * (sumsq + l * l)
+                }
             });
             if joins {
                 let g = groups.last_mut().expect("joins");
                 g.count += 1;
                 g.pad = l;
+                sum += l;
                 sumsq += l * l;
             } else {
                 if let Some(g) = groups.last() {
@@ -183,14 +190,16 @@ impl Plan {
                     row0: rows,
                     score0: scores,
                 });
-                sumsq = l * l;
+                (sum, sumsq) = (l, l * l);
             }
         }
         if let Some(g) = groups.last() {
             rows += g.count * g.pad;
             scores += g.count * heads * g.pad * g.pad;
         }
-        let fits = |n: usize| u32::try_from(n).is_ok_and(|n| n != NONE);
+        // Under 2^31: the kernels' 32-bit grid-stride loops step past the
+        // end without wrapping.
+        let fits = |n: usize| n < 1 << 31;
         if !fits(3 * rows * h) || !fits(scores) || !fits(tokens * 3 * h) {
             return None;
         }
@@ -361,11 +370,26 @@ mod tests {
             let real: usize = group.iter().map(|l| l * l).sum();
             if g.pad > SHORT {
                 assert!(4 * g.count * g.pad * g.pad <= 5 * real, "{g:?}");
+            } else {
+                assert!(g.count * g.pad <= 2 * group.iter().sum::<usize>(), "{g:?}");
             }
         }
         assert_eq!(next, lens.len());
         // Few groups: a cheap launch count per layer.
         assert!(p.groups.len() < 30, "{} groups", p.groups.len());
+    }
+
+    #[test]
+    fn many_short_sequences_and_one_longer_pad_at_most_twice() {
+        let mut lens = vec![2; 4000];
+        lens.push(32);
+        let (p, _) = plan(&lens, 12, 32);
+        assert!(
+            p.rows <= 2 * p.tokens,
+            "{} padded rows for {} tokens",
+            p.rows,
+            p.tokens
+        );
     }
 
     /// The attention of a plan run on the host through the same tables
