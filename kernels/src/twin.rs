@@ -233,45 +233,6 @@ pub(crate) enum TwinArg<'a> {
     Scalar(Scalar),
 }
 
-impl TwinArg<'_> {
-    /// Bytes the argument takes in the launch's parameter list: a device
-    /// address for buffers, the value's size for scalars.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn param_bytes(&self) -> usize {
-        match self {
-            TwinArg::Run { .. } | TwinArg::Items { .. } | TwinArg::Out { .. } => 8,
-            TwinArg::Scalar(Scalar::U8(_)) => 1,
-            TwinArg::Scalar(Scalar::I32(_) | Scalar::U32(_) | Scalar::F32(_)) => 4,
-            TwinArg::Scalar(Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)) => 8,
-        }
-    }
-}
-
-/// Checks a launch's declared parameter sizes (bytes, in order: `lo`,
-/// `n`, then the twin's arguments) against the compiled entry point's, as
-/// the driver reports them: a launch that passed fewer or smaller
-/// arguments than the kernel takes would have the driver read past the
-/// host's argument array. The answer names the first difference.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn check_signature(declared: &[usize], kernel: &[usize]) -> Result<(), String> {
-    if let Some(i) = (0..declared.len().min(kernel.len())).find(|&i| declared[i] != kernel[i]) {
-        return Err(format!(
-            "parameter {i} takes {} bytes, the twin passes {} (kernel {kernel:?}, twin {declared:?}, \
-             in bytes; the first two are `lo` and `n`)",
-            kernel[i], declared[i]
-        ));
-    }
-    if declared.len() != kernel.len() {
-        return Err(format!(
-            "the kernel takes {} parameters, the twin passes {} (kernel {kernel:?}, twin \
-             {declared:?}, in bytes; the first two are `lo` and `n`)",
-            kernel.len(),
-            declared.len()
-        ));
-    }
-    Ok(())
-}
-
 /// An input's host buffer, for the stream to page-lock and copy from.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -520,44 +481,4 @@ pub trait GpuTwin: Kernel {
     /// This kernel's launch, declared. Called once per run and stream, and
     /// once per chunk: keep it cheap (no allocation beyond the [`Twin`]).
     fn twin(&self) -> Twin<'_>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_signature_check_names_the_first_difference() {
-        assert_eq!(check_signature(&[8, 4, 8, 1], &[8, 4, 8, 1]), Ok(()));
-        let fewer = check_signature(&[8, 4, 8], &[8, 4, 8, 4]).unwrap_err();
-        assert!(
-            fewer.contains("takes 4 parameters, the twin passes 3"),
-            "{fewer}"
-        );
-        let more = check_signature(&[8, 4, 8, 8], &[8, 4, 8]).unwrap_err();
-        assert!(
-            more.contains("takes 3 parameters, the twin passes 4"),
-            "{more}"
-        );
-        let size = check_signature(&[8, 4, 4, 8], &[8, 4, 8, 8]).unwrap_err();
-        assert!(
-            size.contains("parameter 2 takes 8 bytes, the twin passes 4"),
-            "{size}"
-        );
-    }
-
-    #[test]
-    fn declared_sizes_are_addresses_and_scalar_widths() {
-        const SRC: CudaSource = CudaSource::new("k.cu", "");
-        let x = TwinInput::new(vec![1.0f32; 4]);
-        let y: DisjointBuf<f32> = DisjointBuf::new(4, 1);
-        let t = Twin::new(&SRC, "k")
-            .item_input(&x, 1)
-            .output(&y)
-            .scalar(3u8)
-            .scalar(2.5f32)
-            .scalar(7u64);
-        let sizes: Vec<usize> = t.args.iter().map(TwinArg::param_bytes).collect();
-        assert_eq!(sizes, [8, 8, 1, 4, 8]);
-    }
 }

@@ -496,7 +496,7 @@ fn mlp_matches(test: &str, ws: &mut [StreamWorker; 2], name: &str) -> bool {
 
 /// The sentence-embedding model's folder: `COEXEC_EMBED_MODEL`, else
 /// where `scripts/fetch_model.sh` caches it.
-#[cfg(feature = "embed")]
+#[cfg(all(feature = "embed", feature = "cuda"))]
 fn embed_model() -> Option<PathBuf> {
     let dir = std::env::var_os("COEXEC_EMBED_MODEL")
         .map(PathBuf::from)
@@ -512,7 +512,7 @@ fn embed_model() -> Option<PathBuf> {
 /// shape, padded rows, a piece boundary) and one of many short sequences:
 /// each vector within cosine 0.99999 of the CPU's (the fp64 reference's
 /// bound for the CPU pass).
-#[cfg(feature = "embed")]
+#[cfg(all(feature = "embed", feature = "cuda"))]
 #[test]
 #[ignore = "needs a CUDA GPU: run with --include-ignored where one is present"]
 fn bert_cuda_matches_cpu() {

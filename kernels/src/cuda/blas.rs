@@ -17,6 +17,12 @@ fn libcublas_present() -> bool {
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
+/// A size as cuBLAS's `int`.
+fn int(n: usize) -> Result<i32, KernelError> {
+    i32::try_from(n)
+        .map_err(|_| KernelError::invalid("cuBLAS product", format!("{n} exceeds cuBLAS's int")))
+}
+
 fn error(what: &str) -> impl Fn(result::CublasError) -> KernelError + '_ {
     move |e| KernelError::Cuda(format!("{what}: {e}"))
 }
@@ -85,12 +91,7 @@ impl Blas {
         inp: usize,
         out: usize,
     ) -> Result<(), KernelError> {
-        let dim = |n: usize| {
-            i32::try_from(n).map_err(|_| {
-                KernelError::invalid("dense layer", format!("{n} exceeds cuBLAS's int"))
-            })
-        };
-        let (m, n, k) = (dim(out)?, dim(rows)?, dim(inp)?);
+        let (m, n, k) = (int(out)?, int(rows)?, int(inp)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: the caller's promise on the buffers; m, n, k and the leading
         // dimensions describe exactly those sizes; alpha and beta are host
@@ -132,11 +133,6 @@ impl Blas {
         b: DevPtr,
         c: DevPtr,
     ) -> Result<(), KernelError> {
-        let int = |n: usize| {
-            i32::try_from(n).map_err(|_| {
-                KernelError::invalid("batched product", format!("{n} exceeds cuBLAS's int"))
-            })
-        };
         let long = |n: usize| {
             i64::try_from(n)
                 .map_err(|_| KernelError::invalid("batched product", format!("stride {n}")))

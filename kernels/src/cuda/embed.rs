@@ -20,11 +20,12 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 
 use super::nvrtc::BERT;
 use super::stream::{grid_1d, DevPtr, Out, StreamWorker};
+use super::twin::check_signature;
 use super::{CudaKernel, HostPin};
+use crate::embed::cpu::runs;
 use crate::embed::plan::{Plan, PIECE_TOKENS};
 use crate::embed::weights::Image;
 use crate::embed::{Encoder, Pooling};
-use crate::twin::check_signature;
 use crate::workload::check_chunk;
 use crate::{Chunk, Kernel, KernelError};
 
@@ -262,26 +263,6 @@ unsafe fn forward(
     Ok(())
 }
 
-/// `seqs` (ids, sorted shortest first) cut into pieces of at most
-/// [`PIECE_TOKENS`] tokens (a longer sequence alone).
-fn pieces<'a>(seqs: &'a [&'a [u32]]) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
-    let mut first = 0;
-    std::iter::from_fn(move || {
-        if first == seqs.len() {
-            return None;
-        }
-        let mut end = first + 1;
-        let mut tokens = seqs[first].len();
-        while end < seqs.len() && tokens + seqs[end].len() <= PIECE_TOKENS {
-            tokens += seqs[end].len();
-            end += 1;
-        }
-        let r = first..end;
-        first = end;
-        Some(r)
-    })
-}
-
 impl Encoder {
     /// The pooled vectors of sorted sequences `range` into `out`
     /// (`range.len() × H`), piece by piece on `w`'s stream.
@@ -299,7 +280,7 @@ impl Encoder {
         let base = w.addr(&buf);
         let seqs: Vec<&[u32]> = range.map(|j| self.seq(j)).collect();
         let pin = HostPin::default();
-        for p in pieces(&seqs) {
+        for p in runs(&seqs, PIECE_TOKENS) {
             let plan = Plan::new(&seqs[p.clone()], c.heads, c.head_dim()).ok_or_else(|| {
                 KernelError::invalid("encoder piece", "too large for 32-bit offsets")
             })?;
@@ -337,7 +318,7 @@ impl CudaKernel for Encoder {
         // chunk, whose time would teach the profiler a GPU many times
         // slower than it is. Its results are discarded.
         let all = self.sorted();
-        let first = pieces(&all).next().unwrap_or(0..0);
+        let first = runs(&all, PIECE_TOKENS).next().unwrap_or(0..0);
         let mut out = vec![0.0; first.len() * self.weights().dim()];
         self.run_gpu(w, first, &mut out)
     }

@@ -9,7 +9,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::stream::{grid_1d, Arg, DevPtr, Out, StreamWorker};
 use super::CudaKernel;
-use crate::twin::{check_signature, Scalar, Twin, TwinArg};
+use crate::twin::{Scalar, Twin, TwinArg};
 use crate::{Chunk, GpuTwin, KernelError};
 
 /// Threads per launch at most: grids index threads with 32-bit integers.
@@ -34,6 +34,41 @@ impl Value {
             Value::Scalar(Scalar::F64(v)) => v,
         }
     }
+}
+
+/// Bytes an argument takes in the launch's parameter list: a device
+/// address for buffers, the value's size for scalars.
+fn param_bytes(a: &TwinArg<'_>) -> usize {
+    match a {
+        TwinArg::Run { .. } | TwinArg::Items { .. } | TwinArg::Out { .. } => 8,
+        TwinArg::Scalar(Scalar::U8(_)) => 1,
+        TwinArg::Scalar(Scalar::I32(_) | Scalar::U32(_) | Scalar::F32(_)) => 4,
+        TwinArg::Scalar(Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)) => 8,
+    }
+}
+
+/// Checks a launch's parameter sizes (bytes, in order) against the
+/// compiled entry point's, as the driver reports them: a launch that
+/// passed fewer or smaller arguments than the kernel takes would have the
+/// driver read past the host's argument array. The answer names the first
+/// difference.
+pub(super) fn check_signature(declared: &[usize], kernel: &[usize]) -> Result<(), String> {
+    if let Some(i) = (0..declared.len().min(kernel.len())).find(|&i| declared[i] != kernel[i]) {
+        return Err(format!(
+            "parameter {i} takes {} bytes, the twin passes {} (kernel {kernel:?}, twin \
+             {declared:?}, in bytes)",
+            kernel[i], declared[i]
+        ));
+    }
+    if declared.len() != kernel.len() {
+        return Err(format!(
+            "the kernel takes {} parameters, the twin passes {} (kernel {kernel:?}, twin \
+             {declared:?}, in bytes)",
+            kernel.len(),
+            declared.len()
+        ));
+    }
+    Ok(())
 }
 
 fn program(t: &Twin<'_>) -> Program {
@@ -164,9 +199,10 @@ impl<K: GpuTwin> CudaKernel for K {
         // a declaration that differs never launches.
         let declared: Vec<usize> = [8, 4]
             .into_iter()
-            .chain(t.args.iter().map(TwinArg::param_bytes))
+            .chain(t.args.iter().map(param_bytes))
             .collect();
-        check_signature(&declared, &w.param_sizes(&f)?).map_err(|why| invalid(&t, why))?;
+        check_signature(&declared, &w.param_sizes(&f)?)
+            .map_err(|why| invalid(&t, format!("{why}; the first two are `lo` and `n`")))?;
         let (lo64, n32) = (lo as u64, n as u32);
         let mut args: Vec<&dyn Arg> = vec![&lo64, &n32];
         args.extend(values.iter().map(Value::arg));
@@ -190,5 +226,46 @@ impl<K: GpuTwin> CudaKernel for K {
         // each output buffer.
         unsafe { w.launch(&f, cfg, &args)? };
         w.finish_into(&mut dsts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CudaSource, DisjointBuf, TwinInput};
+
+    #[test]
+    fn the_signature_check_names_the_first_difference() {
+        assert_eq!(check_signature(&[8, 4, 8, 1], &[8, 4, 8, 1]), Ok(()));
+        let fewer = check_signature(&[8, 4, 8], &[8, 4, 8, 4]).unwrap_err();
+        assert!(
+            fewer.contains("takes 4 parameters, the twin passes 3"),
+            "{fewer}"
+        );
+        let more = check_signature(&[8, 4, 8, 8], &[8, 4, 8]).unwrap_err();
+        assert!(
+            more.contains("takes 3 parameters, the twin passes 4"),
+            "{more}"
+        );
+        let size = check_signature(&[8, 4, 4, 8], &[8, 4, 8, 8]).unwrap_err();
+        assert!(
+            size.contains("parameter 2 takes 8 bytes, the twin passes 4"),
+            "{size}"
+        );
+    }
+
+    #[test]
+    fn declared_sizes_are_addresses_and_scalar_widths() {
+        const SRC: CudaSource = CudaSource::new("k.cu", "");
+        let x = TwinInput::new(vec![1.0f32; 4]);
+        let y: DisjointBuf<f32> = DisjointBuf::new(4, 1);
+        let t = Twin::new(&SRC, "k")
+            .item_input(&x, 1)
+            .output(&y)
+            .scalar(3u8)
+            .scalar(2.5f32)
+            .scalar(7u64);
+        let sizes: Vec<usize> = t.args.iter().map(param_bytes).collect();
+        assert_eq!(sizes, [8, 8, 1, 4, 8]);
     }
 }

@@ -234,6 +234,29 @@ unsafe fn gemm_strided(
     unsafe { matrixmultiply::sgemm(m, k, n, alpha, a.0, a.1, a.2, b.0, b.1, b.2, 0.0, c, rsc, 1) }
 }
 
+/// `seqs` cut, in order, into runs of at most `max_tokens` tokens (a
+/// longer sequence alone): the CPU pass's tiles and the GPU twin's pieces.
+pub(crate) fn runs<'a>(
+    seqs: &'a [&'a [u32]],
+    max_tokens: usize,
+) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+    let mut first = 0;
+    std::iter::from_fn(move || {
+        if first == seqs.len() {
+            return None;
+        }
+        let mut end = first + 1;
+        let mut tokens = seqs[first].len();
+        while end < seqs.len() && tokens + seqs[end].len() <= max_tokens {
+            tokens += seqs[end].len();
+            end += 1;
+        }
+        let r = first..end;
+        first = end;
+        Some(r)
+    })
+}
+
 impl BertWeights {
     /// The pooled vectors (before any normalisation) of `seqs` into `out`
     /// (`seqs.len() × H`), tile by tile. Every sequence holds 1 to
@@ -241,16 +264,8 @@ impl BertWeights {
     /// checks that when it is built).
     pub(crate) fn encode_cpu(&self, seqs: &[&[u32]], out: &mut [f32], s: &mut Scratch) {
         let h = self.cfg.hidden;
-        let mut first = 0;
-        while first < seqs.len() {
-            let mut end = first + 1;
-            let mut tokens = seqs[first].len();
-            while end < seqs.len() && tokens + seqs[end].len() <= TILE_TOKENS {
-                tokens += seqs[end].len();
-                end += 1;
-            }
-            self.encode_tile(&seqs[first..end], &mut out[first * h..end * h], s);
-            first = end;
+        for r in runs(seqs, TILE_TOKENS) {
+            self.encode_tile(&seqs[r.clone()], &mut out[r.start * h..r.end * h], s);
         }
     }
 

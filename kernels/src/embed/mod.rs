@@ -55,7 +55,7 @@ use crate::workload::check_chunk;
 use crate::{Chunk, Kernel, KernelError};
 
 mod config;
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(any(test, feature = "cuda"))]
 pub(crate) mod plan;
 #[cfg(test)]
