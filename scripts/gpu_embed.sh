@@ -6,6 +6,9 @@
 #   .bin-embed/model/   the model packed by scripts/gpu_model_pack.py, with
 #                       reference.npy (fp64) and ids.jsonl of the test corpus
 # Steps, each with its own timeout (about 6 minutes in all):
+#   0. every other GPU test of cuda_equals_cpu (the workloads bit for bit,
+#      the MLP, the twin contract, take-back, pinned copies), as
+#      gpu_check.sh's step 4 does, for a lease too short for both scripts;
 #   1. bert_cuda_matches_cpu: the GPU twin against the CPU pass (uneven
 #      chunks on two streams, pieces, every group shape);
 #   2. `coexec embed` on the GPU alone over tests/data/embed_sentences.jsonl
@@ -21,7 +24,7 @@
 #   CPUS   the CPU class (default cpu:12: the other cores tokenise, run the
 #          GPU streams' threads, the HTTP handlers and the load generator)
 #   GPU    the GPU class (default cuda:0x2)
-#   STEPS  the steps to run (default "1 2 3 4 5")
+#   STEPS  the steps to run (default "0 1 2 3 4 5")
 #   RATES1, RATES32   coexec-load's rates for 1 and 32 texts a request
 #   COUNT  lines of the throughput corpus (default 10000)
 set -u
@@ -29,7 +32,7 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 CPUS=${CPUS:-cpu:12}
 GPU=${GPU:-cuda:0x2}
-STEPS=${STEPS:-1 2 3 4 5}
+STEPS=${STEPS:-0 1 2 3 4 5}
 RATES1=${RATES1:-50,200,800,1600,3200}
 RATES32=${RATES32:-5,20,50,100,200}
 COUNT=${COUNT:-10000}
@@ -63,6 +66,14 @@ if [ -f "$MODEL/model.safetensors.planes.xz" ] && [ ! -f "$MODEL/model.safetenso
 fi
 [ -f "$MODEL/model.safetensors" ] || { row model MISSING "$MODEL"; STEPS=""; }
 export COEXEC_PROFILE_DIR="$TMP/profiles"
+
+# --- 0: the other GPU tests -----------------------------------------------------
+if has 0 && [ -x "$BIN/cuda_equals_cpu" ]; then
+  timeout 150 "$BIN/cuda_equals_cpu" --include-ignored --skip bert_cuda_matches_cpu \
+    --nocapture --test-threads=1 >"$OUT/cuda-equals-cpu.txt" 2>&1
+  rc=$?
+  row cuda_equals_cpu "rc=$rc" "$(grep -E '^test result' "$OUT/cuda-equals-cpu.txt" | tail -1)"
+fi
 
 # --- 1: the twin against the CPU pass ------------------------------------------
 if has 1 && [ -x "$BIN/cuda_equals_cpu" ]; then
