@@ -27,6 +27,8 @@
 #   STEPS  the steps to run (default "0 1 2 3 4 5")
 #   RATES1, RATES32   coexec-load's rates for 1 and 32 texts a request
 #   COUNT  lines of the throughput corpus (default 10000)
+#   SPECS  the device specs of step 3 (default "$CPUS $GPU $GPU,$CPUS")
+#   ROUNDS rounds of step 3 (default 2; a profile carries over between them)
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -36,6 +38,8 @@ STEPS=${STEPS:-0 1 2 3 4 5}
 RATES1=${RATES1:-50,200,800,1600,3200}
 RATES32=${RATES32:-5,20,50,100,200}
 COUNT=${COUNT:-10000}
+SPECS=${SPECS:-$CPUS $GPU $GPU,$CPUS}
+ROUNDS=${ROUNDS:-2}
 B=.bin-embed
 MODEL=$B/model
 CORPUS=tests/data/embed_sentences.jsonl
@@ -107,19 +111,18 @@ import itertools, sys
 lines = open('$CORPUS', encoding='utf-8').read().splitlines()
 sys.stdout.write(''.join(l + '\n' for l in itertools.islice(itertools.cycle(lines), $COUNT)))
 " >"$TMP/corpus10k.jsonl"
-  for round in 1 2; do
-    for spec in "$CPUS" "$GPU" "$GPU,$CPUS"; do
+  for round in $(seq 1 "$ROUNDS"); do
+    for spec in $SPECS; do
       rm -f "$TMP/out.npy"
       line=$(timeout 120 "$BIN/coexec" embed -q --model "$MODEL" --devices "$spec" \
         --input "$TMP/corpus10k.jsonl" --output "$TMP/out.npy" 2>&1 | tail -1)
       echo "round $round, $spec: $line" >>"$OUT/embed-throughput.txt"
     done
   done
-  while read -r spec; do
+  cat "$COEXEC_PROFILE_DIR"/*.json >"$OUT/embed-profile.json" 2>/dev/null
+  for spec in $SPECS; do
     row "embed $COUNT $spec" "" "$(grep -F ", $spec: " "$OUT/embed-throughput.txt" | grep -oE '[0-9.]+ texts/s' | tr '\n' ' ')"
-  done <<<"$CPUS
-$GPU
-$GPU,$CPUS"
+  done
 fi
 
 # --- 4: PyTorch on the same GPU ------------------------------------------------------

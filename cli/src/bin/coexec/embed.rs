@@ -55,6 +55,9 @@ pub(crate) struct EmbedArgs {
     /// Most tokens in one batch.
     #[arg(long, default_value_t = 16384)]
     max_batch_tokens: usize,
+    /// Batches running at once (default: one per device class, plus one).
+    #[arg(long)]
+    in_flight: Option<usize>,
     /// Where profiles live (default: COEXEC_PROFILE_DIR, else the cache dir).
     #[arg(long)]
     profile_dir: Option<PathBuf>,
@@ -237,7 +240,7 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
         b = b.profile_dir(d);
     }
     let rt = Arc::new(b.build()?);
-    let in_flight = rt.classes().len().max(1) + 1;
+    let in_flight = a.in_flight.unwrap_or(rt.classes().len() + 1).max(1);
     let stream = Stream::start(
         rt.clone(),
         model.clone(),
@@ -280,24 +283,38 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
                 .collect::<Vec<_>>()
         })
     };
+    // Two windows are queued at a time: while the results of the older one
+    // are written, the stream already holds the next, so no device idles at
+    // a window's end waiting for its slowest batch.
     let mut next = (done < lines.len()).then(|| tokenize(done));
+    let mut queued = std::collections::VecDeque::new();
+    let mut submitted = done;
     let mut at = done;
-    while let Some(window) = next.take() {
-        let window = window.await.map_err(|e| Failure::Run(e.to_string()))?;
-        let pending: Vec<_> = window
-            .into_iter()
-            .map(|ids| {
-                ids.map(|ids| {
-                    tokens += ids.len();
-                    let s = stream.clone();
-                    tokio::spawn(async move { s.infer(ids).await })
+    loop {
+        if let Some(window) = next.take() {
+            let window = window.await.map_err(|e| Failure::Run(e.to_string()))?;
+            let pending: Vec<_> = window
+                .into_iter()
+                .map(|ids| {
+                    ids.map(|ids| {
+                        tokens += ids.len();
+                        let s = stream.clone();
+                        tokio::spawn(async move { s.infer(ids).await })
+                    })
                 })
-            })
-            .collect();
-        let after = at + pending.len();
-        if after < lines.len() {
-            next = Some(tokenize(after));
+                .collect();
+            submitted += pending.len();
+            if submitted < lines.len() {
+                next = Some(tokenize(submitted));
+            }
+            queued.push_back(pending);
+            if queued.len() < 2 && next.is_some() {
+                continue;
+            }
         }
+        let Some(pending) = queued.pop_front() else {
+            break;
+        };
         for p in pending {
             let line = at + 1;
             match p {
@@ -326,13 +343,19 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
     bar.finish_and_clear();
     stream.shutdown().await;
     drop(stream);
+    let split = rt
+        .progress()
+        .iter()
+        .map(|(class, items)| format!("{class} {items}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     if let Ok(rt) = Arc::try_unwrap(rt) {
         rt.shutdown().await;
     }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     println!(
         "embedded {texts} texts ({tokens} tokens) in {secs:.2} s: {:.1} texts/s, {:.0} tokens/s; \
-         {bad} bad lines, {done} rows resumed; {} rows of {} in {}",
+         {bad} bad lines, {done} rows resumed; {} rows of {} in {}; work units per class: {split}",
         texts as f64 / secs,
         tokens as f64 / secs,
         lines.len(),
