@@ -13,14 +13,16 @@
 //! users know from Triton's CPU and GPU instance groups: whole batches to
 //! whichever class is free first.
 
+mod contend;
 mod placed;
 mod placement;
 mod slot;
 #[cfg(test)]
 mod tests;
 
+use contend::Hold;
 pub use placement::Placement;
-use slot::Slot;
+use slot::{Running, Slot};
 /// A split must finish at least this much sooner than the best single class
 /// to be worth a second class's fixed costs and the models' error.
 const SPLIT_GAIN: f64 = 0.05;
@@ -213,12 +215,19 @@ impl Placer {
                         })
                     });
                 // A known class left idle too long while the others ran
-                // batches is measured again.
-                let (after, skips) = if self.utilization(now) >= BUSY {
-                    (BUSY_REMEASURE_AFTER, BUSY_SKIPS)
-                } else {
-                    (REMEASURE_AFTER, REMEASURE_SKIPS)
-                };
+                // batches is measured again; one held back for what it
+                // costs the others (`contend.rs`) at the idle cadence.
+                let busy = self.utilization(now) >= BUSY;
+                let loaded = busy || backlog > 0;
+                let hold: Vec<Hold> = (0..k)
+                    .map(|c| {
+                        if loaded {
+                            self.hold(c, &known, n)
+                        } else {
+                            Hold::No
+                        }
+                    })
+                    .collect();
                 let stale = (known.len() > 1)
                     .then(|| {
                         known
@@ -226,6 +235,12 @@ impl Placer {
                             .copied()
                             .filter(|&c| {
                                 let s = &self.slots[c];
+                                let (after, skips) = match hold[c] {
+                                    Hold::No if busy => (BUSY_REMEASURE_AFTER, BUSY_SKIPS),
+                                    Hold::No | Hold::Later => (REMEASURE_AFTER, REMEASURE_SKIPS),
+                                    Hold::Measure => (0.0, 0),
+                                    Hold::Wait => (f64::INFINITY, usize::MAX),
+                                };
                                 s.running.is_empty()
                                     && s.skipped >= skips
                                     && now - s.placed_at >= after
@@ -235,11 +250,22 @@ impl Placer {
                     .flatten();
                 match (cold, stale) {
                     (Some(c), _) => (one(c), f64::NAN),
+                    (None, Some(c)) if hold[c] != Hold::No => {
+                        let fast = self.fastest(&known).unwrap_or(c);
+                        self.remeasure_part(c, fast, n, now)
+                    }
                     (None, Some(c)) => {
                         let s = &self.slots[c];
                         (one(c), s.free_at(now) + s.time(n).unwrap_or(f64::NAN))
                     }
-                    (None, None) => self.best(&known, n, backlog as f64, now),
+                    (None, None) => {
+                        let worth: Vec<usize> = known
+                            .iter()
+                            .copied()
+                            .filter(|&c| hold[c] == Hold::No)
+                            .collect();
+                        self.best(&worth, n, backlog as f64, now)
+                    }
                 }
             }
         };
@@ -253,11 +279,19 @@ impl Placer {
             .sum();
         self.load = self.decayed_load(now) + placed;
         self.load_at = self.load_at.max(now);
+        self.mark_shared(&shares);
+        let split = shares.iter().filter(|s| **s > 0.0).count() > 1;
         for (c, s) in shares.iter().enumerate() {
+            let others_busy = self.others_busy(c, None);
             let slot = &mut self.slots[c];
             if *s > 0.0 {
                 let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
-                slot.running.push((ticket, end, now));
+                slot.running.push(Running {
+                    ticket,
+                    end,
+                    placed: now,
+                    shared: split || others_busy,
+                });
                 slot.placed_at = now;
                 slot.skipped = 0;
             } else {
@@ -430,14 +464,14 @@ impl Placer {
     /// long its callers waited against the prediction ([`Slot::lag`]).
     pub(crate) fn finished(&mut self, ticket: u64, learned: &[Learned], now: f64) {
         let on: Vec<usize> = (0..self.slots.len())
-            .filter(|&c| self.slots[c].running.iter().any(|r| r.0 == ticket))
+            .filter(|&c| self.slots[c].running.iter().any(|r| r.ticket == ticket))
             .collect();
         // When it was placed and predicted to end (the latest of its parts).
         let (mut placed, mut end) = (f64::NAN, f64::NEG_INFINITY);
         for &c in &on {
-            if let Some(&(_, e, p)) = self.slots[c].running.iter().find(|r| r.0 == ticket) {
-                placed = p;
-                end = end.max(e);
+            if let Some(r) = self.slots[c].running.iter().find(|r| r.ticket == ticket) {
+                placed = r.placed;
+                end = end.max(r.end);
             }
         }
         let (waited, predicted) = (now - placed, end - placed);
@@ -455,15 +489,28 @@ impl Placer {
                 *lag += LAG_WEIGHT * (seen - *lag);
             }
         }
+        // Whether each class's part overlapped another class's work.
+        let shared: Vec<bool> = (0..self.slots.len())
+            .map(|c| {
+                self.slots[c]
+                    .running
+                    .iter()
+                    .any(|r| r.ticket == ticket && r.shared)
+                    || self.others_busy(c, Some(ticket))
+            })
+            .collect();
         for slot in &mut self.slots {
-            slot.running.retain(|r| r.0 != ticket);
+            slot.running.retain(|r| r.ticket != ticket);
         }
-        for (slot, l) in self.slots.iter_mut().zip(learned) {
+        for ((slot, l), shared) in self.slots.iter_mut().zip(learned).zip(shared) {
             slot.workers = l.workers;
             let fresh = l.ran || slot.b.is_none();
             if fresh && l.b.is_finite() && l.b > 0.0 && l.a.is_finite() && l.a >= 0.0 {
                 slot.a = l.a;
                 slot.b = Some(l.b);
+            }
+            if l.ran && l.b.is_finite() && l.b > 0.0 {
+                slot.learn_speed(l.b, shared);
             }
         }
     }
