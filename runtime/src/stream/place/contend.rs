@@ -19,9 +19,9 @@
 //! machine (0.66 s at 40% less speed).
 //! Until both speeds of the fastest class are measured, a slower class gets
 //! only such parts: one as soon as it is free while the speed beside it is
-//! missing, none while the speed alone is. All of this only
-//! while the placer is loaded (a backlog, or the classes nearly full): idle,
-//! the fastest class has time to spare and a split shortens the batch.
+//! missing, none while the speed alone is. All of this only while the
+//! placer is loaded (a backlog, or the classes nearly full): idle, the
+//! fastest class has time to spare and a split shortens the batch.
 
 use super::{Placer, Slot};
 
@@ -73,6 +73,7 @@ impl Placer {
     /// Whether class `c` of `known` is held back, and when it is measured
     /// again: it is not the fastest, and its co-execution costs the fastest
     /// more than it adds, or that cost is not measured yet.
+    ///
     /// A class that would compute less than an item per worker while the
     /// fastest runs a batch of `n` is left to the other rules: it cannot
     /// cost much, nor be measured by a part.
