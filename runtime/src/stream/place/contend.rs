@@ -70,17 +70,14 @@ impl Placer {
         })
     }
 
-    /// Whether class `c` of `known` is held back, and when it is measured
-    /// again: it is not the fastest, and its co-execution costs the fastest
-    /// more than it adds, or that cost is not measured yet.
+    /// Whether class `c` is held back, and when it is measured again: it is
+    /// not `fast` (the fastest known class), and its co-execution costs
+    /// `fast` more than it adds, or that cost is not measured yet.
     ///
     /// A class that would compute less than an item per worker while the
     /// fastest runs a batch of `n` is left to the other rules: it cannot
     /// cost much, nor be measured by a part.
-    pub(super) fn hold(&self, c: usize, known: &[usize], n: f64) -> Hold {
-        let Some(fast) = self.fastest(known) else {
-            return Hold::No;
-        };
+    pub(super) fn hold(&self, c: usize, fast: usize, n: f64) -> Hold {
         if c == fast || self.part(c, fast, n) < self.slots[c].workers.max(1) as f64 {
             return Hold::No;
         }

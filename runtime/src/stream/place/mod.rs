@@ -11,7 +11,8 @@
 //! with no model yet gets whole batches while it is free (the cold start
 //! learns from the first batches). [`Placement::Greedy`] is the baseline
 //! users know from Triton's CPU and GPU instance groups: whole batches to
-//! whichever class is free first.
+//! whichever class is free first. Under load, a class whose work slows the
+//! fastest class more than it adds is held back (`contend.rs`).
 
 mod contend;
 mod learn;
@@ -219,14 +220,11 @@ impl Placer {
                 // batches is measured again; one held back for what it
                 // costs the others (`contend.rs`) at the idle cadence.
                 let busy = self.utilization(now) >= BUSY;
-                let loaded = busy || backlog > 0;
+                let fast = self.fastest(&known);
                 let hold: Vec<Hold> = (0..k)
-                    .map(|c| {
-                        if loaded {
-                            self.hold(c, &known, n)
-                        } else {
-                            Hold::No
-                        }
+                    .map(|c| match fast {
+                        Some(f) if busy || backlog > 0 => self.hold(c, f, n),
+                        _ => Hold::No,
                     })
                     .collect();
                 let stale = (known.len() > 1)
@@ -252,8 +250,7 @@ impl Placer {
                 match (cold, stale) {
                     (Some(c), _) => (one(c), f64::NAN),
                     (None, Some(c)) if hold[c] != Hold::No => {
-                        let fast = self.fastest(&known).unwrap_or(c);
-                        self.remeasure_part(c, fast, n, now)
+                        self.remeasure_part(c, fast.unwrap_or(c), n, now)
                     }
                     (None, Some(c)) => {
                         let s = &self.slots[c];
@@ -283,7 +280,7 @@ impl Placer {
         self.mark_shared(&shares);
         let split = shares.iter().filter(|s| **s > 0.0).count() > 1;
         for (c, s) in shares.iter().enumerate() {
-            let others_busy = self.others_busy(c, None);
+            let shared = *s > 0.0 && (split || self.others_busy(c, None));
             let slot = &mut self.slots[c];
             if *s > 0.0 {
                 let end = slot.free_at(now) + slot.time(n * s).unwrap_or(0.0);
@@ -291,7 +288,7 @@ impl Placer {
                     ticket,
                     end,
                     placed: now,
-                    shared: split || others_busy,
+                    shared,
                 });
                 slot.placed_at = now;
                 slot.skipped = 0;
