@@ -76,6 +76,10 @@ impl ServeModel for AddModel {
     fn describe_input(&self) -> String {
         r#"{"a": n, "b": n}"#.into()
     }
+
+    fn warm_up_inputs(&self, n: usize) -> Vec<Pair> {
+        vec![Pair { a: 1, b: 1 }; n]
+    }
 }
 
 /// Status code and body of one request on a fresh connection.
@@ -178,5 +182,38 @@ async fn a_user_model_is_served_with_the_applications_recorder() {
 
     let _ = stop.send(());
     server.await.unwrap();
+    svc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_runs_on_every_class_alone_and_teaches_nothing() {
+    let rt = Arc::new(
+        coexec::Runtime::builder()
+            .devices("cpu:2,sim:1@2")
+            .unwrap()
+            .in_memory_profiles()
+            .start()
+            .await
+            .unwrap(),
+    );
+    let svc = Service::start(
+        rt.clone(),
+        AddModel,
+        StreamConfig::new(),
+        ServeConfig::new(),
+    )
+    .unwrap();
+    let warmed = svc.warm_up(&rt).await.unwrap();
+    let classes: Vec<&str> = warmed.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(classes, ["cpu", "sim"]);
+    // Twice each class's workers, each on its own class.
+    assert_eq!(
+        rt.progress(),
+        [("cpu".to_string(), 4), ("sim".to_string(), 2)]
+    );
+    assert!(
+        rt.profile().await.unwrap().kernels.is_empty(),
+        "a warm-up must leave the profile as it was"
+    );
     svc.shutdown().await;
 }

@@ -114,6 +114,42 @@ impl Runtime {
         Ok(Done { kernel, report })
     }
 
+    /// Pays each device class's first-use costs before real work arrives (a
+    /// GPU's kernel compilation, library handles, weights' upload; a CPU's
+    /// page faults): runs a kernel from `make` on each class alone, in
+    /// chunks of one item so that it spreads over the class's workers, and
+    /// learns nothing from it (the profile stays as it was). `make(n)` gives
+    /// a kernel of `n` inputs of its own kind (sequences, rows), twice the
+    /// class's workers. Returns each class's name and how long its warm-up
+    /// took; an error of any class ends it.
+    ///
+    /// ```
+    /// use coexec::kernels::Synthetic;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), coexec::Error> {
+    /// let rt = coexec::Runtime::builder().devices("cpu:2")?.in_memory_profiles().start().await?;
+    /// let warmed = rt.warm_up(|n| Ok(Synthetic::new(n, 10))).await?;
+    /// assert_eq!(warmed.len(), rt.classes().len());
+    /// assert!(rt.profile().await?.kernels.is_empty()); // nothing learned
+    /// rt.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn warm_up<K: Kernel>(
+        &self,
+        make: impl Fn(usize) -> Result<K, KernelError>,
+    ) -> Result<Vec<(String, std::time::Duration)>, Error> {
+        let mut warmed = Vec::new();
+        for c in self.classes().iter().filter(|c| c.workers > 0) {
+            let kernel = make(2 * c.workers)?;
+            let opts = JobOptions::new().classes([c.index]).chunk(1).learn(false);
+            let start = std::time::Instant::now();
+            self.run_with(kernel, opts).await?;
+            warmed.push((c.name.clone(), start.elapsed()));
+        }
+        Ok(warmed)
+    }
+
     /// Drives an iterative job to its end: each step is one run (so the
     /// profiler learns between steps), with the workload's host step between.
     /// Returns the job's output and every run's report. Dropping the future

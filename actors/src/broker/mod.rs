@@ -52,6 +52,9 @@ pub struct JobOptions {
     /// overriding the policy's chunking (measuring overhead, or kernels with
     /// a known best chunk).
     pub chunk: Option<usize>,
+    /// Whether the profiler learns from the run (its speed models, split and
+    /// history); `false` for runs that do not stand for the kernel's speed.
+    pub learn: bool,
 }
 
 impl Default for JobOptions {
@@ -63,13 +66,14 @@ impl Default for JobOptions {
             trace: false,
             classes: None,
             chunk: None,
+            learn: true,
         }
     }
 }
 
 impl JobOptions {
     /// The defaults: the runtime's policy, priority 0, weight 1, no trace,
-    /// every class, the policy's chunking.
+    /// every class, the policy's chunking, learned from.
     pub fn new() -> Self {
         Self::default()
     }
@@ -114,6 +118,14 @@ impl JobOptions {
         self.chunk = Some(items);
         self
     }
+
+    /// Whether the profiler learns from the run (default `true`). A run
+    /// that does not stand for the kernel's speed, such as a warm-up that
+    /// pays a device's first-use costs, should not teach its models.
+    pub fn learn(mut self, on: bool) -> Self {
+        self.learn = on;
+        self
+    }
 }
 
 impl std::fmt::Debug for JobOptions {
@@ -125,6 +137,7 @@ impl std::fmt::Debug for JobOptions {
             .field("trace", &self.trace)
             .field("classes", &self.classes)
             .field("chunk", &self.chunk)
+            .field("learn", &self.learn)
             .finish()
     }
 }
@@ -206,6 +219,7 @@ impl Broker {
             weight: m.opts.weight.max(1e-9),
             start: Instant::now(),
             profile_key,
+            learn: m.opts.learn,
             core: Mutex::new(core),
             reply: Mutex::new(Some(m.reply)),
             service_ns: Default::default(),

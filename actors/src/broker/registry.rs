@@ -39,6 +39,8 @@ pub(crate) struct Job {
     pub(crate) weight: f64,
     pub(crate) start: Instant,
     pub(crate) profile_key: String,
+    /// Whether the profiler learns from its report (`JobOptions::learn`).
+    pub(crate) learn: bool,
     pub(crate) core: Mutex<JobCore>,
     pub(crate) reply: Mutex<Option<Reply>>,
     /// Worker-nanoseconds spent on it, for fair share.
@@ -310,8 +312,9 @@ impl Registry {
                     policy = %report.policy, "run finished"
                 );
                 // First into the profiler's mailbox, then the answer: the
-                // submitter's next run looks its models up behind this.
-                if let Some(p) = self.profiler.get() {
+                // submitter's next run looks its models up behind this. A
+                // run not learned from leaves the profile as it was.
+                if let Some(p) = self.profiler.get().filter(|_| job.learn) {
                     p.do_send(Observe::of(
                         job.profile_key.clone(),
                         self.classes.iter().map(|c| c.profile_key.clone()).collect(),
@@ -527,6 +530,7 @@ mod tests {
             weight: 1.0,
             start: Instant::now(),
             profile_key: "test".into(),
+            learn: true,
             core: Mutex::new(core),
             reply: Mutex::new(None),
             service_ns: Default::default(),

@@ -246,6 +246,20 @@ impl<M: ServeModel> Service<M> {
         &self.inner.model
     }
 
+    /// Runs the model once on each of `rt`'s device classes alone
+    /// ([`Runtime::warm_up`], nothing learned) on its
+    /// [`ServeModel::warm_up_inputs`], so that the first requests do not
+    /// pay a device's first-use costs: call it before listening. `rt` is
+    /// the runtime the service was started on. Returns each class's name
+    /// and how long it took; nothing where the model gives no inputs.
+    pub async fn warm_up(&self, rt: &Runtime) -> Result<Vec<(String, Duration)>, Error> {
+        let m = self.model();
+        if m.warm_up_inputs(1).is_empty() {
+            return Ok(Vec::new());
+        }
+        rt.warm_up(|n| m.build(m.warm_up_inputs(n))).await
+    }
+
     /// The routes: `POST /v1/infer`, `GET /healthz`, `GET /readyz`, and
     /// `GET /metrics` when given a handle ([`ServeConfig::prometheus`]);
     /// JSON 404 elsewhere, 405 for another method. Merge it into an app

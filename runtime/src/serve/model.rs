@@ -77,6 +77,15 @@ pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
         let _ = output;
         Ok(())
     }
+
+    /// `n` inputs that [`Service::warm_up`](super::Service::warm_up) runs
+    /// on each device class before serving, the costliest the model takes
+    /// among them (so the largest buffers are allocated before the first
+    /// request). Default: none, and no warm-up.
+    fn warm_up_inputs(&self, n: usize) -> Vec<Self::Input> {
+        let _ = n;
+        Vec::new()
+    }
 }
 
 /// An input is a row of the model's input width (checked by its
@@ -97,5 +106,10 @@ impl ServeModel for MlpModel {
                  (its values are far outside the model's range)"
                 .into())
         }
+    }
+
+    /// Rows of zeros: every input costs the same.
+    fn warm_up_inputs(&self, n: usize) -> Vec<Vec<f32>> {
+        vec![vec![0.0; self.weights().inputs()]; n]
     }
 }

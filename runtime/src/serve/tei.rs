@@ -50,6 +50,19 @@ impl ServeModel for Embedder {
             self.weights().config().max_positions
         )
     }
+
+    /// Texts of the longest input and of shorter ones in turn, so that
+    /// both the largest buffers and the short sequences' paths are used.
+    fn warm_up_inputs(&self, n: usize) -> Vec<Vec<u32>> {
+        let long = "coexec warms every device before it serves. ".repeat(64);
+        (0..n)
+            .filter_map(|i| {
+                let words = [usize::MAX, 4, 16, 64][i % 4];
+                let text: String = long.split_inclusive(' ').take(words).collect();
+                self.tokenize(&text, true).ok()
+            })
+            .collect()
+    }
 }
 
 /// Which of TEI's shapes a request and its answer take.

@@ -186,6 +186,17 @@ async fn run<M: ServeModel>(
         .max_inputs(max_inputs)
         .prometheus(prometheus);
     let svc = Service::start(rt.clone(), model, stream, cfg)?;
+    // Before listening: the first requests must not pay a GPU's kernel
+    // compilation or a class's first allocations. A class that fails here
+    // is left to the runtime, which re-runs its failed chunks elsewhere.
+    match svc.warm_up(&rt).await {
+        Ok(warmed) => {
+            for (class, took) in warmed {
+                tracing::info!(class, ms = took.as_secs_f64() * 1e3, "warmed up");
+            }
+        }
+        Err(e) => tracing::warn!("warm-up failed, serving on: {e}"),
+    }
     let listener = coexec::serve::bind(a.addr).await?;
     let addr = listener
         .local_addr()
