@@ -217,12 +217,20 @@ async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
         );
     }
 
+    // A histogram's series, made through the `metrics` facade of counters
+    // (`_bucket`, `_count`) and a gauge (`_sum`).
     let h = "coexec_chunk_duration_seconds";
-    assert_eq!(
-        m.types.get(h).map(String::as_str),
-        Some("histogram"),
-        "{text}"
-    );
+    for (suffix, kind) in [
+        ("_bucket", "counter"),
+        ("_count", "counter"),
+        ("_sum", "gauge"),
+    ] {
+        assert_eq!(
+            m.types.get(&format!("{h}{suffix}")).map(String::as_str),
+            Some(kind),
+            "{text}"
+        );
+    }
     let bucket_name = format!("{h}_bucket");
     let buckets: Vec<&Sample> = m.series(&bucket_name).collect();
     assert!(buckets.iter().all(|b| b.labels.contains_key("le")));

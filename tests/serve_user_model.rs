@@ -180,6 +180,42 @@ async fn a_user_model_is_served_with_the_applications_recorder() {
         );
     }
 
+    // The runtime's workers and broker started before the application's
+    // recorder went in; what they record still reaches it, chunk durations
+    // included. A worker reports once it runs out of chunks, which may be
+    // just after the answer: a few scrapes, bounded.
+    let wanted = [
+        r#"coexec_items_total{device_class="cpu",kernel="adder"}"#,
+        r#"coexec_chunks_total{device_class="cpu",kernel="adder""#,
+        r#"coexec_chunk_duration_seconds_bucket{device_class="cpu",kernel="adder",le="+Inf"}"#,
+        r#"coexec_chunk_duration_seconds_count{device_class="cpu",kernel="adder"}"#,
+        r#"coexec_chunk_duration_seconds_sum{device_class="cpu",kernel="adder"}"#,
+        r#"coexec_worker_busy_seconds{device_class="cpu",worker="0"}"#,
+        r#"coexec_jobs_completed_total{kernel="adder""#,
+        r#"coexec_batch_size_count"#,
+    ];
+    let scrape = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        for _ in 0..50 {
+            text = http(addr, "GET", "/metrics", "").1;
+            if wanted.iter().all(|w| text.contains(w)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        text
+    })
+    .await
+    .unwrap();
+    for w in wanted {
+        let value: f64 = scrape
+            .lines()
+            .find(|l| l.starts_with(w))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{w} in the application's recorder:\n{scrape}"));
+        assert!(value > 0.0, "{w} = {value}");
+    }
+
     let _ = stop.send(());
     server.await.unwrap();
     svc.shutdown().await;

@@ -5,10 +5,7 @@
 //! bounded: `device_class` and `worker` by the device spec, `kernel` by the
 //! kernels the program runs, `policy` by the registry, `phase` by the method.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::HashMap;
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
@@ -20,6 +17,22 @@ use crate::RunReport;
 
 /// Registers every metric's help text and unit with the installed recorder.
 pub fn describe() {
+    describe_counter!(
+        "coexec_chunk_duration_seconds_bucket",
+        Unit::Count,
+        "Chunks that took at most `le` seconds on their worker, per device class and kernel \
+         (cumulative, as a Prometheus histogram's buckets: histogram_quantile reads them)."
+    );
+    describe_counter!(
+        "coexec_chunk_duration_seconds_count",
+        Unit::Count,
+        "Chunks timed, per device class and kernel."
+    );
+    describe_gauge!(
+        "coexec_chunk_duration_seconds_sum",
+        Unit::Seconds,
+        "Seconds the timed chunks took in all (only ever grows), per device class and kernel."
+    );
     describe_counter!(
         "coexec_items_total",
         Unit::Count,
@@ -103,10 +116,11 @@ pub fn describe() {
 /// [`FLUSH_BUSY_S`] seconds of work, and whenever it runs out of chunks.
 ///
 /// The `metrics` handles are resolved against the recorder installed when
-/// they are made; a recorder installed later (a service started on a
-/// runtime already running) bumps [`RECORDER_GEN`] and the worker resolves
-/// them again at its next report; otherwise such a worker's busy and idle
-/// time, retries and chunk durations would go nowhere.
+/// they are made; a recorder installed later (by coexec's exporter, a
+/// service started on a runtime already running, or the application) is
+/// noticed at the worker's next report, which resolves them again:
+/// otherwise such a worker's busy and idle time, retries and chunk
+/// durations would go nowhere.
 pub(crate) struct WorkerLabels {
     class: String,
     worker: usize,
@@ -116,10 +130,8 @@ pub(crate) struct WorkerLabels {
     taken_back: Counter,
     per_kernel: HashMap<String, KernelHandles>,
     pending: Pending,
-    /// Whether coexec's exporter is on: chunk histograms are counted.
-    histograms: bool,
-    /// The [`RECORDER_GEN`] the handles were resolved at.
-    generation: u64,
+    /// The recorder the handles were resolved against ([`recorder_id`]).
+    recorder: usize,
 }
 
 /// Chunks a worker batches before reporting them.
@@ -135,14 +147,14 @@ struct Pending {
     busy: f64,
     /// Chunk durations, bucketed here (not cumulative; the last is +Inf).
     buckets: [u64; CHUNK_BUCKETS.len() + 1],
-    sum_ns: u64,
+    sum: f64,
     count: usize,
 }
 
 struct KernelHandles {
     items: Counter,
-    duration: Arc<ChunkHistogram>,
     chunks: [Counter; 4],
+    duration: ChunkDurations,
 }
 
 /// Upper bounds of the chunk-duration buckets: 10 µs to 100 s.
@@ -150,92 +162,68 @@ pub const CHUNK_BUCKETS: [f64; 15] = [
     1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
 ];
 
-/// A Prometheus histogram of chunk durations for one (device class,
-/// kernel), bucketed by the workers themselves.
+/// `coexec_chunk_duration_seconds` for one (device class, kernel), as the
+/// series of a Prometheus histogram (cumulative `_bucket` counters with an
+/// `le` label, `_count`, `_sum`) made of plain counters and a gauge.
 ///
-/// The `metrics` facade keeps every observation until the exporter drains it,
-/// which at a microsecond per chunk would cost more than the chunk; workers
-/// count buckets locally instead and add them here when they flush, and
-/// [`render_chunk_histograms`] writes the exposition text.
-#[derive(Default)]
-struct ChunkHistogram {
-    buckets: [AtomicU64; CHUNK_BUCKETS.len() + 1],
-    sum_ns: AtomicU64,
-    count: AtomicU64,
+/// A `metrics` histogram keeps every observation until the recorder drains
+/// it, which at a microsecond per chunk would cost more than the chunk;
+/// workers bucket durations locally and add whole buckets here when they
+/// flush, through the facade, so any recorder the application installs
+/// gets them.
+struct ChunkDurations {
+    /// Per bound of [`CHUNK_BUCKETS`], then `+Inf`.
+    buckets: [Counter; CHUNK_BUCKETS.len() + 1],
+    count: Counter,
+    sum: Gauge,
 }
 
-static HISTOGRAMS_ON: AtomicBool = AtomicBool::new(false);
-
-/// Bumped each time coexec installs its recorder (see [`WorkerLabels`]).
-static RECORDER_GEN: AtomicU64 = AtomicU64::new(0);
-
-/// Chunk-duration histograms by (device class, kernel).
-type Histograms = Mutex<BTreeMap<(String, String), Arc<ChunkHistogram>>>;
-
-fn histograms() -> &'static Histograms {
-    static H: OnceLock<Histograms> = OnceLock::new();
-    H.get_or_init(Default::default)
-}
-
-/// Starts counting chunk-duration histograms (the exporter calls this when it
-/// installs its recorder).
-pub fn enable_chunk_histograms() {
-    HISTOGRAMS_ON.store(true, Ordering::Release);
-    RECORDER_GEN.fetch_add(1, Ordering::AcqRel);
-}
-
-fn chunk_histogram(class: &str, kernel: &str) -> Arc<ChunkHistogram> {
-    let mut h = histograms().lock().unwrap_or_else(|e| e.into_inner());
-    h.entry((class.to_string(), kernel.to_string()))
-        .or_default()
-        .clone()
-}
-
-/// `coexec_chunk_duration_seconds` in Prometheus' text format, for appending
-/// to the recorder's own output.
-pub fn render_chunk_histograms() -> String {
-    let h = histograms().lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = String::new();
-    if h.is_empty() {
-        return out;
-    }
-    let name = "coexec_chunk_duration_seconds";
-    let _ = writeln!(out, "# HELP {name} Wall time of one chunk on its worker.");
-    let _ = writeln!(out, "# TYPE {name} histogram");
-    for ((class, kernel), hist) in h.iter() {
-        let labels = format!(
-            "device_class=\"{}\",kernel=\"{}\"",
-            escape(class),
-            escape(kernel)
-        );
-        let mut cumulative = 0;
-        for (i, b) in hist.buckets.iter().enumerate() {
-            cumulative += b.load(Ordering::Relaxed);
-            let le = CHUNK_BUCKETS
-                .get(i)
-                .map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+impl ChunkDurations {
+    fn new(class: &str, kernel: &str) -> Self {
+        let labels = |le: String| {
+            [
+                ("device_class", class.to_string()),
+                ("kernel", kernel.to_string()),
+                ("le", le),
+            ]
+        };
+        let bound = |i: usize| CHUNK_BUCKETS.get(i).map_or("+Inf".into(), f64::to_string);
+        let series = [
+            ("device_class", class.to_string()),
+            ("kernel", kernel.to_string()),
+        ];
+        Self {
+            buckets: std::array::from_fn(|i| {
+                counter!("coexec_chunk_duration_seconds_bucket", &labels(bound(i)))
+            }),
+            count: counter!("coexec_chunk_duration_seconds_count", &series),
+            sum: gauge!("coexec_chunk_duration_seconds_sum", &series),
         }
-        let sum = hist.sum_ns.load(Ordering::Relaxed) as f64 * 1e-9;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(
-            out,
-            "{name}_count{{{labels}}} {}",
-            hist.count.load(Ordering::Relaxed)
-        );
     }
-    out
+
+    /// Adds chunk counts per bucket (not cumulative), their seconds in all
+    /// and their number.
+    fn add(&self, per_bucket: &[u64], sum: f64, count: u64) {
+        let mut cumulative = 0;
+        for (total, n) in self.buckets.iter().zip(per_bucket) {
+            cumulative += n;
+            if cumulative > 0 {
+                total.increment(cumulative);
+            }
+        }
+        self.sum.increment(sum);
+        self.count.increment(count);
+    }
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Which recorder the `metrics` macros record into on this thread now: its
+/// address, compared and never followed.
+fn recorder_id() -> usize {
+    metrics::with_recorder(|r| std::ptr::from_ref(r).cast::<()>() as usize)
 }
 
 impl WorkerLabels {
     pub(crate) fn new(class: &str, worker: usize) -> Self {
-        let generation = RECORDER_GEN.load(Ordering::Acquire);
         let labels = [
             ("device_class", class.to_string()),
             ("worker", worker.to_string()),
@@ -252,14 +240,13 @@ impl WorkerLabels {
             ),
             per_kernel: HashMap::new(),
             pending: Pending::default(),
-            histograms: HISTOGRAMS_ON.load(Ordering::Acquire),
-            generation,
+            recorder: recorder_id(),
         }
     }
 
-    /// Resolves the handles again if a recorder was installed since.
+    /// Resolves the handles again if another recorder was installed since.
     fn refresh(&mut self) {
-        if RECORDER_GEN.load(Ordering::Acquire) != self.generation {
+        if recorder_id() != self.recorder {
             let pending = std::mem::take(&mut self.pending);
             *self = Self::new(&self.class, self.worker);
             self.pending = pending;
@@ -277,7 +264,7 @@ impl WorkerLabels {
         p.chunks[phase as usize] += 1;
         p.busy += secs;
         p.buckets[CHUNK_BUCKETS.partition_point(|&b| b < secs)] += 1;
-        p.sum_ns += (secs * 1e9) as u64;
+        p.sum += secs;
         p.count += 1;
         if p.count >= FLUSH_CHUNKS || p.busy >= FLUSH_BUSY_S {
             self.flush();
@@ -298,8 +285,8 @@ impl WorkerLabels {
             let l = |phase: &'static str| counter!("coexec_chunks_total", "device_class" => class.clone(), "kernel" => kernel.clone(), "phase" => phase);
             KernelHandles {
                 items: counter!("coexec_items_total", "device_class" => class.clone(), "kernel" => kernel.clone()),
-                duration: chunk_histogram(class, &kernel),
                 chunks: [l("probe"), l("static"), l("dynamic"), l("retry")],
+                duration: ChunkDurations::new(class, &kernel),
             }
         });
         h.items.increment(p.items);
@@ -308,22 +295,12 @@ impl WorkerLabels {
                 counter.increment(n);
             }
         }
-        if self.histograms {
-            for (total, n) in h.duration.buckets.iter().zip(p.buckets) {
-                if n > 0 {
-                    total.fetch_add(n, Ordering::Relaxed);
-                }
-            }
-            h.duration.sum_ns.fetch_add(p.sum_ns, Ordering::Relaxed);
-            h.duration
-                .count
-                .fetch_add(p.count as u64, Ordering::Relaxed);
-        }
+        h.duration.add(&p.buckets, p.sum, p.count as u64);
         p.items = 0;
         p.chunks = [0; 4];
         p.busy = 0.0;
         p.buckets = Default::default();
-        p.sum_ns = 0;
+        p.sum = 0.0;
         p.count = 0;
     }
 
@@ -402,5 +379,48 @@ mod tests {
             text.contains("coexec_chunks_taken_back_total{device_class=\"sim\"} 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn chunk_durations_reach_any_recorder_as_a_histograms_series() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let mut l = WorkerLabels::new("cpu", 0);
+            for secs in [2e-5, 2e-5, 5e-3, 50.0] {
+                l.chunk_done("k", Phase::Dynamic, 1, secs);
+            }
+            l.flush();
+        });
+        let text = handle.render();
+        let series = |le: &str| {
+            format!("coexec_chunk_duration_seconds_bucket{{device_class=\"cpu\",kernel=\"k\",le=\"{le}\"}}")
+        };
+        // Cumulative: each bound counts the chunks at or below it.
+        for (le, n) in [
+            ("0.00001", 0),
+            ("0.00003", 2),
+            ("0.001", 2),
+            ("0.01", 3),
+            ("30", 3),
+            ("100", 4),
+            ("+Inf", 4),
+        ] {
+            assert!(
+                text.contains(&format!("{} {n}\n", series(le))),
+                "le={le}:\n{text}"
+            );
+        }
+        let labels = "{device_class=\"cpu\",kernel=\"k\"}";
+        assert!(
+            text.contains(&format!("coexec_chunk_duration_seconds_count{labels} 4\n")),
+            "{text}"
+        );
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("coexec_chunk_duration_seconds_sum{labels} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no sum:\n{text}"));
+        assert!((sum - 50.00504).abs() < 1e-9, "{sum}");
     }
 }

@@ -29,7 +29,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::Error;
 
-use coexec_actors::metrics::{enable_chunk_histograms, render_chunk_histograms, CHUNK_BUCKETS};
+use coexec_actors::metrics::CHUNK_BUCKETS;
 
 /// How often histograms are drained into their buckets, scrape or not.
 const UPKEEP: Duration = Duration::from_secs(1);
@@ -68,11 +68,6 @@ const REQUEST_BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0,
     5.0,
 ];
-
-/// Everything the process records, in Prometheus' text format.
-pub(crate) fn render(h: &PrometheusHandle) -> String {
-    h.render() + &render_chunk_histograms()
-}
 
 /// Installs coexec's Prometheus recorder as the process's global one (once:
 /// later calls return the same handle) and returns the handle to render it
@@ -120,7 +115,6 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
     start_upkeep(h.clone())?;
     metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
     coexec_actors::metrics::describe();
-    enable_chunk_histograms();
     Ok(HANDLE.get_or_init(|| h).clone())
 }
 
@@ -230,7 +224,7 @@ fn router(handle: PrometheusHandle) -> Router {
                 async move {
                     (
                         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-                        render(&h),
+                        h.render(),
                     )
                 }
             }),

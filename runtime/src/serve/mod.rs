@@ -460,7 +460,7 @@ async fn scrape<M: ServeModel>(State(svc): State<Service<M>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        crate::exporter::render(h),
+        h.render(),
     )
         .into_response()
 }
