@@ -1,6 +1,8 @@
-//! A kernel that panics on every chunk fails its job with one printed
-//! panic, not one per chunk and retry (it printed about 120 for one job).
-//! Its own test binary: it counts the process's panic-hook calls.
+//! coexec leaves the panic hook to the application: each panic of a kernel
+//! reaches it. Where the program asks (`print_each_panic_once`), a kernel
+//! that panics on every chunk fails its job with one printed panic, not one
+//! per chunk and retry (about 120 for one job). Its own test binary: it
+//! counts the process's panic-hook calls.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,6 +44,18 @@ async fn a_kernel_panicking_on_every_chunk_prints_one_panic() {
         .start()
         .await
         .unwrap();
+    // The hook untouched: it sees every panic.
+    let e = rt.run(AlwaysPanics).await.expect_err("the job fails");
+    assert!(e.to_string().contains("is bad"), "{e}");
+    let runs = RUNS.swap(0, Ordering::SeqCst);
+    assert!(runs > 1, "{runs} chunks panicked");
+    assert_eq!(
+        hook_calls.swap(0, Ordering::SeqCst),
+        runs,
+        "every panic reaches the hook"
+    );
+
+    KernelError::print_each_panic_once();
     for _ in 0..3 {
         let e = rt.run(AlwaysPanics).await.expect_err("the job fails");
         assert!(e.to_string().contains("is bad"), "{e}");

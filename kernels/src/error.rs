@@ -108,12 +108,11 @@ impl KernelError {
     /// Runs user code (a kernel's or a model's method), a panic in it
     /// becoming [`KernelError::Panicked`] with the panic's message.
     ///
-    /// The panic is printed (by the panic hook in place, with its backtrace
-    /// where `RUST_BACKTRACE` asks) the first time code panics at that
-    /// place, and not again: a kernel that panics on every chunk fails its
-    /// job with one report, not one per chunk and retry. To do so the
-    /// first call wraps the process's panic hook; panics outside these
-    /// calls reach the previous hook as before.
+    /// The panic hook is left as the application set it: each panic reaches
+    /// it, as any panic does (the default hook prints it). A kernel that
+    /// panics on every chunk panics once per chunk and retry; a program
+    /// that owns its process can have each place printed once
+    /// ([`KernelError::print_each_panic_once`]).
     ///
     /// ```
     /// use coexec_kernels::KernelError;
@@ -121,16 +120,28 @@ impl KernelError {
     /// assert!(matches!(r, Err(KernelError::Panicked(m)) if m == "row 3 is bad"));
     /// ```
     pub fn catch<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
-        quiet::install();
         let _catching = quiet::Catching::enter();
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
             .unwrap_or_else(|p| Err(Self::Panicked(panic_message(&*p).to_string())))
     }
+
+    /// Wraps the process's panic hook, once, so that a panic inside
+    /// [`KernelError::catch`] reaches it only the first time its place
+    /// (file and line) panics: a kernel that panics on every chunk fails
+    /// its job with one printed panic, not one per chunk and retry. Panics
+    /// elsewhere reach the previous hook as before. A process-wide change,
+    /// for programs that own their process (the `coexec` command calls it
+    /// at start); a hook set after it replaces it. Does nothing on a thread
+    /// that is unwinding (changing the hook there would abort).
+    pub fn print_each_panic_once() {
+        quiet::install();
+    }
 }
 
 mod quiet {
-    //! The panic hook around [`KernelError::catch`](super::KernelError::catch):
-    //! a panic inside it is printed the first time its place panics.
+    //! The panic hook of [`KernelError::print_each_panic_once`](super::KernelError::print_each_panic_once):
+    //! a panic inside [`KernelError::catch`](super::KernelError::catch) is
+    //! printed the first time its place panics.
 
     use std::cell::Cell;
     use std::collections::HashSet;

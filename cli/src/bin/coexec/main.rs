@@ -202,6 +202,9 @@ fn main() -> ExitCode {
         // Colour codes only where a terminal will read them.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // The command owns its process: a kernel panicking on every chunk is
+    // printed once, not once per chunk and retry.
+    coexec::kernels::KernelError::print_each_panic_once();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
