@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::{Actor, Addr, AsyncContext};
-use coexec_kernels::cuda::{self, GpuInfo, StreamWorker};
+use coexec_kernels::cuda::{self, GpuInfo, HostPinning, StreamWorker};
 use coexec_kernels::Kernel;
 
 use crate::bind::Binding;
@@ -56,6 +56,12 @@ pub struct EngineConfig {
     /// Bind each CPU worker to a core of its own and every other thread
     /// coexec starts to the cores left ([`crate::bind`]).
     pub bind: bool,
+    /// GPU streams compile kernels in deterministic mode
+    /// ([`StreamWorker::set_deterministic`]).
+    pub deterministic: bool,
+    /// Which kernel buffers GPU streams page-lock
+    /// ([`StreamWorker::set_host_pinning`]).
+    pub host_pinning: HostPinning,
 }
 
 impl Default for EngineConfig {
@@ -68,6 +74,8 @@ impl Default for EngineConfig {
             order: JobOrder::Fifo,
             trace: false,
             bind: false,
+            deterministic: true,
+            host_pinning: HostPinning::default(),
         }
     }
 }
@@ -201,6 +209,7 @@ impl Engine {
         // Workers; a GPU stream is created on its own thread and says whether it came up.
         let (up_tx, up_rx) = std::sync::mpsc::channel::<Result<(), ActorError>>();
         let watch_gpus = classes.len() > 1;
+        let (deterministic, pinning) = (cfg.deterministic, cfg.host_pinning);
         for (w, &c) in worker_class.iter().enumerate() {
             let info = classes[c].clone();
             let k = w - worker_class.iter().position(|&x| x == c).unwrap_or(w);
@@ -224,6 +233,8 @@ impl Engine {
                         )),
                         DeviceKind::Cuda { id } => match StreamWorker::new(id, k) {
                             Ok(mut stream) => {
+                                stream.set_deterministic(deterministic);
+                                stream.set_host_pinning(pinning);
                                 // A chunk can be taken back only where another
                                 // class could run it instead.
                                 if watch_gpus {

@@ -26,14 +26,6 @@ pub fn devices() -> Result<Vec<GpuInfo>, KernelError> {
     Err(KernelError::CudaUnavailable(OFF.into()))
 }
 
-/// Chooses how kernels would be compiled; nothing to compile in this build.
-pub fn set_deterministic(_on: bool) {}
-
-/// Always `true`: the CPU implementations are the only ones.
-pub fn is_deterministic() -> bool {
-    true
-}
-
 /// Which kernel buffers stream workers page-lock (the same choices as with
 /// CUDA; nothing is locked in this build).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,15 +53,6 @@ impl std::str::FromStr for HostPinning {
             )),
         }
     }
-}
-
-/// Chooses which kernel buffers stream workers page-lock; there are no
-/// streams in this build.
-pub fn set_host_pinning(_choice: HostPinning) {}
-
-/// Always [`HostPinning::Off`]: nothing is page-locked in this build.
-pub fn host_pinning() -> HostPinning {
-    HostPinning::Off
 }
 
 /// What page-locking kernel buffers has cost: nothing in this build.
@@ -152,6 +135,11 @@ impl StreamWorker {
 
     /// Chooses this stream's copy path (unreachable: no value exists).
     pub fn set_host_pinning(&mut self, _choice: HostPinning) {
+        match self.never {}
+    }
+
+    /// Chooses this stream's math mode (unreachable: no value exists).
+    pub fn set_deterministic(&mut self, _on: bool) {
         match self.never {}
     }
 

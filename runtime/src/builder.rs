@@ -144,6 +144,31 @@ impl Builder {
         self
     }
 
+    /// Whether the GPU streams compile `.cu` kernels in deterministic mode:
+    /// on by default, the GPU twins then do the CPU's floating-point
+    /// operations in its order (see
+    /// [`StreamWorker::set_deterministic`](crate::kernels::cuda::StreamWorker::set_deterministic));
+    /// off allows fused multiply-add, faster and different in the last bits.
+    /// This runtime's streams only: nothing process-wide changes.
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.cfg.deterministic = on;
+        self
+    }
+
+    /// Which kernel buffers the GPU streams page-lock
+    /// ([`HostPinning`](crate::kernels::cuda::HostPinning); every large one
+    /// by default). This runtime's streams only.
+    ///
+    /// ```
+    /// use coexec::kernels::cuda::HostPinning;
+    /// let b = coexec::Runtime::builder().host_pinning(HostPinning::Reused).deterministic(false);
+    /// # drop(b);
+    /// ```
+    pub fn host_pinning(mut self, choice: crate::kernels::cuda::HostPinning) -> Self {
+        self.cfg.host_pinning = choice;
+        self
+    }
+
     /// Serve Prometheus metrics at `addr` (`/metrics` only). Use a loopback
     /// address unless the metrics are meant to be reachable from elsewhere.
     ///

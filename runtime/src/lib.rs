@@ -100,8 +100,7 @@ pub mod kernels {
     /// [`GpuTwin`]) and the GPUs.
     pub mod cuda {
         pub use coexec_kernels::cuda::{
-            devices, host_pin_stats, host_pinning, is_deterministic, set_deterministic,
-            set_host_pinning, CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker,
+            devices, host_pin_stats, CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker,
         };
     }
 }

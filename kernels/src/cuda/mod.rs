@@ -20,11 +20,12 @@
 //! Several workers on one device overlap: each runs on its own host thread and
 //! stream, so one stream's copies run under another's kernel.
 //!
-//! Large kernel buffers are page-locked by default; [`set_host_pinning`]
-//! chooses otherwise ([`HostPinning`]: none, or only those a job keeps
-//! across its runs), with the same results bit for bit,
-//! and [`host_pin_stats`] tells what locking cost. (The `coexec` CLI reads
-//! the choice from `COEXEC_CUDA_PIN`.)
+//! Large kernel buffers are page-locked by default;
+//! [`StreamWorker::set_host_pinning`] chooses otherwise per stream
+//! ([`HostPinning`]: none, or only those a job keeps across its runs; the
+//! runtime's builder sets it for its streams), with the same results bit
+//! for bit, and [`host_pin_stats`] tells what locking cost. (The `coexec`
+//! CLI reads the choice from `COEXEC_CUDA_PIN`.)
 //!
 //! Nothing here assumes a GPU exists. Before the first driver call the driver
 //! library's presence is checked (cudarc panics on a missing library, so a
@@ -52,7 +53,6 @@ mod twin;
 mod workloads;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Chunk, KernelError};
 
@@ -60,7 +60,7 @@ use crate::{Chunk, KernelError};
 use synthetic::{too_large, MAX_LAUNCH};
 
 pub(crate) use pin::HostPin;
-pub use pin::{host_pin_stats, host_pinning, set_host_pinning, HostPinStats, HostPinning};
+pub use pin::{host_pin_stats, HostPinStats, HostPinning};
 pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.
@@ -89,29 +89,6 @@ pub fn devices() -> Result<Vec<GpuInfo>, KernelError> {
         return Ok(Vec::new());
     };
     (0..count).map(driver::info).collect()
-}
-
-static FAST_MATH: AtomicBool = AtomicBool::new(false);
-
-/// Chooses how `.cu` kernels are compiled from now on (a process-wide choice;
-/// modules already compiled in the other mode stay cached for it).
-///
-/// Deterministic (the default) compiles with `--fmad=false`, IEEE division and
-/// square root: the GPU does exactly the CPU's floating-point operations in
-/// the CPU's order, and results are bit-identical to [`crate::Kernel::run_cpu`]
-/// for the kernels written that way (the paper's workloads, declared twins
-/// that mirror their CPU code). The twins built on cuBLAS (the MLP, the
-/// sentence encoder) sum in cuBLAS's order and use CUDA's `expf`/`erff`:
-/// equal to the CPU's within float rounding, not bit for bit.
-/// Fast mode allows fused multiply-add contraction (`--fmad=true`): faster, and
-/// different in the last bits.
-pub fn set_deterministic(on: bool) {
-    FAST_MATH.store(!on, Ordering::Relaxed);
-}
-
-/// Whether kernels compile in deterministic mode (see [`set_deterministic`]).
-pub fn is_deterministic() -> bool {
-    !FAST_MATH.load(Ordering::Relaxed)
 }
 
 /// The GPU twin of a kernel.
@@ -222,10 +199,5 @@ mod tests {
             Err(KernelError::CudaUnavailable(m)) => assert!(m.contains("cuFoo"), "{m}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn deterministic_is_the_default() {
-        assert!(is_deterministic());
     }
 }

@@ -22,7 +22,7 @@
 //! ([`crate::buf::pinnable_capacity`]), so that two of them never share a
 //! page (the driver would refuse to lock the second).
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -330,29 +330,6 @@ impl std::str::FromStr for HostPinning {
                 "`{other}` is not one of off, reused, all (page-locking kernel buffers)"
             )),
         }
-    }
-}
-
-/// The choice for stream workers created from now on (0: the default).
-static PINNING: AtomicU8 = AtomicU8::new(0);
-
-/// Chooses which kernel buffers stream workers created from now on
-/// page-lock (see [`HostPinning`]; `All` unless chosen).
-pub fn set_host_pinning(choice: HostPinning) {
-    let v = match choice {
-        HostPinning::Off => 1,
-        HostPinning::Reused => 2,
-        HostPinning::All => 3,
-    };
-    PINNING.store(v, Ordering::Relaxed);
-}
-
-/// What new stream workers page-lock (see [`set_host_pinning`]).
-pub fn host_pinning() -> HostPinning {
-    match PINNING.load(Ordering::Relaxed) {
-        1 => HostPinning::Off,
-        2 => HostPinning::Reused,
-        _ => HostPinning::All,
     }
 }
 

@@ -177,7 +177,7 @@ pub(crate) async fn bench(
         wb.inputs_s += prepare_s;
         let now = coexec::kernels::cuda::host_pin_stats();
         wb.host_pinning = crate::report::HostPinning {
-            choice: format!("{:?}", coexec::kernels::cuda::host_pinning()).to_lowercase(),
+            choice: format!("{:?}", crate::host_pinning()?).to_lowercase(),
             locked: now.locked - pins.locked,
             locked_bytes: now.locked_bytes - pins.locked_bytes,
             lock_s: now.lock_secs - pins.lock_secs,

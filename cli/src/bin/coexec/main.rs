@@ -271,6 +271,18 @@ fn check_output(flag: &str, path: &std::path::Path) -> Result<(), Failure> {
     }
 }
 
+/// COEXEC_CUDA_PIN: which kernel buffers the GPU streams page-lock (unset
+/// or empty: the default).
+pub(crate) fn host_pinning() -> Result<coexec::kernels::cuda::HostPinning, Failure> {
+    match std::env::var_os("COEXEC_CUDA_PIN").filter(|v| !v.is_empty()) {
+        Some(v) => v
+            .to_string_lossy()
+            .parse()
+            .map_err(|why| Failure::Usage(format!("COEXEC_CUDA_PIN: {why}"))),
+        None => Ok(Default::default()),
+    }
+}
+
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
 pub(crate) fn build(
     common: &Common,
@@ -281,15 +293,9 @@ pub(crate) fn build(
     // COEXEC_DEVICES and COEXEC_POLICY through its flags and for
     // COEXEC_PROFILE_DIR and COEXEC_CUDA_PIN below (`bench` without
     // --profile-dir stays in memory whatever it says).
-    let mut b = Runtime::builder().policy(&common.policy);
-    // And COEXEC_CUDA_PIN: which kernel buffers the GPU streams page-lock.
-    if let Some(v) = std::env::var_os("COEXEC_CUDA_PIN").filter(|v| !v.is_empty()) {
-        let choice = v
-            .to_string_lossy()
-            .parse::<coexec::kernels::cuda::HostPinning>()
-            .map_err(|why| Failure::Usage(format!("COEXEC_CUDA_PIN: {why}")))?;
-        coexec::kernels::cuda::set_host_pinning(choice);
-    }
+    let mut b = Runtime::builder()
+        .policy(&common.policy)
+        .host_pinning(host_pinning()?);
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
     }

@@ -33,7 +33,7 @@ use super::blas::Blas;
 use super::driver::{self, error_for, Device};
 use super::nvrtc::Program;
 use super::pin::{HostPin, Lock, PIN_MIN_BYTES};
-use super::{guarded, is_deterministic, CudaKernel, GpuInfo};
+use super::{guarded, CudaKernel, GpuInfo};
 use crate::buf::Pinnable;
 use crate::error::panic_message;
 use crate::{Chunk, KernelError};
@@ -77,6 +77,9 @@ pub struct StreamWorker {
     /// Whether this stream page-locks kernel buffers and copies straight
     /// from and to them ([`StreamWorker::set_host_pinning`]).
     pinning: super::HostPinning,
+    /// Whether kernels compile in deterministic mode
+    /// ([`StreamWorker::set_deterministic`]).
+    deterministic: bool,
     /// The runtime's take-back flags and this worker's index among them
     /// ([`StreamWorker::watch_take_back`]).
     watch: Option<(Arc<[AtomicBool]>, usize)>,
@@ -127,7 +130,8 @@ impl StreamWorker {
             slots: Vec::new(),
             items: 0,
             held: Vec::new(),
-            pinning: super::host_pinning(),
+            pinning: super::HostPinning::default(),
+            deterministic: true,
             watch: None,
             started: Instant::now(),
             in_chunk: false,
@@ -159,12 +163,28 @@ impl StreamWorker {
     }
 
     /// Chooses which kernel buffers this stream page-locks from now on
-    /// (see [`super::HostPinning`]; what [`super::set_host_pinning`] chose
-    /// when the stream was made, unless set here). Buffers another stream
-    /// locked are staged here while this stream's choice is off. Results
-    /// are the same bit for bit.
+    /// (see [`super::HostPinning`]; [`HostPinning::All`](super::HostPinning::All)
+    /// unless set here). Buffers another stream locked are staged here
+    /// while this stream's choice is off. Results are the same bit for bit.
     pub fn set_host_pinning(&mut self, choice: super::HostPinning) {
         self.pinning = choice;
+    }
+
+    /// Chooses how `.cu` kernels are compiled for this stream from now on
+    /// (modules compiled in either mode stay cached per device).
+    ///
+    /// Deterministic (the default) compiles with `--fmad=false`, IEEE
+    /// division and square root: the GPU does exactly the CPU's
+    /// floating-point operations in the CPU's order, and results are
+    /// bit-identical to [`crate::Kernel::run_cpu`] for the kernels written
+    /// that way (the paper's workloads, declared twins that mirror their CPU
+    /// code). The twins built on cuBLAS (the MLP, the sentence encoder) sum
+    /// in cuBLAS's order and use CUDA's `expf`/`erff`: equal to the CPU's
+    /// within float rounding, not bit for bit. Fast mode allows fused
+    /// multiply-add contraction (`--fmad=true`): faster, and different in
+    /// the last bits.
+    pub fn set_deterministic(&mut self, on: bool) {
+        self.deterministic = on;
     }
 
     /// Compiles (or finds compiled) what `kernel` launches on this device,
@@ -337,14 +357,14 @@ impl StreamWorker {
 
     // ---- for the `CudaKernel` implementations of this crate ----
 
-    /// Function `name` of `program`, compiled for this device in the current
-    /// math mode.
+    /// Function `name` of `program`, compiled for this device in this
+    /// stream's math mode.
     pub(crate) fn function(
         &self,
         program: &Program,
         name: &str,
     ) -> Result<CudaFunction, KernelError> {
-        self.dev.function(program, name, is_deterministic())
+        self.dev.function(program, name, self.deterministic)
     }
 
     /// The sizes of `f`'s parameters, as the driver reports them.

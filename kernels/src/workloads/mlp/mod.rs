@@ -29,7 +29,7 @@
 //! bias, ReLU and softmax in `cu/mlp.cu`. The weights cross the bus once per
 //! device and load, not per batch. Its probabilities match the CPU's to float
 //! tolerance, not bit for bit: cuBLAS sums in its own order, whatever the
-//! deterministic mode of `cuda::set_deterministic`.
+//! stream's math mode (`StreamWorker::set_deterministic`).
 //!
 //! ```no_run
 //! use std::sync::Arc;
