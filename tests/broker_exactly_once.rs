@@ -28,7 +28,7 @@ impl Kernel for Flaky {
         if chunk.lo().is_multiple_of(self.every) && self.tried.lock().unwrap().insert(chunk.lo()) {
             let n = self.failures.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(2) {
-                return Err(KernelError::Injected(format!("chunk at {}", chunk.lo())));
+                return Err(KernelError::Failed(format!("chunk at {}", chunk.lo())));
             }
             panic!("injected panic at {}", chunk.lo());
         }

@@ -51,10 +51,10 @@ impl Kernel for Tagged {
     fn run_cpu(&self, chunk: &Chunk) -> Result<(), KernelError> {
         let reqs = &self.reqs[chunk.range()];
         if reqs.iter().any(|r| r.poison) {
-            return Err(KernelError::Injected(format!("poison at {}", chunk.lo())));
+            return Err(KernelError::Failed(format!("poison at {}", chunk.lo())));
         }
         if reqs.iter().any(|r| r.flaky) && self.tried.lock().unwrap().insert(chunk.lo()) {
-            return Err(KernelError::Injected(format!("flaky at {}", chunk.lo())));
+            return Err(KernelError::Failed(format!("flaky at {}", chunk.lo())));
         }
         std::thread::sleep(Duration::from_micros(20 * reqs.len() as u64));
         let out = self.out.chunk_mut(chunk);

@@ -91,9 +91,11 @@ pub enum KernelError {
         /// Seconds the attempt had run.
         secs: f64,
     },
-    /// A failure injected on purpose (tests of the retry path).
-    #[error("injected failure: {0}")]
-    Injected(String),
+    /// The kernel's own failure, in its words: what a kernel returns for
+    /// a fault none of the other variants names. The chunk is run again,
+    /// elsewhere first, as for any failure.
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl KernelError {

@@ -59,3 +59,118 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+/// What kind of failure an [`Error`] is, whichever layer it came from:
+/// one `match` for a caller deciding what to do (retry, report the input,
+/// fix the setting, give up).
+///
+/// ```
+/// use coexec::kernels::{Chunk, Kernel, KernelError};
+/// use coexec::ErrorKind;
+///
+/// let e = coexec::Runtime::builder().devices("tpu:1").unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::Config);
+///
+/// #[derive(Debug)]
+/// struct Broken;
+/// impl Kernel for Broken {
+///     fn name(&self) -> &str { "broken" }
+///     fn items(&self) -> usize { 10 }
+///     fn run_cpu(&self, _: &Chunk) -> Result<(), KernelError> {
+///         Err(KernelError::Failed("the disk went away".into()))
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), coexec::Error> {
+/// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?;
+/// let e = rt.run(Broken).await.unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::Failed); // tried again, then given up
+/// rt.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A setting, device spec or policy name the caller gave is wrong.
+    Config,
+    /// A kernel's or model's input is wrong: a file, a tensor, a parameter.
+    Input,
+    /// A device could not run: no CUDA, a CUDA error, out of its memory, no
+    /// device left that can run the kernel.
+    Device,
+    /// The job failed: a chunk kept failing, or user code panicked or
+    /// contradicted itself.
+    Failed,
+    /// A stream's queue was full (or a call larger than it): try again
+    /// later or elsewhere.
+    Overloaded,
+    /// A request's deadline passed before its output came.
+    Deadline,
+    /// The runtime or the stream shut down, or the caller stopped waiting.
+    Closed,
+    /// An address could not be bound, a file not written, the metrics not
+    /// started.
+    Io,
+    /// A bug in coexec.
+    Internal,
+}
+
+impl Error {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Actor(e) => actor_kind(e),
+            Error::Kernel(e) => kernel_kind(e),
+            Error::Stream(e) => stream_kind(e),
+            Error::Config { .. } => ErrorKind::Config,
+            Error::Internal(_) => ErrorKind::Internal,
+            Error::Metrics(_)
+            | Error::MetricsBind { .. }
+            | Error::Bind { .. }
+            | Error::Io { .. } => ErrorKind::Io,
+        }
+    }
+}
+
+fn actor_kind(e: &ActorError) -> ErrorKind {
+    match e {
+        ActorError::DeviceSpec { .. }
+        | ActorError::UnknownPolicy(_)
+        | ActorError::Config { .. } => ErrorKind::Config,
+        ActorError::NoDevice { .. } | ActorError::Device { .. } => ErrorKind::Device,
+        ActorError::ChunkFailed { .. } | ActorError::KernelMisbehaved { .. } => ErrorKind::Failed,
+        ActorError::Shutdown | ActorError::Cancelled => ErrorKind::Closed,
+        // The actor system failing, and variants added later.
+        _ => ErrorKind::Internal,
+    }
+}
+
+fn kernel_kind(e: &KernelError) -> ErrorKind {
+    match e {
+        KernelError::Invalid { .. }
+        | KernelError::Input { .. }
+        | KernelError::Tensor { .. }
+        | KernelError::Config { .. }
+        | KernelError::Io { .. } => ErrorKind::Input,
+        KernelError::CudaUnavailable(_)
+        | KernelError::Cuda(_)
+        | KernelError::OutOfMemory { .. }
+        | KernelError::Unsupported { .. } => ErrorKind::Device,
+        KernelError::Panicked(_) | KernelError::TakenBack { .. } | KernelError::Failed(_) => {
+            ErrorKind::Failed
+        }
+        // Variants added later.
+        _ => ErrorKind::Internal,
+    }
+}
+
+fn stream_kind(e: &crate::stream::StreamError) -> ErrorKind {
+    use crate::stream::StreamError as S;
+    match e {
+        S::Overloaded { .. } | S::TooMany { .. } => ErrorKind::Overloaded,
+        S::Invalid { .. } => ErrorKind::Input,
+        S::DeadlinePassed => ErrorKind::Deadline,
+        S::Failed(inner) => inner.kind(),
+        S::Closed => ErrorKind::Closed,
+    }
+}

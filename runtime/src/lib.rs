@@ -64,7 +64,7 @@ pub use coexec_actors::{
     ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, JobOptions,
     JobOrder, Phase, ProbeReport, RunReport,
 };
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use profile::ProfileFile;
 pub use runtime::{Done, Runtime};
 

@@ -235,7 +235,7 @@ impl Sim {
                     _ => false,
                 };
             if fail {
-                job.fail(w, &ch.info, KernelError::Injected("test".into()));
+                job.fail(w, &ch.info, KernelError::Failed("test".into()));
             } else {
                 // The kernel is `Empty`: running it would do nothing (and
                 // only the worker loop mints chunks).
@@ -409,7 +409,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
     let mut n = 0;
     while let Some(ch) = job.claim(0, 0, 0.0) {
         n += 1;
-        job.fail(0, &ch.info, KernelError::Injected("boom".into()));
+        job.fail(0, &ch.info, KernelError::Failed("boom".into()));
         assert!(n < 100);
     }
     assert!(job.is_over());
@@ -570,7 +570,7 @@ fn a_retry_that_only_its_last_failer_could_take_is_still_taken() {
     let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 0.0, 4e6, true)]).known(true);
     let (mut job, wc) = sim.job("hybrid", 1000, 1).unwrap();
     let cpu = job.claim(0, 0, 0.0).unwrap();
-    job.fail(0, &cpu.info, KernelError::Injected("core".into()));
+    job.fail(0, &cpu.info, KernelError::Failed("core".into()));
     let gpu = job.claim(2, 1, 0.0).unwrap();
     assert_eq!(gpu.info.phase, Phase::Retry);
     job.fail(
