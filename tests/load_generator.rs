@@ -526,3 +526,46 @@ fn several_rates_and_a_table() {
     assert!(out.contains("rate/s") && out.contains("p99 ms"), "{out}");
     assert_eq!(out.lines().count(), 3, "{out}");
 }
+
+#[test]
+fn a_capacity_search_brackets_a_serial_servers_rate() {
+    // One request at a time, 5 ms each: about 200/s, past which the queue
+    // (and the p99) grows with every request.
+    let addr = stub(Behavior::Serial(Duration::from_millis(5)));
+    let data = data_file();
+    let target = format!("http://{addr}");
+    let (rc, out, err, _) = load(&[
+        "--target",
+        &target,
+        "--data",
+        data.to_str().unwrap(),
+        "--json",
+        "--rate",
+        "25",
+        "--requests",
+        "40",
+        "--capacity-p99-ms",
+        "50",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let c = &v["capacity"];
+    let rates = v["rates"].as_array().unwrap();
+    assert_eq!(c["verdicts"].as_array().unwrap().len(), rates.len(), "{c}");
+    assert_eq!(rates[0]["rate"].as_f64(), Some(25.0));
+    let (passed, failed) = (c["passed"].as_f64().unwrap(), c["failed"].as_f64().unwrap());
+    assert!((50.0..=400.0).contains(&passed), "{c}");
+    assert!(failed > passed && failed / passed <= 1.1 + 1e-9, "{c}");
+
+    // One start rate only.
+    let (rc, _, err, _) = load(&[
+        "--target",
+        &target,
+        "--rate",
+        "25,50",
+        "--capacity-p99-ms",
+        "50",
+    ]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("--capacity-p99-ms takes one --rate"), "{err}");
+}

@@ -11,8 +11,10 @@
 //!
 //! ```text
 //! coexec-load --target http://127.0.0.1:8080 --rate 100,200,400 --requests 2000
+//! coexec-load --target http://127.0.0.1:8080 --rate 50 --capacity-p99-ms 50
 //! ```
 
+mod capacity;
 mod dataset;
 mod openloop;
 mod record;
@@ -84,6 +86,13 @@ struct Args {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Search for the capacity: the highest rate whose probe keeps the p99
+    /// of its 200s within this many milliseconds, loses nothing and has at
+    /// most 1% of 429/503/504s. --rate gives the start (one rate); rates
+    /// double until a probe fails, then the interval is bisected to within
+    /// 10%; a probe failing on latency or refusals alone is tried once more.
+    #[arg(long, value_name = "MS", conflicts_with = "record")]
+    capacity_p99_ms: Option<f64>,
     /// Also write every request's fate to this CSV file, one line each:
     /// rate, index, scheduled_ms, scheduled_unix_ms, send_lag_ms, outcome
     /// (HTTP status, refused, timeout, cut, closed or unsent), latency_ms.
@@ -106,6 +115,18 @@ struct Report<'a> {
     max_in_flight: usize,
     data: String,
     rates: &'a [RateReport],
+    /// With --capacity-p99-ms: the bound, each probe's verdict (in the
+    /// order of `rates`) and what the search found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity: Option<CapacityReport>,
+}
+
+#[derive(Serialize)]
+struct CapacityReport {
+    bound_ms: f64,
+    verdicts: Vec<capacity::Verdict>,
+    #[serde(flatten)]
+    found: capacity::Capacity,
 }
 
 /// A failure and whether it is the user's (exit 2) or the run's (exit 1).
@@ -144,6 +165,16 @@ fn check_args(a: &Args) -> Result<(), Failure> {
     }
     if a.max_in_flight == 0 {
         return usage("--max-in-flight must be at least 1".into());
+    }
+    if let Some(b) = a.capacity_p99_ms {
+        if !(b.is_finite() && b > 0.0) {
+            return usage(format!(
+                "--capacity-p99-ms must be a positive number of ms, got {b}"
+            ));
+        }
+        if a.rate.len() != 1 {
+            return usage("--capacity-p99-ms takes one --rate: where the search starts".into());
+        }
     }
     Ok(())
 }
@@ -185,7 +216,15 @@ async fn run(a: Args) -> Result<(), Failure> {
     let mut record_error = None;
     let client = openloop::client(a.max_in_flight);
     let mut reports = Vec::with_capacity(a.rate.len());
-    for &rate in &a.rate {
+    let mut search = a.capacity_p99_ms.map(|_| capacity::Search::new(a.rate[0]));
+    let mut verdicts = Vec::new();
+    let mut rates = a.rate.clone().into_iter();
+    loop {
+        let next = match &search {
+            Some(s) => s.next(),
+            None => rates.next(),
+        };
+        let Some(rate) = next else { break };
         let plan = Plan {
             rate,
             requests: a.requests,
@@ -214,8 +253,17 @@ async fn run(a: Args) -> Result<(), Failure> {
                 r.latency_ok.show(r.latency_ok.p99_ms)
             );
         }
+        if let (Some(s), Some(bound)) = (&mut search, a.capacity_p99_ms) {
+            let v = capacity::verdict(&r, bound);
+            if !a.json {
+                eprintln!("coexec-load: rate {rate}/s: {v:?}");
+            }
+            s.record(v);
+            verdicts.push(v);
+        }
         reports.push(r);
     }
+    let found = search.as_ref().map(capacity::Search::result);
     let out = if a.json {
         let report = Report {
             target: &a.target,
@@ -229,6 +277,14 @@ async fn run(a: Args) -> Result<(), Failure> {
                 .or(a.data.as_ref())
                 .map_or_else(|| BUILT_IN_DATA_NAME.into(), |p| p.display().to_string()),
             rates: &reports,
+            capacity: a
+                .capacity_p99_ms
+                .zip(found)
+                .map(|(bound_ms, found)| CapacityReport {
+                    bound_ms,
+                    verdicts: verdicts.clone(),
+                    found,
+                }),
         };
         let mut s = serde_json::to_string_pretty(&report)
             .map_err(|e| Failure::Run(format!("cannot encode the report: {e}")))?;
@@ -242,6 +298,9 @@ async fn run(a: Args) -> Result<(), Failure> {
         s.push_str(&report::table(&reports));
         for n in report::notes(&reports) {
             s.push_str(&format!("note: {n}\n"));
+        }
+        if let (Some(bound), Some(c)) = (a.capacity_p99_ms, found) {
+            s.push_str(&capacity::summary(bound, c));
         }
         s
     };
