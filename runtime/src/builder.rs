@@ -198,21 +198,10 @@ impl Builder {
     /// does).
     pub fn build(self) -> Result<Runtime, Error> {
         by_name(&self.cfg.policy)?;
-        let t = &self.cfg.thresholds;
-        let frac = |x: f64| (0.0..=1.0).contains(&x);
-        if !(frac(t.mu)
-            && frac(t.nu)
-            && frac(t.cold_probe)
-            && frac(t.warm_probe)
-            && frac(t.static_fraction))
-            || t.warm_probe + t.static_fraction > 1.0
-            || t.static_chunks_per_worker == 0
-        {
-            return Err(Error::Config {
-                what: "thresholds",
-                why: format!("{t:?} out of range"),
-            });
-        }
+        self.cfg.thresholds.check().map_err(|why| Error::Config {
+            what: "thresholds",
+            why,
+        })?;
         Runtime::start(self)
     }
 

@@ -33,28 +33,29 @@ use crate::SpeedModel;
 ///     .policy(coexec_actors::policy::by_name("static").unwrap())
 ///     .priority(3)
 ///     .classes([0]);
-/// assert_eq!(opts.priority, 3);
+/// assert!(opts.restricts_placement());
+/// assert!(!JobOptions::new().priority(3).restricts_placement());
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct JobOptions {
     /// The policy; `None`: the runtime's default.
-    pub policy: Option<Arc<dyn Policy>>,
+    pub(crate) policy: Option<Arc<dyn Policy>>,
     /// Priority under [`JobOrder::Priority`](crate::JobOrder::Priority): higher first.
-    pub priority: i32,
+    pub(crate) priority: i32,
     /// Weight under [`JobOrder::Fair`](crate::JobOrder::Fair).
-    pub weight: f64,
+    pub(crate) weight: f64,
     /// Record every chunk in the report.
-    pub trace: bool,
+    pub(crate) trace: bool,
     /// Only these device classes (by index) may run the job; `None`: all.
-    pub classes: Option<Vec<usize>>,
+    pub(crate) classes: Option<Vec<usize>>,
     /// Hand out chunks of exactly this many items to whoever is free,
     /// overriding the policy's chunking (measuring overhead, or kernels with
     /// a known best chunk).
-    pub chunk: Option<usize>,
+    pub(crate) chunk: Option<usize>,
     /// Whether the profiler learns from the run (its speed models, split and
     /// history); `false` for runs that do not stand for the kernel's speed.
-    pub learn: bool,
+    pub(crate) learn: bool,
 }
 
 impl Default for JobOptions {
@@ -117,6 +118,12 @@ impl JobOptions {
     pub fn chunk(mut self, items: usize) -> Self {
         self.chunk = Some(items);
         self
+    }
+
+    /// Whether a policy or device classes are set: the job chooses where
+    /// it runs (a stream then leaves its batches' placement to them).
+    pub fn restricts_placement(&self) -> bool {
+        self.policy.is_some() || self.classes.is_some()
     }
 
     /// Whether the profiler learns from the run (default `true`). A run

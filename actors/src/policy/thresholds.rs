@@ -8,38 +8,42 @@ use crate::device::ClassInfo;
 /// `docs/method.md`): start from the defaults and set what differs.
 ///
 /// ```
-/// let t = coexec_actors::policy::Thresholds::default().mu(0.2).static_fraction(0.7);
-/// assert_eq!((t.mu, t.static_fraction), (0.2, 0.7));
+/// use coexec_actors::policy::Thresholds;
+///
+/// let t = Thresholds::default().mu(0.2).static_fraction(0.7);
+/// assert!(t.check().is_ok());
+/// // Probing 50% and handing out 80% statically leaves nothing to steal.
+/// assert!(Thresholds::default().warm_probe(0.5).check().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Thresholds {
     /// μ: a probe whose imbalance exceeds this replaces the stored split.
-    pub mu: f64,
+    pub(crate) mu: f64,
     /// ν: a split that moved by more than this (relative) is stored.
-    pub nu: f64,
+    pub(crate) nu: f64,
     /// Fraction of a cold run each class probes (the seed: 5%).
-    pub cold_probe: f64,
+    pub(crate) cold_probe: f64,
     /// Fraction of a warm run probed, split by the stored plan (the seed: 10%).
-    pub warm_probe: f64,
+    pub(crate) warm_probe: f64,
     /// Fraction of a run handed out statically (the seed: 80%).
-    pub static_fraction: f64,
+    pub(crate) static_fraction: f64,
     /// Static chunks per worker: more hedge against a slowed worker, fewer
     /// cost less.
-    pub static_chunks_per_worker: usize,
+    pub(crate) static_chunks_per_worker: usize,
     /// Warm start: a run whose kernel's last co-executed run kept to its
     /// models within μ skips the probe (see `docs/method.md`).
     #[serde(default = "yes")]
-    pub warm_start: bool,
+    pub(crate) warm_start: bool,
     /// The single-class rule: `hybrid` co-executes only where its forecast
     /// is clearly below the best single class's, and goes to that class
     /// alone otherwise (see `docs/method.md`).
     #[serde(default = "yes")]
-    pub single_class: bool,
+    pub(crate) single_class: bool,
     /// A CPU class's chunks are at least this many times its fixed cost
     /// per chunk long (an accelerator's, [`LATENCY_CHUNKS`] times).
     #[serde(default = "cpu_latency_chunks")]
-    pub cpu_latency_chunks: f64,
+    pub(crate) cpu_latency_chunks: f64,
 }
 
 fn yes() -> bool {
@@ -67,6 +71,40 @@ impl Default for Thresholds {
 }
 
 impl Thresholds {
+    /// Refuses values out of range, saying which: fractions outside
+    /// [0, 1], a warm probe and a static share above the whole run, no
+    /// static chunks.
+    pub fn check(&self) -> Result<(), String> {
+        let frac = |x: f64| (0.0..=1.0).contains(&x);
+        for (name, v) in [
+            ("mu", self.mu),
+            ("nu", self.nu),
+            ("cold_probe", self.cold_probe),
+            ("warm_probe", self.warm_probe),
+            ("static_fraction", self.static_fraction),
+        ] {
+            if !frac(v) {
+                return Err(format!("{name} = {v} is not a fraction in [0, 1]"));
+            }
+        }
+        if self.warm_probe + self.static_fraction > 1.0 {
+            return Err(format!(
+                "warm_probe + static_fraction = {} is more than the whole run",
+                self.warm_probe + self.static_fraction
+            ));
+        }
+        if self.static_chunks_per_worker == 0 {
+            return Err("static_chunks_per_worker is 0".into());
+        }
+        if !(self.cpu_latency_chunks.is_finite() && self.cpu_latency_chunks > 0.0) {
+            return Err(format!(
+                "cpu_latency_chunks = {} is not positive",
+                self.cpu_latency_chunks
+            ));
+        }
+        Ok(())
+    }
+
     /// Sets μ.
     pub fn mu(mut self, mu: f64) -> Self {
         self.mu = mu;

@@ -138,7 +138,7 @@ impl StreamConfig {
     /// The options of every batch's job. A policy or device classes set
     /// here take the placement's place ([`Placement::Runtime`]).
     pub fn job(mut self, opts: JobOptions) -> Self {
-        if opts.policy.is_some() || opts.classes.is_some() {
+        if opts.restricts_placement() {
             self.placement = Placement::Runtime;
         }
         self.job = opts;
