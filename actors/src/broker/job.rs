@@ -95,9 +95,8 @@ pub(crate) struct JobCore {
     in_flight: usize,
     done: usize,
     worker_class: Arc<[usize]>,
-    busy_until: Vec<f64>,
-    /// Whether each worker has a chunk of this job in flight.
-    running: Vec<bool>,
+    /// Per worker of the runtime, its part in this job.
+    worker: Vec<WorkerState>,
     failed: Option<ActorError>,
     finished: bool,
     trace: Option<Vec<ChunkRecord>>,
@@ -107,29 +106,8 @@ pub(crate) struct JobCore {
     learns_split: bool,
     /// Reused by the guard: (start, speed) of the other workers.
     scratch: Vec<(f64, f64)>,
-    /// Per class, the smallest chunk it is given while its own region
-    /// lasts (enough to fill a GPU; see `ClassInfo::min_chunk`).
-    min_chunk: Vec<usize>,
-    /// Per class, the least work a chunk costs, in items (a chunk of fewer
-    /// takes as long as one of this many), and whether the class's recent
-    /// chunks measured it (`guard::least_work`). Unmeasured, a GPU's is its
-    /// fill.
-    least: Vec<(usize, bool)>,
-    /// Per class, whether this run tried a chunk below an unmeasured fill.
-    tried_small: Vec<bool>,
     /// Chunks far past their prediction, taken back (`overdue.rs`).
     watch: overdue::Watch,
-    /// The models as admitted, before this run's chunks refine them: what
-    /// the run is measured against.
-    admitted_models: Vec<SpeedModel>,
-    /// When each worker started its first chunk of this job (NaN: none yet).
-    first_start: Vec<f64>,
-    /// Whether each worker's last look at this job was a refusal by the
-    /// guard (cleared when it claims).
-    declined: Vec<bool>,
-    /// Per class, whether it stands by (see [`Admission::standby`]): it may
-    /// run the kernel and has workers, but the plan gives it nothing.
-    standby: Vec<bool>,
     /// The policy's forecast, for the report.
     forecast: Option<crate::policy::Forecast>,
 }
@@ -163,7 +141,7 @@ impl JobCore {
     /// Per class, whether its workers stand by for this job's retries
     /// ([`Admission::standby`]): rung when a chunk goes back, not polled.
     pub(crate) fn standby(&self) -> Box<[bool]> {
-        self.standby.clone().into_boxed_slice()
+        self.st.iter().map(|s| s.standby).collect()
     }
 
     /// Whether no worker needs to look at this job again.
@@ -174,7 +152,7 @@ impl JobCore {
     /// The next chunk for worker `w` of class `c` at `now` (seconds since the
     /// job started), or `None` if it should take nothing from this job now.
     pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
-        let standing_by = !self.st[c].eligible && self.standby[c];
+        let standing_by = !self.st[c].eligible && self.st[c].standby;
         if self.finished
             || self.failed.is_some()
             || !(self.st[c].eligible || standing_by)
@@ -187,9 +165,9 @@ impl JobCore {
         self.take_back_overdue(now);
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
-            self.busy_until[w] = now + self.predict(c, r.range.len());
-            self.running[w] = true;
-            self.declined[w] = false;
+            self.worker[w].busy_until = now + self.predict(c, r.range.len());
+            self.worker[w].running = true;
+            self.worker[w].declined = false;
             self.watch_start(w, r.range.len(), now);
             let info = ChunkInfo {
                 cpu_secs: self.cpu_secs(r.range.len()),
@@ -209,8 +187,8 @@ impl JobCore {
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
-        self.busy_until[w] = now + self.predict(c, range.len());
-        self.running[w] = true;
+        self.worker[w].busy_until = now + self.predict(c, range.len());
+        self.worker[w].running = true;
         self.watch_start(w, range.len(), now);
         Some(Claimed {
             info: ChunkInfo {
@@ -230,7 +208,7 @@ impl JobCore {
         let r = self.home[c];
         if self.space.left(r) > 0 {
             let (n, phase) = self.own_size(c);
-            let n = n.max(self.min_chunk[c]);
+            let n = n.max(self.st[c].min_chunk);
             let n = match phase {
                 Phase::Dynamic => self.limit(w, c, n, now)?,
                 // Under the guard a static chunk is never larger than a
@@ -286,12 +264,12 @@ impl JobCore {
         let secs = (end - start).max(1e-9);
         self.in_flight -= 1;
         self.done += n;
-        self.busy_until[w] = end;
-        self.running[w] = false;
-        if self.first_start[w].is_nan() {
-            self.first_start[w] = start;
+        self.worker[w].busy_until = end;
+        self.worker[w].running = false;
+        if self.worker[w].first_start.is_nan() {
+            self.worker[w].first_start = start;
         }
-        let predicted = self.admitted_models[c].predict(n as f64);
+        let predicted = self.st[c].admitted.predict(n as f64);
         let s = &mut self.st[c];
         s.items += n;
         s.chunks += 1;
@@ -349,8 +327,8 @@ impl JobCore {
     /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
     pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: KernelError) -> After {
         self.in_flight -= 1;
-        self.busy_until[w] = 0.0;
-        self.running[w] = false;
+        self.worker[w].busy_until = 0.0;
+        self.worker[w].running = false;
         self.retried += 1;
         // A chunk taken back did not fail: it does not use up an attempt.
         let attempts = match &err {
@@ -423,12 +401,12 @@ impl JobCore {
             // Nobody else would take its region: let everyone in.
             self.adm.steal = Steal::Always;
         }
-        if self.total_workers() == 0 && self.standby.iter().any(|&s| s) {
+        if self.total_workers() == 0 && self.st.iter().any(|s| s.standby) {
             // The classes standing by take over, from the lost ones' regions.
-            for (s, &by) in self.st.iter_mut().zip(&self.standby) {
-                s.eligible |= by;
+            for s in &mut self.st {
+                s.eligible |= s.standby;
+                s.standby = false;
             }
-            self.standby.fill(false);
             self.adm.steal = Steal::Always;
         }
         if self.total_workers() == 0 {
@@ -470,4 +448,4 @@ mod tests;
 
 pub(crate) use admit::Admitted;
 use retry::{Failures, Retry};
-use state::{ClassState, ProbeState};
+use state::{ClassState, ProbeState, WorkerState};

@@ -64,21 +64,23 @@ impl JobCore {
                 Space::new(items, grain, &adm.shares, &order),
             )
         };
-        let mut st: Vec<ClassState> = (0..k)
-            .map(|c| ClassState {
+        let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
+        let mut st: Vec<ClassState> = models
+            .into_iter()
+            .enumerate()
+            .map(|(c, model)| ClassState {
                 eligible: eligible[c] && adm.shares[c] > 0.0,
                 workers: in_service[c],
-                model: models[c].clone(),
+                standby: adm.standby && eligible[c] && adm.shares[c] <= 0.0 && in_service[c] > 0,
+                least: guard::least_work(&model, min_chunk[c], grain),
+                min_chunk: min_chunk[c],
+                model: model.clone(),
+                admitted: model,
                 ..Default::default()
             })
             .collect();
         let forecast = adm.forecast.clone();
-        let standby: Vec<bool> = (0..k)
-            .map(|c| adm.standby && eligible[c] && adm.shares[c] <= 0.0 && in_service[c] > 0)
-            .collect();
-        let busy_len = worker_class.len();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
-        let min_chunk: Vec<usize> = classes.iter().map(|c| c.min_chunk(&*kernel)).collect();
         let mut probe = vec![ProbeState::default(); k];
         for ((c, s), p) in st.iter_mut().enumerate().zip(&mut probe) {
             let region = if adm.pool { items } else { space.left(c) };
@@ -139,8 +141,7 @@ impl JobCore {
             retried: 0,
             in_flight: 0,
             done: 0,
-            busy_until: vec![0.0; worker_class.len()],
-            running: vec![false; worker_class.len()],
+            worker: vec![WorkerState::default(); worker_class.len()],
             worker_class,
             finished,
             failed,
@@ -148,16 +149,7 @@ impl JobCore {
             stored_split,
             learns_split,
             scratch: Vec::new(),
-            least: (0..k)
-                .map(|c| guard::least_work(&models[c], min_chunk[c], grain))
-                .collect(),
-            tried_small: vec![false; k],
-            min_chunk,
             watch: overdue::Watch::default(),
-            first_start: vec![f64::NAN; busy_len],
-            declined: vec![false; busy_len],
-            standby,
-            admitted_models: models,
             forecast,
         }
     }

@@ -10,7 +10,7 @@ impl JobCore {
     /// so a job cannot stall on refusals.
     pub(super) fn limit(&mut self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
         let got = self.limit_for(w, c, n, now);
-        self.declined[w] = got.is_none();
+        self.worker[w].declined = got.is_none();
         got
     }
 
@@ -28,7 +28,7 @@ impl JobCore {
                     && self.st[cv].eligible
                     && self.st[cv].workers > 0
                     && self.st[cv].b().is_some_and(|bv| {
-                        self.busy_until[v].max(now) + self.st[cv].model.a() + n as f64 / bv < mine
+                        self.worker[v].busy_until.max(now) + self.st[cv].model.a() + n as f64 / bv < mine
                     })
             });
             return (!beaten || progress).then_some(n);
@@ -51,7 +51,7 @@ impl JobCore {
             // as this one and would refuse for the same reason: counted, the
             // idle workers of a class each leave a few expensive items to the
             // others, and they run one at a time.
-            if cv == c && !self.running[v] {
+            if cv == c && !self.worker[v].running {
                 idle_siblings += 1;
                 continue;
             }
@@ -59,7 +59,7 @@ impl JobCore {
             // others to take the rest, as this one would. (Counted, two
             // classes that each leave the tail to the other take it one
             // small chunk at a time.)
-            if !self.running[v] && self.declined[v] {
+            if !self.worker[v].running && self.worker[v].declined {
                 continue;
             }
             let Some(bv) = self.st[cv].b() else {
@@ -69,10 +69,10 @@ impl JobCore {
             // A worker that has not started on this job yet starts when its
             // class does (a thread's wake-up, a stream's upload of the
             // run's inputs), not now.
-            let free = if self.first_start[v].is_nan() && !self.running[v] {
+            let free = if self.worker[v].first_start.is_nan() && !self.worker[v].running {
                 self.st[cv].model.start()
             } else {
-                self.busy_until[v]
+                self.worker[v].busy_until
             };
             let start = (free - now).max(0.0) + self.st[cv].model.a();
             // Fewer items than its least work take a GPU as long as that.
@@ -111,7 +111,7 @@ impl JobCore {
             // The fill is an assumption until a chunk below it is measured:
             // one such chunk a run, where the class's recent chunks hold
             // too few, measures it (at worst it takes a fill's time).
-            self.tried_small[c] = true;
+            self.st[c].tried_small = true;
             Some(max as usize)
         } else if least > self.grain && max < least as f64 {
             // A GPU chunk smaller than its least work takes about as long
@@ -131,15 +131,15 @@ impl JobCore {
 
     /// The least work a chunk of class `c` costs, in items.
     fn least_of(&self, c: usize) -> usize {
-        self.least[c].0
+        self.st[c].least.0
     }
 
     /// Whether class `c` may take a chunk of `max` items, below its fill,
     /// to measure what such a chunk costs: its recent chunks did not, and
     /// it has not tried one this run.
     fn may_try_small(&self, c: usize, max: f64) -> bool {
-        let fill = self.min_chunk[c];
-        fill > self.grain && max < fill as f64 && !self.least[c].1 && !self.tried_small[c]
+        let fill = self.st[c].min_chunk;
+        fill > self.grain && max < fill as f64 && !self.st[c].least.1 && !self.st[c].tried_small
     }
 
     pub(super) fn predict(&self, c: usize, n: usize) -> f64 {

@@ -74,7 +74,7 @@ impl JobCore {
     /// Worker `w`'s chunk starts over at `now` (its setup is done): a flag
     /// set meanwhile is cleared, and the chunk is watched from `now`.
     pub(crate) fn watch_restart(&mut self, w: usize, now: f64) {
-        if self.watch.flags.is_none() || !self.running[w] {
+        if self.watch.flags.is_none() || !self.worker[w].running {
             return;
         }
         let items = self.watch.started[w].1;
@@ -87,12 +87,12 @@ impl JobCore {
             return;
         };
         for &v in &self.watch.watched {
-            if !self.running[v] || self.watch.flagged[v] {
+            if !self.worker[v].running || self.watch.flagged[v] {
                 continue;
             }
             let cv = self.worker_class[v];
             let elsewhere = (0..self.st.len()).any(|k| {
-                k != cv && (self.st[k].eligible || self.standby[k]) && self.st[k].workers > 0
+                k != cv && (self.st[k].eligible || self.st[k].standby) && self.st[k].workers > 0
             });
             if !elsewhere {
                 continue;

@@ -95,9 +95,9 @@ impl JobCore {
         let starts: Vec<f64> = self
             .worker_class
             .iter()
-            .zip(&self.first_start)
-            .filter(|(&k, t)| k == c && t.is_finite())
-            .map(|(_, &t)| t)
+            .zip(&self.worker)
+            .filter(|(&k, w)| k == c && w.first_start.is_finite())
+            .map(|(_, w)| w.first_start)
             .collect();
         (!starts.is_empty()).then(|| starts.iter().sum::<f64>() / starts.len() as f64)
     }

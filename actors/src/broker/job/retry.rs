@@ -53,12 +53,12 @@ impl JobCore {
             return None;
         }
         let others = self.total_workers() > 1;
-        let (st, wc, standby) = (&self.st, &self.worker_class, &self.standby);
+        let (st, wc) = (&self.st, &self.worker_class);
         // Workers of class `k` that may run `r`, leaving out its last failer.
         let usable = |r: &Retry, k: usize| {
             let s = &st[k];
             let last = usize::from(wc.get(r.not_by) == Some(&k));
-            if s.eligible || standby[k] {
+            if s.eligible || s.standby {
                 s.workers.saturating_sub(last)
             } else {
                 0

@@ -61,6 +61,6 @@ impl JobCore {
                 _ => left / (2.0 * self.total_workers().max(1) as f64),
             },
         };
-        (n.ceil() as usize).max(g).max(self.min_chunk[c]).max(1)
+        (n.ceil() as usize).max(g).max(self.st[c].min_chunk).max(1)
     }
 }

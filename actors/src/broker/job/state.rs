@@ -1,5 +1,6 @@
 //! Per class, what a job keeps: its region and targets, its samples, its
-//! report figures; and its part of a probe under way.
+//! report figures; its part of a probe under way; and per worker, its part
+//! in the job.
 
 use std::collections::VecDeque;
 
@@ -30,11 +31,52 @@ pub(super) struct ClassState {
     pub(super) finish: f64,
     /// What the model at admission predicted for the chunks it completed.
     pub(super) predicted: f64,
+    /// The model as admitted, before this run's chunks refine [`ClassState::model`]:
+    /// what the run is measured against.
+    pub(super) admitted: SpeedModel,
+    /// It may run the kernel and has workers, but the plan gives it
+    /// nothing: it stands by for retries (see `Admission::standby`).
+    pub(super) standby: bool,
+    /// The smallest chunk it is given while its own region lasts (enough
+    /// to fill a GPU; see `ClassInfo::min_chunk`).
+    pub(super) min_chunk: usize,
+    /// The least work a chunk costs, in items (a chunk of fewer takes as
+    /// long as one of this many), and whether its recent chunks measured it
+    /// (`guard::least_work`). Unmeasured, a GPU's is its fill.
+    pub(super) least: (usize, bool),
+    /// Whether this run tried a chunk below an unmeasured fill.
+    pub(super) tried_small: bool,
 }
 
 impl ClassState {
     pub(super) fn b(&self) -> Option<f64> {
         self.model.is_known().then(|| self.model.b())
+    }
+}
+
+/// One worker's part in a job.
+#[derive(Debug, Clone)]
+pub(super) struct WorkerState {
+    /// When its chunk of this job in flight is predicted to end (seconds
+    /// since the job started); when its last one ended, between chunks.
+    pub(super) busy_until: f64,
+    /// Whether it has a chunk of this job in flight.
+    pub(super) running: bool,
+    /// When it started its first chunk of this job (NaN: none yet).
+    pub(super) first_start: f64,
+    /// Whether its last look at this job was a refusal by the guard
+    /// (cleared when it claims).
+    pub(super) declined: bool,
+}
+
+impl Default for WorkerState {
+    fn default() -> Self {
+        Self {
+            busy_until: 0.0,
+            running: false,
+            first_start: f64::NAN,
+            declined: false,
+        }
     }
 }
 
