@@ -1,10 +1,12 @@
-//! The Prometheus exporter: `/metrics` over HTTP/1.1, served by axum on a
-//! tokio runtime this module owns, for as long as the coexec runtime lives.
+//! The Prometheus exporter: `/metrics` over HTTP/1.1, served by axum on the
+//! service's server loop (`net::server`) and a tokio runtime this module
+//! owns, for as long as the coexec runtime lives.
 //!
-//! A scrape must not depend on another client's manners, so every connection
+//! A scrape must not depend on another client's manners: every connection
 //! is its own task (idle or slow clients hold only themselves), the request
-//! head is bounded in size ([`MAX_HEAD`]) and in time ([`HEAD_DEADLINE`]),
-//! and a whole connection has a deadline ([`CONNECTION_DEADLINE`]).
+//! head is bounded in size and in time ([`HEAD_DEADLINE`]), a connection
+//! idle longer than [`IDLE_TIMEOUT`] is closed, and past
+//! [`MAX_CONNECTIONS`] a new client takes the slot of the one idle longest.
 //!
 //! What ends with the runtime: the server, its tokio runtime and its thread.
 //! What does not: the recorder and its upkeep thread. The `metrics` crate
@@ -15,17 +17,17 @@
 //! `Builder::metrics`).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
+
+use crate::net::server::ServerConfig;
 
 use crate::Error;
 
@@ -34,15 +36,17 @@ use coexec_actors::metrics::CHUNK_BUCKETS;
 /// How often histograms are drained into their buckets, scrape or not.
 const UPKEEP: Duration = Duration::from_secs(1);
 /// Longest a client may take to send its request head.
-pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(2);
-/// Longest a connection may live, whatever it does.
-pub(crate) const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
-/// Largest request head read (hyper's smallest buffer; larger heads get 431).
-pub(crate) const MAX_HEAD: usize = 8 * 1024;
-/// Connections served at once; more wait in the kernel's accept queue. Each
-/// lives at most [`CONNECTION_DEADLINE`], so a flood delays a scrape by at
-/// most that.
+const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// Longest a connection may sit idle between scrapes (Prometheus keeps its
+/// connection open between scrapes, 15 s apart by default: past this it
+/// opens another).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; past it a new client takes the slot of the
+/// connection idle longest.
 const MAX_CONNECTIONS: usize = 512;
+/// Longest the exporter waits, when its runtime ends, for a scrape in
+/// progress to be answered.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The recorder is global to the process: installed once, shared by every
 /// runtime that serves metrics, never removed (the `metrics` crate has no
@@ -241,7 +245,7 @@ fn router(handle: PrometheusHandle) -> Router {
 async fn serve(
     listener: std::net::TcpListener,
     handle: PrometheusHandle,
-    mut stopped: oneshot::Receiver<()>,
+    stopped: oneshot::Receiver<()>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -250,30 +254,19 @@ async fn serve(
             return;
         }
     };
-    let service = TowerToHyperService::new(router(handle));
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let (permit, stream) = tokio::select! {
-            _ = &mut stopped => return,
-            c = crate::net::accept_bounded(&listener, &slots, "metrics") => match c {
-                Some(c) => c,
-                None => return,
-            },
-        };
-        let service = service.clone();
-        tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_DEADLINE)
-                .max_buf_size(MAX_HEAD)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(CONNECTION_DEADLINE, conn).await {
-                Ok(Err(e)) => tracing::debug!("metrics request: {e}"),
-                Err(_) => tracing::debug!("metrics connection past its deadline: closed"),
-                Ok(Ok(())) => {}
-            }
-            drop(permit);
-        });
-    }
+    let cfg = ServerConfig::new()
+        .max_connections(MAX_CONNECTIONS)
+        .head_deadline(HEAD_DEADLINE)
+        .idle_timeout(IDLE_TIMEOUT)
+        .drain_grace(Duration::ZERO)
+        .drain_timeout(DRAIN_TIMEOUT);
+    crate::net::server::serve_with(
+        listener,
+        router(handle),
+        async {
+            let _ = stopped.await;
+        },
+        cfg,
+    )
+    .await;
 }

@@ -11,8 +11,12 @@ use axum::response::Response;
 use metrics::{counter, histogram};
 
 use super::infer::{error, inputs_in, outcome_of};
-use super::server::BODY_DEADLINE;
 use super::{ServeModel, Service};
+
+/// Longest a client may take to send a request body once its head is in
+/// (then 408): a stalled upload holds a connection slot, and at shutdown
+/// the process, no longer than this.
+pub(super) const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why a request body was not read.
 #[derive(Debug, PartialEq)]

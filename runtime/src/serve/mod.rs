@@ -68,7 +68,6 @@ use crate::{Error, Runtime};
 mod body;
 mod infer;
 mod model;
-mod server;
 #[cfg(feature = "embed")]
 mod tei;
 #[cfg(test)]
@@ -78,10 +77,10 @@ pub use model::ServeModel;
 #[cfg(feature = "embed")]
 pub use tei::BLOCKING_BYTES;
 
-use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
-pub use server::{
+pub use crate::net::server::{
     bind, serve, serve_with, Drained, ServerConfig, DRAIN_GRACE, DRAIN_TIMEOUT, MAX_CONNECTIONS,
 };
+use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
 
 /// The service's limits. Build with [`ServeConfig::new`] and its setters.
 ///

@@ -2,8 +2,8 @@ use std::future::Future;
 
 use super::body::*;
 use super::infer::*;
-use super::server::*;
 use super::*;
+use crate::net::server::*;
 use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 

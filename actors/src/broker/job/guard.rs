@@ -28,7 +28,8 @@ impl JobCore {
                     && self.st[cv].eligible
                     && self.st[cv].workers > 0
                     && self.st[cv].b().is_some_and(|bv| {
-                        self.worker[v].busy_until.max(now) + self.st[cv].model.a() + n as f64 / bv < mine
+                        self.worker[v].busy_until.max(now) + self.st[cv].model.a() + n as f64 / bv
+                            < mine
                     })
             });
             return (!beaten || progress).then_some(n);

@@ -1,5 +1,6 @@
-//! The server loop: connections bounded and evicted idle-first, request
-//! heads and bodies under deadlines, and the drain on a signal.
+//! The server loop of the service and of the metrics exporter:
+//! connections bounded and evicted idle-first, request heads and responses
+//! under deadlines, and the drain on a signal.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -15,21 +16,19 @@ use metrics::counter;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::net::{Connections, Requests, TimedIo, WatchedBody};
+use super::{Connections, Requests, TimedIo, WatchedBody};
 use crate::Error;
 
-/// Longest a client may take to send a request head, from its first byte.
-pub(super) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest a client may take to send a request head, from its first byte
+/// (the default of [`ServerConfig::head_deadline`]).
+pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest a keep-alive connection may sit idle, waiting for the first byte
 /// of its next request. Longer than the idle timeouts of common HTTP client
 /// pools (90 s for hyper's, reqwest's and Go's), so that the client, not
 /// the server, closes an idle connection: when the server does, a request
-/// sent on it as the close is on its way is lost.
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// Longest a client may take to send a request body once its head is in
-/// (then 408): a stalled upload holds a connection slot, and at shutdown
-/// the process, no longer than this.
-pub(super) const BODY_DEADLINE: Duration = Duration::from_secs(10);
+/// sent on it as the close is on its way is lost. The default of
+/// [`ServerConfig::idle_timeout`].
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long [`serve`] lets open connections go on after its signal before
 /// it closes the idle ones.
@@ -41,9 +40,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest a response may wait on a client that does not take its bytes
 /// (its socket buffer full), from the last write that made progress, as
 /// nginx's `send_timeout`: then the connection closes.
-pub(super) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Largest request head read (larger heads get 431).
-pub(super) const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Connections [`serve`] serves at once. A client past it takes the slot of
 /// the connection idle longest, which is asked to close; while every
 /// connection is busy with a request, it waits (and the ones after it wait
@@ -52,13 +51,14 @@ pub(super) const MAX_HEAD: usize = 16 * 1024;
 pub const MAX_CONNECTIONS: usize = 4096;
 /// How often a client waiting for a slot looks again for an idle
 /// connection to close, while every connection was busy.
-pub(super) const EVICT_RETRY: Duration = Duration::from_millis(100);
+pub(crate) const EVICT_RETRY: Duration = Duration::from_millis(100);
 /// How long a connection asked to close for a waiting client has to give
 /// its slot back before another is asked.
-pub(super) const EVICT_AGAIN: Duration = Duration::from_secs(1);
+pub(crate) const EVICT_AGAIN: Duration = Duration::from_secs(1);
 
-/// How [`serve_with`] serves: how many connections at once and how long a
-/// drain may last. Build with [`ServerConfig::new`] and its setters.
+/// How [`serve_with`] serves: how many connections at once, how long a
+/// client may take over a request head or sit idle, and how long a drain
+/// may last. Build with [`ServerConfig::new`] and its setters.
 ///
 /// ```
 /// use std::time::Duration;
@@ -71,6 +71,9 @@ pub(super) const EVICT_AGAIN: Duration = Duration::from_secs(1);
 pub struct ServerConfig {
     max_connections: usize,
     drain_timeout: Duration,
+    drain_grace: Duration,
+    head_deadline: Duration,
+    idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -81,11 +84,15 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// [`MAX_CONNECTIONS`] connections, a drain of at most
-    /// [`DRAIN_TIMEOUT`].
+    /// [`DRAIN_TIMEOUT`] after a grace of [`DRAIN_GRACE`], 5 s for a request
+    /// head, 120 s idle between requests.
     pub fn new() -> Self {
         Self {
             max_connections: MAX_CONNECTIONS,
             drain_timeout: DRAIN_TIMEOUT,
+            drain_grace: DRAIN_GRACE,
+            head_deadline: HEAD_DEADLINE,
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 
@@ -100,6 +107,28 @@ impl ServerConfig {
     /// `coexec_drain_closed_connections_total` and logged.
     pub fn drain_timeout(mut self, d: Duration) -> Self {
         self.drain_timeout = d;
+        self
+    }
+
+    /// How long open connections go on after the signal before the idle
+    /// ones are closed (default [`DRAIN_GRACE`]; at most the drain).
+    pub fn drain_grace(mut self, d: Duration) -> Self {
+        self.drain_grace = d;
+        self
+    }
+
+    /// Longest a client may take to send a request head, from its first
+    /// byte (default 5 s): a client dripping its head is cut off then.
+    pub fn head_deadline(mut self, d: Duration) -> Self {
+        self.head_deadline = d;
+        self
+    }
+
+    /// Longest a keep-alive connection may sit idle before its next
+    /// request's first byte (default 120 s, longer than common client
+    /// pools' idle timeouts, so that the client closes first).
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
         self
     }
 
@@ -123,7 +152,7 @@ pub struct Drained {
 /// Serves `app` on `listener` until `signal` completes; then accepts the
 /// connections already in the listen queue (they get an answer, not a
 /// reset), stops accepting, lets open connections go on for up to
-/// [`DRAIN_GRACE`] (a draining [`Service`](super::Service) answers their requests 503 with
+/// [`DRAIN_GRACE`] (a draining [`Service`](crate::serve::Service) answers their requests 503 with
 /// `Connection: close`), and returns once every connection's requests are
 /// answered, or at [`DRAIN_TIMEOUT`] after the signal, closing the
 /// connections still open.
@@ -163,11 +192,12 @@ pub async fn serve_with(
         let service = service.clone();
         let mut stop = stop.clone();
         let open = open.clone();
+        let (head_deadline, idle_timeout) = (cfg.head_deadline, cfg.idle_timeout);
         conns.spawn(async move {
             let requests = Arc::new(Requests::default());
             let _open = open.open(requests.clone());
             let evicted = requests.clone();
-            let io = TimedIo::new(stream, requests.clone(), HEAD_DEADLINE, WRITE_DEADLINE);
+            let io = TimedIo::new(stream, requests.clone(), head_deadline, WRITE_DEADLINE);
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                 let running = requests.start();
                 let (parts, body) = req.into_parts();
@@ -192,7 +222,7 @@ pub async fn serve_with(
             // `TimedIo` times the head itself.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(IDLE_TIMEOUT)
+                .header_read_timeout(idle_timeout)
                 .max_buf_size(MAX_HEAD)
                 .serve_connection(TokioIo::new(io), service);
             let mut conn = std::pin::pin!(conn);
@@ -230,7 +260,7 @@ pub async fn serve_with(
         while conns.try_join_next().is_some() {}
         let c = tokio::select! {
             () = &mut signal => break,
-            s = crate::net::accept(&listener, "service"), if waiting.is_none() => {
+            s = super::accept(&listener, "server"), if waiting.is_none() => {
                 match slots.clone().try_acquire_owned() {
                     Ok(p) => (Some(p), s),
                     Err(_) => {
@@ -262,14 +292,13 @@ pub async fn serve_with(
     // listener would reset them, and a client that already sent its request
     // would lose it (seen under load: 1 request in 6900). Taken over the
     // limit if need be: there are only as many as the listen queue held.
-    while let Ok(c) =
-        tokio::time::timeout(Duration::ZERO, crate::net::accept(&listener, "service")).await
+    while let Ok(c) = tokio::time::timeout(Duration::ZERO, super::accept(&listener, "server")).await
     {
         spawn(&mut conns, (slots.clone().try_acquire_owned().ok(), c));
     }
     drop(listener);
     let drained = tokio::time::timeout(cfg.drain_timeout, async {
-        let _ = tokio::time::timeout(DRAIN_GRACE, async {
+        let _ = tokio::time::timeout(cfg.drain_grace, async {
             while conns.join_next().await.is_some() {}
         })
         .await;
