@@ -504,3 +504,36 @@ fn a_profile_that_cannot_be_saved_is_warned_about_once() {
         "{err}"
     );
 }
+
+/// The process reading stderr goes away (a log shipper restarting), then a
+/// warning is logged: the write's EPIPE is dropped, the run ends as it
+/// would have (before, the logger panicked: exit 101). By hand: `coexec run
+/// synthetic --profile-dir /etc/hostname/x 2> >(exit 0)`.
+#[test]
+fn a_stderr_whose_reader_is_gone_ends_nothing() {
+    let blocker =
+        std::env::temp_dir().join(format!("coexec-hardening-epipe-{}", std::process::id()));
+    std::fs::write(&blocker, b"a file, not a folder").unwrap();
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader); // gone before the first warning
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args([
+            "run",
+            "synthetic",
+            "--size",
+            "10000",
+            "--devices",
+            "cpu:1",
+            "--quiet",
+        ])
+        .arg("--profile-dir")
+        .arg(blocker.join("profiles"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer)
+        .output()
+        .expect("run coexec");
+    let _ = std::fs::remove_file(&blocker);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("verified: true"), "{stdout}");
+}

@@ -120,7 +120,7 @@ pub(crate) async fn bench(
                 _ => false,
             };
             if missing {
-                eprintln!("policy `{p}`: not run, no device class of its kind here");
+                errln!("policy `{p}`: not run, no device class of its kind here");
             }
             !missing
         })
@@ -142,7 +142,7 @@ pub(crate) async fn bench(
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            eprintln!("no CUDA device ({e}): benchmarking {what}");
+            errln!("no CUDA device ({e}): benchmarking {what}");
         }
     }
     let devices = rt
@@ -206,7 +206,7 @@ pub(crate) async fn bench(
     }
     if let Some(path) = plot {
         if report.workloads.is_empty() {
-            eprintln!("nothing to plot: no workload was benchmarked");
+            errln!("nothing to plot: no workload was benchmarked");
         } else {
             crate::plot::plot_bench(&path, &report).map_err(Failure::Run)?;
         }
@@ -676,7 +676,7 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
             Some(rt)
         }
         Err(e) => {
-            eprintln!("no Prometheus exporter ({e}): measuring without metrics only");
+            errln!("no Prometheus exporter ({e}): measuring without metrics only");
             None
         }
     };

@@ -330,7 +330,7 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
                     texts += 1;
                 }
                 Err(why) => {
-                    bar.suspend(|| eprintln!("{}:{line}: {why}", a.input.display()));
+                    bar.suspend(|| errln!("{}:{line}: {why}", a.input.display()));
                     sink.row(line, Err(&why)).map_err(io)?;
                     bad += 1;
                 }

@@ -9,6 +9,15 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` that drops a failed write: a stderr whose reader went away
+/// (a log shipper restarting: EPIPE) must not panic the process.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod embed;
 mod plot;
@@ -189,7 +198,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            eprintln!("coexec: {}", usage::one_line(&e));
+            errln!("coexec: {}", usage::one_line(&e));
             return ExitCode::from(2);
         }
     };
@@ -197,7 +206,8 @@ fn main() -> ExitCode {
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
+        .log_internal_errors(false)
         .with_target(false)
         // Colour codes only where a terminal will read them.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -212,18 +222,18 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("coexec: cannot start tokio: {e}");
+            errln!("coexec: cannot start tokio: {e}");
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
-            eprintln!("coexec: {}", m.lines().next().unwrap_or(""));
+            errln!("coexec: {}", m.lines().next().unwrap_or(""));
             ExitCode::from(2)
         }
         Err(Failure::Run(m)) => {
-            eprintln!("coexec: {}", m.lines().next().unwrap_or(""));
+            errln!("coexec: {}", m.lines().next().unwrap_or(""));
             ExitCode::FAILURE
         }
     }
@@ -236,7 +246,7 @@ pub(crate) fn emit(line: std::fmt::Arguments<'_>) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        eprintln!("coexec: cannot write to stdout: {e}");
+        errln!("coexec: cannot write to stdout: {e}");
         std::process::exit(1);
     }
 }
@@ -283,6 +293,21 @@ pub(crate) fn host_pinning() -> Result<coexec::kernels::cuda::HostPinning, Failu
     }
 }
 
+/// The logger's stderr: a failed write is dropped, so that nothing logged
+/// can end the process or a thread (a log reader gone away: EPIPE).
+struct LossyStderr;
+
+impl Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(std::io::stderr().write(buf).unwrap_or(buf.len()))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
 pub(crate) fn build(
     common: &Common,
@@ -314,7 +339,7 @@ pub(crate) fn build(
     if let Some(addr) = rt.metrics_addr() {
         // On stderr: stdout may be JSON. With port 0 this is the only way to
         // learn the port.
-        eprintln!("coexec: metrics at http://{addr}/metrics");
+        errln!("coexec: metrics at http://{addr}/metrics");
     }
     Ok(rt)
 }
@@ -324,7 +349,7 @@ pub(crate) async fn linger(common: &Common, rt: &Runtime) {
     let (Some(secs), Some(addr)) = (common.metrics_linger, rt.metrics_addr()) else {
         return;
     };
-    eprintln!("coexec: metrics stay at http://{addr}/metrics for {secs} s (Ctrl-C ends it)");
+    errln!("coexec: metrics stay at http://{addr}/metrics for {secs} s (Ctrl-C ends it)");
     tokio::select! {
         () = tokio::time::sleep(std::time::Duration::from_secs(secs)) => {}
         () = serve::shutdown_signal() => {}
