@@ -537,3 +537,82 @@ fn a_stderr_whose_reader_is_gone_ends_nothing() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("verified: true"), "{stdout}");
 }
+
+/// A scratch folder of this test process, emptied first.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("coexec-hardening-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+/// Input files that are not regular files are refused at once, naming the
+/// file: a FIFO (opening it blocked before listening, forever) and a link
+/// to `/dev/zero` (it reports no length, so the size cap let 2 GB in). By
+/// hand: `mkfifo f; coexec serve --model f`, `ln -s /dev/zero z; coexec run
+/// kmeans --file z`.
+#[test]
+fn a_fifo_or_a_device_as_input_is_refused_at_once() {
+    let d = scratch("special");
+    let fifo = d.join("model.safetensors");
+    mkfifo(&fifo);
+    let zero = d.join("points.txt");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let (fifo_s, zero_s) = (fifo.to_str().unwrap(), zero.to_str().unwrap());
+    let (f, z) = (fifo_s.to_string(), zero_s.to_string());
+    let ((code, _, err), (kcode, _, kerr)) = within(Duration::from_secs(20), async move {
+        let serve = coexec(&["serve", "--model", &f, "--addr", "127.0.0.1:0"]);
+        let kmeans = coexec(&["run", "kmeans", "--file", &z, "--devices", "cpu:1"]);
+        (serve, kmeans)
+    });
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(fifo_s) && err.contains("a FIFO"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(kcode, 2, "{kerr}");
+    assert!(kerr.contains(zero_s) && kerr.contains("a device"), "{kerr}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A profile that is a FIFO (another program's, or a prank) does not block
+/// the start: it is unreadable, the run learns in memory and ends.
+#[test]
+fn a_fifo_as_the_profile_does_not_block_the_start() {
+    let d = scratch("fifo-profile");
+    let dir = d.to_str().unwrap().to_string();
+    let args = |dir: &str| {
+        coexec(&[
+            "run",
+            "synthetic",
+            "--size",
+            "20000",
+            "--devices",
+            "cpu:1",
+            "--quiet",
+            "--profile-dir",
+            dir,
+        ])
+    };
+    let (code, _, err) = args(&dir);
+    assert_eq!(code, 0, "{err}");
+    let profile = std::fs::read_dir(&d)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("a profile was saved");
+    std::fs::remove_file(&profile).unwrap();
+    mkfifo(&profile);
+    let (code, out, err) = within(Duration::from_secs(30), async move { args(&dir) });
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("verified: true"), "{out}");
+    assert!(err.contains("a FIFO"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -36,6 +36,7 @@ mod claim;
 #[cfg(feature = "embed")]
 pub mod embed;
 mod error;
+mod file;
 mod kernel;
 #[cfg(any(feature = "workloads", feature = "embed"))]
 mod tensors;
@@ -53,6 +54,7 @@ pub mod cuda;
 pub use buf::DisjointBuf;
 pub use claim::{claim_parts, with_chunk, Chunk, ClaimSpace};
 pub use error::KernelError;
+pub use file::read_file;
 pub use kernel::Kernel;
 pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
 pub use workload::{

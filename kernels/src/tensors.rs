@@ -8,12 +8,10 @@ use safetensors::{Dtype, SafeTensors};
 
 use crate::KernelError;
 
-/// The bytes of `path`, or an I/O error naming it.
+/// The bytes of the regular file `path`, at most what this machine can
+/// hold ([`crate::memory_limit`]), or an error naming it.
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
-    std::fs::read(path).map_err(|source| KernelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    crate::read_file(path, crate::memory_limit())
 }
 
 /// A tensor read out of a safetensors file: its shape and its f32 or i64

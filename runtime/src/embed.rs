@@ -35,6 +35,10 @@ use coexec_kernels::KernelError;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
+/// A tokenizer.json is a few MiB (all-MiniLM-L6-v2's: 0.7 MiB): past this,
+/// not read.
+const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
+
 use crate::stream::Model;
 
 pub use coexec_kernels::embed::{BertConfig, BertWeights, Encoder, Pooling, ATTENTION_COST};
@@ -76,21 +80,13 @@ impl Embedder {
         let dir = dir.as_ref();
         let weights_path = dir.join("model.safetensors");
         let cfg = BertConfig::load(dir)?;
-        let bytes = std::fs::read(&weights_path).map_err(|source| KernelError::Io {
-            path: weights_path.clone(),
-            source,
-        })?;
+        let bytes = coexec_kernels::read_file(&weights_path, coexec_kernels::memory_limit())?;
         let sha256 = format!("{:x}", Sha256::digest(&bytes));
         let weights = BertWeights::from_bytes(cfg, &bytes, &weights_path)?;
         drop(bytes);
         let tok_path = dir.join("tokenizer.json");
-        if !tok_path.exists() {
-            return Err(KernelError::Io {
-                path: tok_path,
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-            });
-        }
-        let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| KernelError::Input {
+        let tok_bytes = coexec_kernels::read_file(&tok_path, MAX_TOKENIZER_BYTES)?;
+        let mut tokenizer = Tokenizer::from_bytes(tok_bytes).map_err(|e| KernelError::Input {
             path: tok_path.clone(),
             line: 0,
             why: format!("not a tokenizer: {e}"),

@@ -10,6 +10,7 @@ use super::store::KernelProfile;
 use super::store::{sanitize, Fingerprint, ProfileFile, MAX_FILE_BYTES, PROFILE_VERSION};
 use super::RunHistory;
 use crate::perfmodel::Sample;
+use coexec_kernels::KernelError;
 
 /// What this process learned since its last save: merged into whatever is
 /// on disk at the next save, so that processes sharing a profile add up
@@ -41,9 +42,16 @@ pub(super) fn read_profile(
         Ok(m) if m.len() > MAX_FILE_BYTES => return Err(Unusable::TooLarge(m.len())),
         _ => {}
     }
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    // A regular file only (a FIFO would block the start, a device never
+    // end), and never past the cap, even one growing while it is read.
+    let text = match coexec_kernels::read_file(path, MAX_FILE_BYTES) {
+        Ok(b) => String::from_utf8(b).map_err(|e| Unusable::Unreadable(e.to_string()))?,
+        Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(KernelError::Io { source, .. }) => {
+            return Err(Unusable::Unreadable(source.to_string()))
+        }
         Err(e) => return Err(Unusable::Unreadable(e.to_string())),
     };
     // The version first, from any JSON object that has one: a newer

@@ -9,6 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::KernelError;
 
+/// A model folder's JSON files are a few KiB: past this, not read.
+const MAX_JSON_BYTES: u64 = 16 << 20;
+
 /// How a sequence's token vectors become one embedding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -63,17 +66,14 @@ fn config_err(path: &Path, field: &'static str, why: impl Into<String>) -> Kerne
 
 /// The JSON object in `path`; `None` when the file does not exist.
 fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, KernelError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(KernelError::Io {
-                path: path.to_path_buf(),
-                source,
-            })
+    let bytes = match crate::read_file(path, MAX_JSON_BYTES) {
+        Ok(b) => b,
+        Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
         }
+        Err(e) => return Err(e),
     };
-    match serde_json::from_str::<Value>(&text) {
+    match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(Some(m)),
         Ok(_) => Err(KernelError::Input {
             path: path.to_path_buf(),

@@ -33,11 +33,7 @@ impl KmeansData {
     /// Reads a Rodinia kmeans input file, plain text or xz-compressed.
     pub fn read(path: impl AsRef<Path>) -> Result<Self, KernelError> {
         let path = path.as_ref();
-        let io = |source| KernelError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let raw = std::fs::read(path).map_err(io)?;
+        let raw = crate::read_file(path, crate::memory_limit() / 2)?;
         if raw.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
             let mut text = Vec::new();
             text.try_reserve(raw.len().saturating_mul(8))
