@@ -229,6 +229,18 @@ fn rows_of(t: &LabeledRows, i: usize) -> &[f32] {
 
 #[test]
 fn sigterm_answers_every_accepted_request_and_exits_0() {
+    signal_answers_every_accepted_request_and_exits_0("TERM");
+}
+
+/// SIGHUP (a terminal or session gone) drains as SIGTERM does; before, the
+/// default action killed the process: exit 129, accepted requests lost.
+/// By hand: `coexec serve & kill -HUP $!` under load.
+#[test]
+fn sighup_drains_as_sigterm_does() {
+    signal_answers_every_accepted_request_and_exits_0("HUP");
+}
+
+fn signal_answers_every_accepted_request_and_exits_0(signal: &str) {
     // A slow device, so that requests are still running when the signal comes.
     let mut srv = Server::start(&["--devices", "sim:1@0.01", "--max-batch", "16"]);
     let a = srv.addr;
@@ -241,7 +253,7 @@ fn sigterm_answers_every_accepted_request_and_exits_0() {
             .collect();
         // Let the requests in, then ask the server to stop.
         std::thread::sleep(Duration::from_millis(300));
-        srv.terminate();
+        srv.signal(signal);
         hs.into_iter()
             .map(|h| h.join().unwrap())
             .collect::<Vec<_>>()

@@ -59,12 +59,17 @@ impl Server {
     }
 
     pub fn terminate(&mut self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIG`name` (`TERM`, `HUP`, …).
+    pub fn signal(&mut self, name: &str) {
         let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill -TERM");
+        assert!(ok, "kill -{name}");
     }
 
     /// Waits (bounded) for the process to exit; its status.

@@ -237,20 +237,27 @@ async fn run<M: ServeModel>(
     Ok(())
 }
 
-/// SIGTERM or Ctrl-C.
+/// SIGTERM, SIGHUP (the terminal or session went away: drained the same,
+/// not killed mid-request by the default action) or Ctrl-C.
 pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(mut term), Ok(mut hup)) => {
                 tokio::select! {
                     _ = term.recv() => {}
+                    _ = hup.recv() => tracing::info!("SIGHUP: shutting down as for SIGTERM"),
                     _ = tokio::signal::ctrl_c() => {}
                 }
                 return;
             }
-            Err(e) => tracing::warn!("no SIGTERM handler ({e}); Ctrl-C only"),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!("no SIGTERM or SIGHUP handler ({e}); Ctrl-C only")
+            }
         }
     }
     let _ = tokio::signal::ctrl_c().await;
