@@ -616,3 +616,43 @@ fn a_fifo_as_the_profile_does_not_block_the_start() {
     assert!(err.contains("a FIFO"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Another process holds the profile's lock (a coexec stopped mid-save):
+/// the start waits a moment and reads the profile without it, the final
+/// save gives up after its bound with a warning; the run ends (before, both
+/// blocked forever, silently). By hand: `flock PROFILE.lock sleep 600 &`,
+/// then `coexec run synthetic`.
+#[test]
+fn a_held_profile_lock_delays_but_never_blocks() {
+    let d = scratch("held-lock");
+    let dir = d.to_str().unwrap().to_string();
+    let run = move |dir: &str| {
+        coexec(&[
+            "run",
+            "synthetic",
+            "--size",
+            "20000",
+            "--devices",
+            "cpu:1",
+            "--quiet",
+            "--profile-dir",
+            dir,
+        ])
+    };
+    let (code, _, err) = run(&dir);
+    assert_eq!(code, 0, "{err}");
+    let lock = std::fs::read_dir(&d)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "lock"))
+        .expect("a lock file beside the profile");
+    let held = std::fs::OpenOptions::new().write(true).open(&lock).unwrap();
+    held.lock().unwrap();
+    let (code, out, err) = within(Duration::from_secs(60), async move { run(&dir) });
+    drop(held);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("verified: true"), "{out}");
+    assert!(err.contains("held by another process"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[cfg(doc)]
 use super::store::KernelProfile;
@@ -119,19 +120,50 @@ fn move_aside(path: &Path, kind: &str) -> std::io::Result<PathBuf> {
     Ok(aside)
 }
 
+/// Longest a save waits for the profile's lock: a process holding it longer
+/// is stopped or stuck mid-save, and this one's save fails with a warning
+/// (what it learned stays in memory for the next save) instead of holding
+/// its shutdown past its drain.
+pub(super) const SAVE_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// Longest the start waits for it, only to clear stale temporary files (the
+/// profile itself is read without it: saves replace it whole by rename).
+pub(super) const OPEN_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// How often a waiting process tries the lock again.
+const LOCK_RETRY: Duration = Duration::from_millis(20);
+
 /// Holds the profile's lock file (`<profile>.lock`) while alive: one
 /// process at a time reads, merges and renames.
 pub(super) struct Locked(std::fs::File);
 
 impl Locked {
-    pub(super) fn take(path: &Path) -> std::io::Result<Self> {
+    /// The lock, waiting for it at most `wait`; past that an error of kind
+    /// `WouldBlock` that says another process holds it.
+    pub(super) fn take(path: &Path, wait: Duration) -> std::io::Result<Self> {
+        let lock_path = path.with_extension("lock");
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(path.with_extension("lock"))?;
-        f.lock()?;
-        Ok(Self(f))
+            .open(&lock_path)?;
+        let start = Instant::now();
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Ok(Self(f)),
+                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                    std::thread::sleep(LOCK_RETRY)
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        format!(
+                            "{}: held by another process for {wait:?} (a coexec stopped mid-save?)",
+                            lock_path.display()
+                        ),
+                    ))
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
     }
 }
 
@@ -278,7 +310,7 @@ impl SaveJob {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let _lock = Locked::take(path)?;
+        let _lock = Locked::take(path, SAVE_LOCK_WAIT)?;
         remove_orphans(path);
         let merged = match read_profile(path, &self.file.fingerprint) {
             Ok(Some((mut disk, _))) => {

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::disk::{merge_pending, read_profile, remove_orphans, Locked, Pending, Unusable};
+use super::disk::{
+    merge_pending, read_profile, remove_orphans, Locked, Pending, Unusable, OPEN_LOCK_WAIT,
+};
 pub(crate) use super::disk::{SaveDone, SaveJob};
 pub(super) use super::validity::sanitize;
 pub use super::validity::{implausible, MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, SPEED_RANGE};
@@ -187,8 +189,9 @@ impl ProfileStore {
         let path = dir.join(format!("coexec-profile-{}.json", fingerprint.id()));
         let mut store = Self::in_memory(fingerprint);
         if path.parent().is_some_and(Path::exists) {
-            if let Ok(_lock) = Locked::take(&path) {
-                remove_orphans(&path);
+            match Locked::take(&path, OPEN_LOCK_WAIT) {
+                Ok(_lock) => remove_orphans(&path),
+                Err(e) => tracing::warn!("profile lock: {e}; reading the profile without it"),
             }
         }
         match read_profile(&path, &store.file.fingerprint) {

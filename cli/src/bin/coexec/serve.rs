@@ -186,6 +186,8 @@ async fn run<M: ServeModel>(
         .max_inputs(max_inputs)
         .prometheus(prometheus);
     let svc = Service::start(rt.clone(), model, stream, cfg)?;
+    // Before `listening on`: a signal from then on drains.
+    let first_signal = shutdown_signal();
     // Before listening: the first requests must not pay a GPU's kernel
     // compilation or a class's first allocations. A class that fails here
     // is left to the runtime, which re-runs its failed chunks elsewhere.
@@ -210,7 +212,7 @@ async fn run<M: ServeModel>(
         let svc = svc.clone();
         let delay = Duration::from_secs(a.drain_delay_s);
         async move {
-            shutdown_signal().await;
+            first_signal.await;
             if !delay.is_zero() {
                 tracing::info!("not ready; serving for {delay:?} before the drain");
                 svc.set_ready(false);
@@ -238,27 +240,36 @@ async fn run<M: ServeModel>(
 }
 
 /// SIGTERM, SIGHUP (the terminal or session went away: drained the same,
-/// not killed mid-request by the default action) or Ctrl-C.
-pub(crate) async fn shutdown_signal() {
+/// not killed mid-request by the default action) or Ctrl-C. SIGTERM's and
+/// SIGHUP's handlers are in place when this returns, before the future is
+/// first polled: one right after `listening on` drains, not the default
+/// action.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let handlers = {
         use tokio::signal::unix::{signal, SignalKind};
         match (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
         ) {
-            (Ok(mut term), Ok(mut hup)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = hup.recv() => tracing::info!("SIGHUP: shutting down as for SIGTERM"),
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-                return;
-            }
+            (Ok(term), Ok(hup)) => Some((term, hup)),
             (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!("no SIGTERM or SIGHUP handler ({e}); Ctrl-C only")
+                tracing::warn!("no SIGTERM or SIGHUP handler ({e}); Ctrl-C only");
+                None
             }
         }
+    };
+    let ctrl_c = tokio::signal::ctrl_c();
+    async move {
+        #[cfg(unix)]
+        if let Some((mut term, mut hup)) = handlers {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = hup.recv() => tracing::info!("SIGHUP: shutting down as for SIGTERM"),
+                _ = ctrl_c => {}
+            }
+            return;
+        }
+        let _ = ctrl_c.await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
