@@ -656,3 +656,68 @@ fn a_held_profile_lock_delays_but_never_blocks() {
     assert!(err.contains("held by another process"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Under `ulimit -n 200` with the default 4096 connections, 260 idle
+/// keep-alive clients: the cap is clamped to what the descriptors leave (with a
+/// warning), so the idle ones are evicted for new clients and `/healthz`
+/// answers (before, `accept` failed with EMFILE, the slots never filled,
+/// nothing was evicted and every new client waited up to 120 s). By hand:
+/// `sh -c 'ulimit -n 200; exec coexec serve'` and 260 idle connections.
+#[test]
+fn a_low_descriptor_limit_leaves_health_checks_answered() {
+    use std::io::{BufRead, Read, Write};
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 200 && exec \"$0\" serve --devices cpu:1 --addr 127.0.0.1:0",
+        ])
+        .arg(env!("CARGO_BIN_EXE_coexec"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    // Keep-alive clients: one request each, answered, then idle.
+    let idle: Vec<std::net::TcpStream> = (0..260)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("client {i}: {e}"));
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+                .unwrap();
+            let mut head = [0u8; 12];
+            c.read_exact(&mut head)
+                .unwrap_or_else(|e| panic!("client {i}: {e}"));
+            assert_eq!(&head, b"HTTP/1.1 200", "client {i}");
+            c
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    let took = t.elapsed();
+    drop(idle);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{answer:?} after {took:?}; {err}"
+    );
+    assert!(err.contains("ulimit -n"), "a warning at start: {err}");
+}

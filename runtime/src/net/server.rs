@@ -49,6 +49,10 @@ pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// in the kernel's accept queue). Keep it below the process's limit of open
 /// files (`ulimit -n`).
 pub const MAX_CONNECTIONS: usize = 4096;
+/// Descriptors kept for everything but connections (the listener, the
+/// runtime's threads and files, a profile save) when the connection limit
+/// is clamped to the process's limit on open files.
+const FD_RESERVE: usize = 64;
 /// How often a client waiting for a slot looks again for an idle
 /// connection to close, while every connection was busy.
 pub(crate) const EVICT_RETRY: Duration = Duration::from_millis(100);
@@ -184,7 +188,10 @@ pub async fn serve_with(
 ) -> Drained {
     let (stop_tx, stop) = watch::channel(false);
     let service = TowerToHyperService::new(app);
-    let slots = Arc::new(Semaphore::new(cfg.max_connections));
+    let slots = Arc::new(Semaphore::new(within_descriptors(
+        cfg.max_connections,
+        open_files_limit(),
+    )));
     let open = Arc::new(Connections::default());
     let mut conns = tokio::task::JoinSet::new();
     let spawn = |conns: &mut tokio::task::JoinSet<()>,
@@ -324,6 +331,32 @@ pub async fn serve_with(
     gone
 }
 
+/// `wanted` connections, or fewer where the process's limit on open files
+/// (`limit`, `ulimit -n`) would run out first, with a warning: past that
+/// limit `accept` fails, the slots never fill, so idle connections are
+/// never evicted and every new client (a liveness probe too) waits.
+fn within_descriptors(wanted: usize, limit: Option<usize>) -> usize {
+    let Some(limit) = limit else { return wanted };
+    let room = limit.saturating_sub(FD_RESERVE).max(1);
+    if wanted > room {
+        tracing::warn!(
+            "{wanted} connections at once is more than the limit of {limit} open files \
+             (ulimit -n) leaves room for: serving {room} at once; raise the limit to serve more"
+        );
+        room
+    } else {
+        wanted
+    }
+}
+
+/// The process's soft limit on open files, from `/proc/self/limits`
+/// (Linux); `None` where it cannot be read or is unlimited.
+fn open_files_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// Binds `addr` (warning when it is not a loopback address).
 pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
     let l = tokio::net::TcpListener::bind(addr)
@@ -333,4 +366,18 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
         tracing::warn!("serving on {addr}: reachable from other machines, without authentication");
     }
     Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_clamped_to_the_descriptors_left() {
+        assert_eq!(within_descriptors(4096, None), 4096);
+        assert_eq!(within_descriptors(4096, Some(1_048_576)), 4096);
+        assert_eq!(within_descriptors(4096, Some(1024)), 1024 - FD_RESERVE);
+        assert_eq!(within_descriptors(10, Some(20)), 1);
+        assert!(open_files_limit().is_none_or(|n| n > 0));
+    }
 }
