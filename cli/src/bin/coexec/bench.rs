@@ -189,7 +189,7 @@ pub(crate) async fn bench(
         report.workloads.push(wb);
     }
     if let Some(o) = &report.overhead {
-        println!(
+        outln!(
             "\noverhead (empty kernel, chunk = 1 item, {} workers): {:.3} µs per chunk, {:.0} chunks/s{}",
             o.workers,
             o.us_per_chunk,
@@ -562,15 +562,15 @@ fn speedup_text(s: f64, ci: Option<(f64, f64)>) -> String {
 }
 
 fn print_table(w: &WorkloadBench) {
-    println!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
-    println!(
+    outln!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
+    outln!(
         "  inputs generated in {:.2} s on {} threads (outside every T)",
         w.inputs_s,
         rayon::current_num_threads()
     );
     let p = &w.host_pinning;
     if p.locked + p.refused > 0 {
-        println!(
+        outln!(
             "  page-locked for DMA ({}): {} buffers, {:.2} GB in {:.3} s, unlocked in {:.3} s{}",
             p.choice,
             p.locked,
@@ -589,17 +589,22 @@ fn print_table(w: &WorkloadBench) {
         } else {
             ""
         };
-        println!(
+        outln!(
             "  T alone {:<14} {:>9.4} s {}{note}",
             a.class,
             a.median_s,
             pm(a.median_s, a.ci_s)
         );
     }
-    println!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
-    println!(
+    outln!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
+    outln!(
         "  {:<16} {:>9} {:>8} {:>24} {:>24} {:>7}  split",
-        "policy", "T (s)", "±95%", "E", "speed-up", "δ"
+        "policy",
+        "T (s)",
+        "±95%",
+        "E",
+        "speed-up",
+        "δ"
     );
     for p in &w.policies {
         let split = p
@@ -608,7 +613,7 @@ fn print_table(w: &WorkloadBench) {
             .map(|c| format!("{} {:.1}%", c.name, 100.0 * c.share))
             .collect::<Vec<_>>()
             .join(", ");
-        println!(
+        outln!(
             "  {:<16} {:>9.4} {:>8} {:>24} {:>24} {:>7.3}  {}",
             p.policy,
             p.makespan_s,
@@ -635,7 +640,7 @@ fn print_table(w: &WorkloadBench) {
             .chunks_exact(2)
             .map(|p| p[1].efficiency / p[0].efficiency)
             .collect();
-        println!(
+        outln!(
             "  learning ({} pairs, medians): cold run probe δ' {:.3}, E {:.3}  →  second run probe δ' {:.3}, E {:.3}  (second/first per pair {:.3})",
             w.learning.len() / 2,
             pick(false, |l| l.probe_imbalance),
@@ -646,7 +651,7 @@ fn print_table(w: &WorkloadBench) {
         );
     }
     if let Some(b) = &w.baseline {
-        println!(
+        outln!(
             "  CPU only vs rayon ({} threads): coexec {:.4} s, rayon {:.4} s, ratio rayon/coexec {:.3}",
             b.threads, b.coexec_cpu_s, b.rayon_s, b.ratio
         );

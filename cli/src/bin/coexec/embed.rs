@@ -353,7 +353,7 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
         rt.shutdown().await;
     }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
-    println!(
+    outln!(
         "embedded {texts} texts ({tokens} tokens) in {secs:.2} s: {:.1} texts/s, {:.0} tokens/s; \
          {bad} bad lines, {done} rows resumed; {} rows of {} in {}; work units per class: {split}",
         texts as f64 / secs,
