@@ -737,3 +737,15 @@ fn a_low_descriptor_limit_leaves_health_checks_answered() {
     );
     assert!(err.contains("ulimit -n"), "a warning at start: {err}");
 }
+
+/// `bench --policies ""` (or only commas) names no policy: refused in one
+/// line, exit 2, instead of an empty table.
+#[test]
+fn bench_with_no_policy_is_refused() {
+    for p in ["", " , "] {
+        refused_in_one_line(
+            &["bench", "synthetic", "--devices", "cpu:1", "--policies", p],
+            "names no policy",
+        );
+    }
+}

@@ -104,6 +104,11 @@ pub(crate) async fn bench(
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
+    if policy_list.is_empty() {
+        return Err(Failure::Usage(format!(
+            "--policies `{policies}` names no policy (see `coexec policies`)"
+        )));
+    }
     for p in &policy_list {
         coexec::policy::by_name(p).map_err(|e| Failure::Usage(e.to_string()))?;
     }

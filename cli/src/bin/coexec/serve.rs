@@ -83,10 +83,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = coexec::serve::MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     max_connections: u64,
-    /// Longest the drain after SIGTERM or Ctrl-C may last, in seconds;
-    /// past it the connections still open are closed (counted in
-    /// `coexec_drain_closed_connections_total`) and the process exits 0.
-    /// Keep it under Kubernetes' terminationGracePeriodSeconds.
+    /// Longest the drain after SIGTERM, SIGHUP or Ctrl-C may last, in
+    /// seconds, counted after --drain-delay-s; past it the connections still
+    /// open are closed (counted in `coexec_drain_closed_connections_total`)
+    /// and the process exits 0. The exit comes at most delay + timeout
+    /// after the signal (and the profile's save, at most 5 s): keep that
+    /// sum under Kubernetes' terminationGracePeriodSeconds.
     #[arg(long, default_value_t = coexec::serve::DRAIN_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     drain_timeout_s: u64,
