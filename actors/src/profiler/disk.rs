@@ -57,9 +57,15 @@ pub(super) fn read_profile(
     };
     // The version first, from any JSON object that has one: a newer
     // coexec's profile need not parse as this one's.
-    let version = serde_json::from_str::<serde_json::Value>(&text)
+    // Only the version is kept from this pass: the rest is skipped, not
+    // built as a tree (a profile near the cap took 1.25 GB parsed so).
+    #[derive(serde::Deserialize)]
+    struct Version {
+        version: Option<u64>,
+    }
+    let version = serde_json::from_str::<Version>(&text)
         .ok()
-        .and_then(|v| v.get("version").and_then(serde_json::Value::as_u64));
+        .and_then(|v| v.version);
     if let Some(v) = version.filter(|&v| v != u64::from(PROFILE_VERSION)) {
         return Err(Unusable::Version(v));
     }

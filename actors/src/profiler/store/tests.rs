@@ -288,3 +288,25 @@ fn a_full_profile_fits_the_size_cap() {
         text.len()
     );
 }
+
+#[test]
+fn reading_keeps_only_the_most_recently_run_kernels() {
+    let kernels: serde_json::Map<String, serde_json::Value> = (0..MAX_KERNELS + 88)
+        .map(|i| {
+            // Out of age order, so that the cut is by age, not by position.
+            let age = (i * 7919) % (MAX_KERNELS + 88);
+            let k = serde_json::json!({"models": {}, "split": {}, "runs": 1, "last_run_ms": age});
+            (format!("k{age}"), k)
+        })
+        .collect();
+    let text = serde_json::json!({
+        "version": PROFILE_VERSION,
+        "fingerprint": fp(),
+        "kernels": kernels,
+    })
+    .to_string();
+    let f: ProfileFile = serde_json::from_str(&text).unwrap();
+    assert_eq!(f.kernels.len(), MAX_KERNELS);
+    let oldest_kept = f.kernels.values().map(|k| k.last_run_ms).min();
+    assert_eq!(oldest_kept, Some(88), "the 88 least recently run went");
+}
