@@ -570,6 +570,31 @@ fn mkfifo(path: &std::path::Path) {
     assert!(ok, "mkfifo {}", path.display());
 }
 
+/// A short run that keeps its profile in `dir`.
+fn run_with_profiles(dir: &str) -> (i32, String, String) {
+    coexec(&[
+        "run",
+        "synthetic",
+        "--size",
+        "20000",
+        "--devices",
+        "cpu:1",
+        "--quiet",
+        "--profile-dir",
+        dir,
+    ])
+}
+
+/// The file of `dir` whose name ends in `.ext`.
+fn file_ending(dir: &std::path::Path, ext: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == ext))
+        .unwrap_or_else(|| panic!("no .{ext} file in {}", dir.display()))
+}
+
 /// Input files that are not regular files are refused at once, naming the
 /// file: a FIFO (opening it blocked before listening, forever) and a link
 /// to `/dev/zero` (it reports no length, so the size cap let 2 GB in). By
@@ -603,30 +628,15 @@ fn a_fifo_or_a_device_as_input_is_refused_at_once() {
 fn a_fifo_as_the_profile_does_not_block_the_start() {
     let d = scratch("fifo-profile");
     let dir = d.to_str().unwrap().to_string();
-    let args = |dir: &str| {
-        coexec(&[
-            "run",
-            "synthetic",
-            "--size",
-            "20000",
-            "--devices",
-            "cpu:1",
-            "--quiet",
-            "--profile-dir",
-            dir,
-        ])
-    };
-    let (code, _, err) = args(&dir);
+    let (code, _, err) = run_with_profiles(&dir);
     assert_eq!(code, 0, "{err}");
-    let profile = std::fs::read_dir(&d)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "json"))
-        .expect("a profile was saved");
+    let profile = file_ending(&d, "json");
     std::fs::remove_file(&profile).unwrap();
     mkfifo(&profile);
-    let (code, out, err) = within(Duration::from_secs(30), async move { args(&dir) });
+    let (code, out, err) = within(
+        Duration::from_secs(30),
+        async move { run_with_profiles(&dir) },
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("verified: true"), "{out}");
     assert!(err.contains("a FIFO"), "{err}");
@@ -642,30 +652,15 @@ fn a_fifo_as_the_profile_does_not_block_the_start() {
 fn a_held_profile_lock_delays_but_never_blocks() {
     let d = scratch("held-lock");
     let dir = d.to_str().unwrap().to_string();
-    let run = move |dir: &str| {
-        coexec(&[
-            "run",
-            "synthetic",
-            "--size",
-            "20000",
-            "--devices",
-            "cpu:1",
-            "--quiet",
-            "--profile-dir",
-            dir,
-        ])
-    };
-    let (code, _, err) = run(&dir);
+    let (code, _, err) = run_with_profiles(&dir);
     assert_eq!(code, 0, "{err}");
-    let lock = std::fs::read_dir(&d)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "lock"))
-        .expect("a lock file beside the profile");
+    let lock = file_ending(&d, "lock");
     let held = std::fs::OpenOptions::new().write(true).open(&lock).unwrap();
     held.lock().unwrap();
-    let (code, out, err) = within(Duration::from_secs(60), async move { run(&dir) });
+    let (code, out, err) = within(
+        Duration::from_secs(60),
+        async move { run_with_profiles(&dir) },
+    );
     drop(held);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("verified: true"), "{out}");

@@ -24,14 +24,12 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use coexec_actors::metrics::CHUNK_BUCKETS;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::oneshot;
 
 use crate::net::server::ServerConfig;
-
 use crate::Error;
-
-use coexec_actors::metrics::CHUNK_BUCKETS;
 
 /// How often histograms are drained into their buckets, scrape or not.
 const UPKEEP: Duration = Duration::from_secs(1);
