@@ -840,3 +840,45 @@ fn model_serves_an_mlp_of_another_shape() {
     );
     assert!(out.stdout.is_empty(), "no server started");
 }
+
+/// A model whose one input is wider than the default 2 MiB body limit
+/// (1.2 M numbers, 2.4 MB of JSON even as zeros): the limit is sized from
+/// the model, so a request of one row is served (before, every well-formed
+/// request got 413). By hand: `coexec serve --model wide.safetensors` with
+/// `fc1.weight` of shape [4, 1200000].
+#[test]
+fn a_model_wider_than_the_body_limit_is_served() {
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    const WIDE: usize = 1_200_000;
+    let zeros = |n: usize| vec![0u8; n * 4];
+    let (w1, b1, w2, b2) = (zeros(4 * WIDE), zeros(4), zeros(3 * 4), zeros(3));
+    let tensors = [
+        (
+            "fc1.weight",
+            TensorView::new(Dtype::F32, vec![4, WIDE], &w1).unwrap(),
+        ),
+        (
+            "fc1.bias",
+            TensorView::new(Dtype::F32, vec![4], &b1).unwrap(),
+        ),
+        (
+            "fc2.weight",
+            TensorView::new(Dtype::F32, vec![3, 4], &w2).unwrap(),
+        ),
+        (
+            "fc2.bias",
+            TensorView::new(Dtype::F32, vec![3], &b2).unwrap(),
+        ),
+    ];
+    let path = std::env::temp_dir().join(format!("coexec-wide-{}.safetensors", std::process::id()));
+    std::fs::write(&path, safetensors::serialize(tensors, None).unwrap()).unwrap();
+    let srv = Server::start(&["--devices", "cpu:1", "--model", path.to_str().unwrap()]);
+    let row = vec![0.0f32; WIDE];
+    let body = request(&[&row]);
+    assert!(body.len() > 2 << 20, "{} bytes", body.len());
+    let r = http(srv.addr, "POST", "/v1/infer", &body);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["outputs"].as_array().unwrap().len(), 1);
+}

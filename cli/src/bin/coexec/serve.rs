@@ -124,7 +124,15 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
                 .max_batch_cost(Some(a.max_batch_tokens))
         };
         let inputs = a.max_client_batch_size.unwrap_or(32);
-        return run(&a, model, stream, inputs, Service::tei_router).await;
+        return run(
+            &a,
+            model,
+            stream,
+            inputs,
+            ServeConfig::new(),
+            Service::tei_router,
+        )
+        .await;
     }
     let weights = Arc::new(match &a.model {
         Some(path) => MlpWeights::load(path)?,
@@ -140,19 +148,49 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
         "serving an MLP of {} inputs",
         weights.inputs()
     );
+    let body = body_limit(weights.inputs())
+        .map_err(|why| Failure::Usage(format!("--model {}: {why}", weights.source().display())))?;
     let stream = |s: StreamConfig| s.max_batch(a.max_batch.unwrap_or(128));
     let inputs = a.max_client_batch_size.unwrap_or(1024);
-    run(&a, MlpModel::new(weights), stream, inputs, Service::router).await
+    let cfg = ServeConfig::new().max_body(body);
+    run(
+        &a,
+        MlpModel::new(weights),
+        stream,
+        inputs,
+        cfg,
+        Service::router,
+    )
+    .await
 }
+
+/// The largest body a request may have: the default, or, for a model whose
+/// one input would not fit it, one input's worth at 24 bytes a number (an
+/// f32 written in full and its comma); refused past [`MAX_MODEL_BODY`].
+fn body_limit(numbers: usize) -> Result<usize, String> {
+    let default = ServeConfig::new().max_body_len();
+    let one_input = numbers.saturating_mul(24).saturating_add(1024);
+    if one_input > MAX_MODEL_BODY {
+        return Err(format!(
+            "one input of {numbers} numbers needs a request body of up to {one_input} bytes, \
+             over the {MAX_MODEL_BODY} one may take"
+        ));
+    }
+    Ok(default.max(one_input))
+}
+
+/// The largest request body a model's input width may ask for.
+const MAX_MODEL_BODY: usize = 256 << 20;
 
 /// Serves `model` until a signal, then drains: the runtime from `a`'s
 /// devices, the stream from `a`'s limits (and `stream`'s, the model's
-/// own), the routes from `routes`.
+/// own), the service from `cfg` and `a`, the routes from `routes`.
 async fn run<M: ServeModel>(
     a: &ServeArgs,
     model: M,
     stream: impl FnOnce(StreamConfig) -> StreamConfig,
     max_inputs: usize,
+    cfg: ServeConfig,
     routes: fn(&Service<M>) -> axum::Router,
 ) -> Result<(), Failure> {
     let mut b = Runtime::builder();
@@ -183,7 +221,7 @@ async fn run<M: ServeModel>(
     // The application installs the process's recorder; the service only
     // records into it and serves it.
     let prometheus = coexec::metrics::install()?;
-    let cfg = ServeConfig::new()
+    let cfg = cfg
         .deadline(a.deadline_ms.map(Duration::from_millis))
         .max_inputs(max_inputs)
         .prometheus(prometheus);
@@ -273,5 +311,19 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             return;
         }
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_limit_holds_one_input_or_the_model_is_refused() {
+        let default = ServeConfig::new().max_body_len();
+        assert_eq!(body_limit(64), Ok(default));
+        assert_eq!(body_limit(1_200_000), Ok(1_200_000 * 24 + 1024));
+        let e = body_limit(20_000_000).unwrap_err();
+        assert!(e.contains("20000000 numbers"), "{e}");
     }
 }
