@@ -95,58 +95,8 @@ pub struct ProfileFile {
     /// The machine it was learned on.
     pub fingerprint: Fingerprint,
     /// Per kernel profile key.
-    #[serde(deserialize_with = "recent_kernels")]
+    #[serde(deserialize_with = "super::validity::recent_kernels")]
     pub kernels: BTreeMap<String, KernelProfile>,
-}
-
-/// The kernels of a profile being read, the [`MAX_KERNELS`] most recently
-/// run kept as they come and the rest dropped at once: reading costs what
-/// is kept, not what the file holds (a file of 10^6 tiny kernels under the
-/// byte cap took 690 MB to parse whole).
-fn recent_kernels<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, KernelProfile>, D::Error> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-
-    struct Recent;
-    impl<'de> serde::de::Visitor<'de> for Recent {
-        type Value = BTreeMap<String, KernelProfile>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map of kernel profiles")
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut kept = BTreeMap::new();
-            // Oldest first; an entry whose key was replaced since is stale.
-            let mut by_age = BinaryHeap::new();
-            let mut dropped = 0usize;
-            while let Some((key, k)) = m.next_entry::<String, KernelProfile>()? {
-                by_age.push(Reverse((k.last_run_ms, key.clone())));
-                kept.insert(key, k);
-                while kept.len() > MAX_KERNELS {
-                    let Some(Reverse((t, key))) = by_age.pop() else {
-                        break;
-                    };
-                    if kept.get(&key).is_some_and(|k| k.last_run_ms == t) {
-                        kept.remove(&key);
-                        dropped += 1;
-                    }
-                }
-            }
-            if dropped > 0 {
-                tracing::warn!(
-                    "profile: {dropped} least recently run kernel(s) past the cap of {MAX_KERNELS} not read"
-                );
-            }
-            Ok(kept)
-        }
-    }
-    d.deserialize_map(Recent)
 }
 
 /// Δ of the seed's step 4: the largest relative change of a class's share
