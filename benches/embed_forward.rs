@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::embed::{BertWeights, Encoder};
-use coexec::kernels::{with_chunk, Kernel};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use coexec::kernels::{Kernel, with_chunk};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 fn forward(c: &mut Criterion) {
     let dir = std::env::var_os("COEXEC_EMBED_MODEL")

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::kernels::workloads::{LabeledRows, Mlp, MlpWeights};
-use coexec::kernels::{with_chunk, Kernel};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use coexec::kernels::{Kernel, with_chunk};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 fn forward(c: &mut Criterion) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models");

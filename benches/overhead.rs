@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use coexec::kernels::Empty;
 use coexec::{JobOptions, Runtime};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// Workers, and chunks per worker under `dynamic`.
 const WORKERS: usize = 2;

@@ -18,10 +18,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use coexec::Runtime;
 use coexec::kernels::workloads::{LabeledRows, MlpWeights};
 use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
 use coexec::stream::{BatchTiming, MlpModel, Model, Stream, StreamConfig};
-use coexec::Runtime;
 
 const BATCH: usize = 32;
 

@@ -60,10 +60,11 @@ async fn main() -> Result<(), coexec::Error> {
     let done = rt.run(k).await?;
     // The kernel is ours again: its outputs are read through ownership.
     let y = done.kernel.y.into_vec();
-    assert!(y
-        .iter()
-        .enumerate()
-        .all(|(i, v)| *v == 2.0 * i as f32 + 1.0));
+    assert!(
+        y.iter()
+            .enumerate()
+            .all(|(i, v)| *v == 2.0 * i as f32 + 1.0)
+    );
     // A saxpy over a million items is a job of a few milliseconds: too short
     // for the method's probe, static and dynamic phases to balance well on a
     // cold profile, so the split and the imbalance printed here vary from

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use coexec::embed::{normalize, Embedder};
+use coexec::embed::{Embedder, normalize};
 use coexec::stream::{Stream, StreamConfig};
 
 #[tokio::main]

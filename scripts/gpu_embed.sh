@@ -73,7 +73,7 @@ export COEXEC_PROFILE_DIR="$TMP/profiles"
 
 # --- 0: the other GPU tests -----------------------------------------------------
 if has 0 && [ -x "$BIN/cuda_equals_cpu" ]; then
-  timeout 150 "$BIN/cuda_equals_cpu" --include-ignored --skip bert_cuda_matches_cpu \
+  timeout 150 "$BIN/cuda_equals_cpu" --include-ignored --skip bert_cuda_matches_cpu --skip rayon_baseline:: \
     --nocapture --test-threads=1 >"$OUT/cuda-equals-cpu.txt" 2>&1
   rc=$?
   row cuda_equals_cpu "rc=$rc" "$(grep -E '^test result' "$OUT/cuda-equals-cpu.txt" | tail -1)"
@@ -82,7 +82,7 @@ fi
 # --- 1: the twin against the CPU pass ------------------------------------------
 if has 1 && [ -x "$BIN/cuda_equals_cpu" ]; then
   COEXEC_EMBED_MODEL="$MODEL" timeout 240 "$BIN/cuda_equals_cpu" --include-ignored --exact \
-    bert_cuda_matches_cpu --nocapture --test-threads=1 >"$OUT/embed-twin.txt" 2>&1
+    cuda_equals_cpu::bert_cuda_matches_cpu --nocapture --test-threads=1 >"$OUT/embed-twin.txt" 2>&1
   rc=$?
   row bert_cuda_matches_cpu "rc=$rc" "$(grep -oE 'min cosine gpu vs cpu [0-9.]+' "$OUT/embed-twin.txt" | tr '\n' ';')"
 fi

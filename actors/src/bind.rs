@@ -69,7 +69,7 @@ fn unsupported() -> io::Error {
 pub fn allowed() -> io::Result<Vec<usize>> {
     #[cfg(target_os = "linux")]
     {
-        use rustix::thread::{sched_getaffinity, CpuSet};
+        use rustix::thread::{CpuSet, sched_getaffinity};
         let set = sched_getaffinity(None)?;
         Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
     }
@@ -83,7 +83,7 @@ pub fn allowed() -> io::Result<Vec<usize>> {
 pub fn bind(tid: Option<i32>, cores: &[usize]) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use rustix::thread::{sched_setaffinity, CpuSet};
+        use rustix::thread::{CpuSet, sched_setaffinity};
         let mut set = CpuSet::new();
         for &c in cores.iter().filter(|&&c| c < CpuSet::MAX_CPU) {
             set.set(c);

@@ -219,7 +219,7 @@ impl FromStr for DeviceList {
                 other => {
                     return Err(bad(format!(
                         "unknown device `{other}` (expected cpu, sim or cuda)"
-                    )))
+                    )));
                 }
             };
             if out.iter().any(|d: &DeviceSpec| same_device(d, &spec)) {

@@ -32,12 +32,12 @@ mod system;
 mod vtime;
 mod worker;
 
-pub use broker::registry::JobOrder;
 pub use broker::JobOptions;
+pub use broker::registry::JobOrder;
 pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS, SIM_SPEEDS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};
-pub use report::{imbalance, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport};
+pub use report::{ChunkRecord, ClassReport, Phase, ProbeReport, RunReport, imbalance};
 pub use system::{
-    cores, gpus, resolve, worker_cap, Engine, EngineConfig, ProfileDir, DEFAULT_STREAMS,
+    DEFAULT_STREAMS, Engine, EngineConfig, ProfileDir, cores, gpus, resolve, worker_cap,
 };

@@ -8,12 +8,12 @@
 use std::collections::HashMap;
 
 use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
-    Gauge, Unit,
+    Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 
-use crate::report::Phase;
 use crate::RunReport;
+use crate::report::Phase;
 
 /// Registers every metric's help text and unit with the installed recorder.
 pub fn describe() {
@@ -394,7 +394,9 @@ mod tests {
         });
         let text = handle.render();
         let series = |le: &str| {
-            format!("coexec_chunk_duration_seconds_bucket{{device_class=\"cpu\",kernel=\"k\",le=\"{le}\"}}")
+            format!(
+                "coexec_chunk_duration_seconds_bucket{{device_class=\"cpu\",kernel=\"k\",le=\"{le}\"}}"
+            )
         };
         // Cumulative: each bound counts the chunks at or below it.
         for (le, n) in [

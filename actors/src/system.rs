@@ -6,15 +6,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::{Actor, Addr, AsyncContext};
-use coexec_kernels::cuda::{self, GpuInfo, HostPinning, StreamWorker};
 use coexec_kernels::Kernel;
+use coexec_kernels::cuda::{self, GpuInfo, HostPinning, StreamWorker};
 
 use crate::bind::Binding;
 use crate::broker::registry::{Event, JobOrder, Registry};
 use crate::broker::vetted::Vetted;
 use crate::broker::{Broker, JobOptions, Submit};
 use crate::device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End};
-use crate::policy::{by_name, Thresholds};
+use crate::policy::{Thresholds, by_name};
 use crate::profiler::{Dump, Fingerprint, Flush, ProfileFile, ProfileStore, Profiler};
 use crate::worker::{self, CpuExec, Executor, GpuExec, SimExec};
 use crate::{ActorError, RunReport};
@@ -83,10 +83,10 @@ impl Default for EngineConfig {
 /// Binds the calling thread to `cores` when binding is on; a refusal (a
 /// container that forbids it, say) costs speed, not correctness: a warning.
 fn bind_or_warn(cores: Option<&[usize]>) {
-    if let Some(cores) = cores {
-        if let Err(e) = crate::bind::bind(None, cores) {
-            tracing::warn!(?cores, "could not bind this thread: {e}");
-        }
+    if let Some(cores) = cores
+        && let Err(e) = crate::bind::bind(None, cores)
+    {
+        tracing::warn!(?cores, "could not bind this thread: {e}");
     }
 }
 

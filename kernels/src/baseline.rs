@@ -12,7 +12,7 @@
 //! thread leave room to even out a thread that falls behind.
 
 use crate::workloads::Workload;
-use crate::{claim_parts, Kernel, KernelError};
+use crate::{Kernel, KernelError, claim_parts};
 use rayon::prelude::*;
 
 /// Chunks per pool thread in each step.

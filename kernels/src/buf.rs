@@ -12,7 +12,7 @@ use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak};
 
-use crate::claim::{next_id, Chunk, ClaimSpace};
+use crate::claim::{Chunk, ClaimSpace, next_id};
 use crate::cuda::HostPin;
 
 /// Buffers smaller than this are never page-locked: staging them costs
@@ -91,11 +91,7 @@ impl<T> HostBuf<T> {
     pub(crate) fn into_vec(mut self) -> Vec<T> {
         let unlocked = self.pin.release();
         let data = std::mem::take(&mut self.data);
-        if unlocked {
-            data
-        } else {
-            moved_out(data)
-        }
+        if unlocked { data } else { moved_out(data) }
     }
 
     /// The lock slot and the memory, handed on together (the new owner

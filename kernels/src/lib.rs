@@ -52,12 +52,12 @@ pub mod cuda;
 pub mod cuda;
 
 pub use buf::DisjointBuf;
-pub use claim::{claim_parts, with_chunk, Chunk, ClaimSpace};
+pub use claim::{Chunk, ClaimSpace, claim_parts, with_chunk};
 pub use error::KernelError;
 pub use file::read_file;
 pub use kernel::Kernel;
 pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
 pub use workload::{
-    busy_ns_per_round, check_bytes, memory_limit, run_sequential, Empty, OneShot, Synthetic,
-    Workload,
+    Empty, OneShot, Synthetic, Workload, busy_ns_per_round, check_bytes, memory_limit,
+    run_sequential,
 };

@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use coexec_actors::policy::{by_name, Thresholds};
+use coexec_actors::policy::{Thresholds, by_name};
 use coexec_actors::{DeviceList, EngineConfig, JobOrder, ProfileDir};
 
 use crate::{Error, Runtime};

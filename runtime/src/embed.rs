@@ -41,7 +41,7 @@ const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
 
 use crate::stream::Model;
 
-pub use coexec_kernels::embed::{BertConfig, BertWeights, Encoder, Pooling, ATTENTION_COST};
+pub use coexec_kernels::embed::{ATTENTION_COST, BertConfig, BertWeights, Encoder, Pooling};
 
 /// Why a text was not tokenised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

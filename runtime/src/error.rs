@@ -68,9 +68,6 @@ pub enum Error {
 /// use coexec::kernels::{Chunk, Kernel, KernelError};
 /// use coexec::ErrorKind;
 ///
-/// let e = coexec::Runtime::builder().devices("tpu:1").unwrap_err();
-/// assert_eq!(e.kind(), ErrorKind::Config);
-///
 /// #[derive(Debug)]
 /// struct Broken;
 /// impl Kernel for Broken {
@@ -82,6 +79,9 @@ pub enum Error {
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), coexec::Error> {
+/// let e = coexec::Runtime::builder().devices("tpu:1").unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::Config);
+///
 /// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?;
 /// let e = rt.run(Broken).await.unwrap_err();
 /// assert_eq!(e.kind(), ErrorKind::Failed); // tried again, then given up

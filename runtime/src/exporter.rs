@@ -20,16 +20,16 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use axum::Router;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::Router;
 use coexec_actors::metrics::CHUNK_BUCKETS;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::oneshot;
 
-use crate::net::server::ServerConfig;
 use crate::Error;
+use crate::net::server::ServerConfig;
 
 /// How often histograms are drained into their buckets, scrape or not.
 const UPKEEP: Duration = Duration::from_secs(1);
@@ -128,9 +128,11 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
 fn start_upkeep(h: PrometheusHandle) -> Result<(), Error> {
     std::thread::Builder::new()
         .name("coexec-metrics-upkeep".into())
-        .spawn(move || loop {
-            std::thread::sleep(UPKEEP);
-            h.run_upkeep();
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP);
+                h.run_upkeep();
+            }
         })
         .map(drop)
         .map_err(|e| Error::Metrics(format!("cannot start the histogram upkeep thread: {e}")))

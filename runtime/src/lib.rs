@@ -57,9 +57,9 @@ pub mod stream;
 pub mod trace;
 
 pub use builder::Builder;
+pub use coexec_actors::ActorError;
 pub use coexec_actors::bind::Binding;
 pub use coexec_actors::policy::Thresholds;
-pub use coexec_actors::ActorError;
 pub use coexec_actors::{
     ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, JobOptions,
     JobOrder, Phase, ProbeReport, RunReport,
@@ -79,8 +79,8 @@ pub mod profile {
 /// buffer and the workloads.
 pub mod kernels {
     pub use coexec_kernels::{
-        claim_parts, run_sequential, with_chunk, Chunk, CudaSource, DeviceCopy, DisjointBuf, Empty,
-        GpuTwin, Kernel, KernelError, OneShot, Synthetic, Twin, TwinInput, Workload,
+        Chunk, CudaSource, DeviceCopy, DisjointBuf, Empty, GpuTwin, Kernel, KernelError, OneShot,
+        Synthetic, Twin, TwinInput, Workload, claim_parts, run_sequential, with_chunk,
     };
 
     /// The built-in workloads: the method's benchmarks and the scheduler's
@@ -88,19 +88,19 @@ pub mod kernels {
     #[cfg(feature = "workloads")]
     pub mod workloads {
         pub use coexec_kernels::workloads::{
-            argmax, busy_ns_per_round, check_bytes, memory_limit, Bodies, GlibcRand, KmeansConfig,
-            KmeansData, KmeansJob, KmeansResult, KmeansStep, LabeledRows, Matmul, MatmulJob,
-            MatmulProblem, MatmulResult, Mlp, MlpWeights, NbodyJob, NbodyProblem, NbodyResult,
-            NbodyStep, PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
+            Bodies, GlibcRand, KmeansConfig, KmeansData, KmeansJob, KmeansResult, KmeansStep,
+            LabeledRows, Matmul, MatmulJob, MatmulProblem, MatmulResult, Mlp, MlpWeights, NbodyJob,
+            NbodyProblem, NbodyResult, NbodyStep, PathfinderJob, PathfinderProblem,
+            PathfinderResult, PathfinderStep, argmax, busy_ns_per_round, check_bytes, memory_limit,
         };
-        pub use coexec_kernels::{run_sequential, Empty, OneShot, Synthetic, Workload};
+        pub use coexec_kernels::{Empty, OneShot, Synthetic, Workload, run_sequential};
     }
 
     /// A kernel's GPU twin ([`Kernel::cuda`]; declare one with
     /// [`GpuTwin`]) and the GPUs.
     pub mod cuda {
         pub use coexec_kernels::cuda::{
-            devices, host_pin_stats, CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker,
+            CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker, devices, host_pin_stats,
         };
     }
 }
@@ -120,8 +120,8 @@ pub mod metrics {
 /// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
     pub use coexec_actors::policy::{
-        by_name, plan_shares, Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal,
-        Thresholds, LATENCY_CHUNKS,
+        Admission, Chunking, ClassSpeed, LATENCY_CHUNKS, PlanContext, Policy, Probe, Steal,
+        Thresholds, by_name, plan_shares,
     };
 
     /// The names of the built-in policies, in the order `coexec policies`

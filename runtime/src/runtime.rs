@@ -1,8 +1,8 @@
 use std::sync::Arc;
 
 use coexec_actors::{ClassInfo, Engine, JobOptions, RunReport};
-use coexec_kernels::cuda::GpuInfo;
 use coexec_kernels::Workload;
+use coexec_kernels::cuda::GpuInfo;
 use coexec_kernels::{Kernel, KernelError};
 
 use crate::host::HostCall;

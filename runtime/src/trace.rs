@@ -25,7 +25,7 @@ use std::io::Write;
 use std::path::Path;
 
 use coexec_actors::{ClassInfo, DeviceKind, RunReport};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::Error;
 

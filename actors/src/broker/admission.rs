@@ -5,8 +5,8 @@
 
 use coexec_kernels::Kernel;
 
-use super::job::Admitted;
 use super::JobOptions;
+use super::job::Admitted;
 use crate::device::{ClassInfo, DeviceKind};
 use crate::policy::{Admission, Chunking, ClassSpeed, PlanContext, Policy, Thresholds};
 use crate::profiler::Stored;

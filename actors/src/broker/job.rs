@@ -17,13 +17,13 @@ use std::sync::Arc;
 use coexec_kernels::{ClaimSpace, Kernel, KernelError};
 
 use super::space::Space;
+use crate::ActorError;
 use crate::device::{ClassInfo, End};
 use crate::perfmodel::{Sample, SpeedModel};
-use crate::policy::{plan_shares, Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds};
+use crate::policy::{Admission, Chunking, ClassSpeed, Probe, Steal, Thresholds, plan_shares};
 use crate::report::{
-    imbalance, normalized, ChunkRecord, ClassReport, Phase, ProbeReport, RunReport,
+    ChunkRecord, ClassReport, Phase, ProbeReport, RunReport, imbalance, normalized,
 };
-use crate::ActorError;
 
 /// Attempts a chunk gets before its job fails.
 pub(crate) const MAX_ATTEMPTS: u32 = 4;

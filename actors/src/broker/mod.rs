@@ -18,10 +18,10 @@ use coexec_kernels::Kernel;
 
 use self::job::JobCore;
 use self::registry::{Event, Job, Registry, Reply};
+use crate::SpeedModel;
 use crate::metrics as m;
 use crate::policy::{Policy, Thresholds};
 use crate::profiler::{Lookup, Profiler, Stored};
-use crate::SpeedModel;
 
 /// Per-job settings, built from [`JobOptions::new`] (the defaults) with one
 /// setter per setting.

@@ -433,7 +433,7 @@ impl Registry {
         self.bells
             .iter()
             .zip(job.claimable.iter().zip(&job.standby[..]))
-            .filter(|(_, (&can, &by))| can || by)
+            .filter(|&(_, (&can, &by))| can || by)
             .for_each(|(bell, _)| bell.ring());
     }
 

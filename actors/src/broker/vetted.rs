@@ -10,8 +10,8 @@ use std::time::Duration;
 use coexec_kernels::cuda::CudaKernel;
 use coexec_kernels::{Chunk, Kernel, KernelError};
 
-use crate::worker::guarded;
 use crate::ActorError;
+use crate::worker::guarded;
 
 /// `inner` with its metadata fixed at submission.
 pub(crate) struct Vetted {

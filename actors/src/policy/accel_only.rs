@@ -1,4 +1,4 @@
-use super::{hybrid_among, Admission, PlanContext, Policy};
+use super::{Admission, PlanContext, Policy, hybrid_among};
 
 /// Every item on one accelerator class (the fastest known one, else the
 /// first); the CPUs idle.

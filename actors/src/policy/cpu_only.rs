@@ -1,4 +1,4 @@
-use super::{hybrid_among, Admission, PlanContext, Policy};
+use super::{Admission, PlanContext, Policy, hybrid_among};
 
 /// Every item on the CPU class; other classes idle.
 pub(super) struct CpuOnly;

@@ -1,4 +1,4 @@
-use super::{equal_chunk, Admission, Chunking, PlanContext, Policy};
+use super::{Admission, Chunking, PlanContext, Policy, equal_chunk};
 
 /// Self-scheduling in equal chunks: the first free worker takes the next one.
 pub(super) struct Dynamic;

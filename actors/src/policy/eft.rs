@@ -1,4 +1,4 @@
-use super::{equal_chunk, Admission, Chunking, PlanContext, Policy};
+use super::{Admission, Chunking, PlanContext, Policy, equal_chunk};
 
 /// Earliest finish time, HEFT-like: fixed chunks, each taken only by a worker
 /// that would finish it before any other worker could.

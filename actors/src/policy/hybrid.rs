@@ -1,4 +1,4 @@
-use super::{hybrid_among, Admission, PlanContext, Policy, Probe};
+use super::{Admission, PlanContext, Policy, Probe, hybrid_among};
 use crate::profiler::RunHistory;
 
 /// The seed's queue-based hybrid: probe, static split by measured speed, then

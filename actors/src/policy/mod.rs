@@ -22,12 +22,12 @@ mod thresholds;
 use std::sync::Arc;
 
 pub use admission::{Admission, Chunking, Forecast, Probe, Steal};
-pub use plan::{plan_shares, ClassSpeed, CPU_LATENCY_CHUNKS, LATENCY_CHUNKS};
+pub use plan::{CPU_LATENCY_CHUNKS, ClassSpeed, LATENCY_CHUNKS, plan_shares};
 pub use thresholds::Thresholds;
 
+use crate::ActorError;
 use crate::device::ClassInfo;
 use crate::profiler::RunHistory;
-use crate::ActorError;
 
 /// What a policy sees when a job is admitted.
 #[derive(Debug, Clone)]
@@ -253,8 +253,10 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), 8);
-        assert!(POLICIES
-            .iter()
-            .all(|p| !p.describe().is_empty() && !p.describe().contains('\n')));
+        assert!(
+            POLICIES
+                .iter()
+                .all(|p| !p.describe().is_empty() && !p.describe().contains('\n'))
+        );
     }
 }

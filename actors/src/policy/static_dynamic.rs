@@ -1,4 +1,4 @@
-use super::{equal_chunk, Admission, Chunking, PlanContext, Policy, Probe, Steal};
+use super::{Admission, Chunking, PlanContext, Policy, Probe, Steal, equal_chunk};
 
 /// The seed's middle baseline: 90% split once by the known speeds, the rest
 /// handed out in equal chunks to whoever is free.

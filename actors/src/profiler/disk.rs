@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::RunHistory;
 #[cfg(doc)]
 use super::store::KernelProfile;
-use super::store::{sanitize, Fingerprint, ProfileFile, MAX_FILE_BYTES, PROFILE_VERSION};
-use super::RunHistory;
+use super::store::{Fingerprint, MAX_FILE_BYTES, PROFILE_VERSION, ProfileFile, sanitize};
 use crate::perfmodel::Sample;
 use coexec_kernels::KernelError;
 
@@ -48,10 +48,10 @@ pub(super) fn read_profile(
     let text = match coexec_kernels::read_file(path, MAX_FILE_BYTES) {
         Ok(b) => String::from_utf8(b).map_err(|e| Unusable::Unreadable(e.to_string()))?,
         Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
+            return Ok(None);
         }
         Err(KernelError::Io { source, .. }) => {
-            return Err(Unusable::Unreadable(source.to_string()))
+            return Err(Unusable::Unreadable(source.to_string()));
         }
         Err(e) => return Err(Unusable::Unreadable(e.to_string())),
     };
@@ -165,7 +165,7 @@ impl Locked {
                             "{}: held by another process for {wait:?} (a coexec stopped mid-save?)",
                             lock_path.display()
                         ),
-                    ))
+                    ));
                 }
                 Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }

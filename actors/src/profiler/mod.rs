@@ -14,8 +14,8 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 pub use history::RunHistory;
 pub(crate) use store::RunOutcome;
 pub use store::{
-    implausible, split_delta, Fingerprint, KernelProfile, Learned, ProfileFile, ProfileStore,
-    MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, PROFILE_VERSION, SPEED_RANGE,
+    Fingerprint, KernelProfile, Learned, MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, PROFILE_VERSION,
+    ProfileFile, ProfileStore, SPEED_RANGE, implausible, split_delta,
 };
 
 use crate::perfmodel::{Sample, SpeedModel};
@@ -104,10 +104,15 @@ impl Profiler {
         self.finish(job.write());
     }
 
-    fn finish(&mut self, done: SaveDone) {
+    /// Records a save's outcome; the kind of its error, if it failed.
+    fn finish(&mut self, done: SaveDone) -> Option<std::io::ErrorKind> {
         match self.store.finish_save(done) {
-            Ok(()) => self.failed = None,
+            Ok(()) => {
+                self.failed = None;
+                None
+            }
             Err(e) => {
+                let kind = e.kind();
                 let e = e.to_string();
                 if self.failed.as_ref() == Some(&e) {
                     tracing::debug!("could not save the profile, again: {e}");
@@ -115,6 +120,7 @@ impl Profiler {
                     tracing::warn!("could not save the profile: {e}");
                     self.failed = Some(e);
                 }
+                Some(kind)
             }
         }
     }
@@ -224,13 +230,18 @@ impl Handler<Flush> for Profiler {
     type Result = ();
     fn handle(&mut self, m: Flush, _: &mut Context<Self>) {
         // The runtime is shutting down: what is learned is written before
-        // it ends, on this thread, after the save in hand.
-        if std::mem::take(&mut self.saving) {
-            if let Some(done) = self.saver.as_ref().and_then(Saver::wait) {
-                self.finish(done);
-            }
+        // it ends, on this thread, after the save in hand. If that one
+        // waited out its bound on a lock another process holds, no second
+        // wait: the shutdown waits for the lock once at most.
+        let mut held = false;
+        if std::mem::take(&mut self.saving)
+            && let Some(done) = self.saver.as_ref().and_then(Saver::wait)
+        {
+            held = self.finish(done) == Some(std::io::ErrorKind::WouldBlock);
         }
-        if let Some(job) = self.store.take_save() {
+        if held {
+            tracing::warn!("the final save is skipped: the profile's lock is still held");
+        } else if let Some(job) = self.store.take_save() {
             self.finish(job.write());
         }
         let _ = m.done.send(());

@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::RunHistory;
 use super::disk::{
-    merge_pending, read_profile, remove_orphans, Locked, Pending, Unusable, OPEN_LOCK_WAIT,
+    Locked, OPEN_LOCK_WAIT, Pending, Unusable, merge_pending, read_profile, remove_orphans,
 };
 pub(crate) use super::disk::{SaveDone, SaveJob};
 pub(super) use super::validity::sanitize;
-pub use super::validity::{implausible, MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, SPEED_RANGE};
-use super::RunHistory;
+pub use super::validity::{MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, SPEED_RANGE, implausible};
 use crate::perfmodel::{Sample, SpeedModel};
 use crate::policy::Forecast;
 

@@ -115,17 +115,17 @@ pub fn resolve(devices: Option<&DeviceList>) -> Result<(Vec<ClassInfo>, Vec<GpuI
         } else {
             workers
         };
-        if let DeviceKind::Sim { speed, .. } = spec.kind {
-            if !crate::device::SIM_SPEEDS.contains(&speed) {
-                return Err(ActorError::DeviceSpec {
-                    spec: format!("sim@{speed}"),
-                    why: format!(
-                        "speed {speed} outside [{}, {:e}]",
-                        crate::device::SIM_SPEEDS.start(),
-                        crate::device::SIM_SPEEDS.end()
-                    ),
-                });
-            }
+        if let DeviceKind::Sim { speed, .. } = spec.kind
+            && !crate::device::SIM_SPEEDS.contains(&speed)
+        {
+            return Err(ActorError::DeviceSpec {
+                spec: format!("sim@{speed}"),
+                why: format!(
+                    "speed {speed} outside [{}, {:e}]",
+                    crate::device::SIM_SPEEDS.start(),
+                    crate::device::SIM_SPEEDS.end()
+                ),
+            });
         }
         let fill_threads = match &spec.kind {
             DeviceKind::Cuda { id } => found

@@ -37,7 +37,7 @@ use serde::Deserialize;
 use crate::broker::admission::{self, Request};
 use crate::broker::job::{Claimed, JobCore};
 use crate::device::{ClassInfo, DeviceKind, End};
-use crate::policy::{by_name, Policy, Thresholds};
+use crate::policy::{Policy, Thresholds, by_name};
 use crate::profiler::{Fingerprint, Observe, ProfileStore, Stored};
 use crate::{JobOptions, RunReport};
 

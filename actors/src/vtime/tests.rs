@@ -226,7 +226,9 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
             let n_co = co.iter().filter(|&&c| c).count();
             let (always, _) = job(&m, &hybrid, lease_thresholds(), seed);
             let (alone, _) = job(&m, &cpu, Thresholds::default(), seed);
-            eprintln!("slowdowns {slowdown:?}, seed {seed}: {n_co} of {runs} co-executed, {switches} switches, hybrid {t:.4} s, always co-executing {always:.4} s, the CPU alone {alone:.4} s");
+            eprintln!(
+                "slowdowns {slowdown:?}, seed {seed}: {n_co} of {runs} co-executed, {switches} switches, hybrid {t:.4} s, always co-executing {always:.4} s, the CPU alone {alone:.4} s"
+            );
             assert!(
                 switches * 10 <= runs,
                 "slowdowns {slowdown:?}, seed {seed}: {switches} switches in {runs} runs"
@@ -271,7 +273,9 @@ fn table_rounds(w: &Workload) -> usize {
 #[ignore]
 fn table() {
     let cal = h100();
-    println!("| workload | machine | run (best alone) | T cpu | T gpu | hybrid / best | E | E, lease's method | E bound |");
+    println!(
+        "| workload | machine | run (best alone) | T cpu | T gpu | hybrid / best | E | E, lease's method | E bound |"
+    );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for w in &cal.workloads {
         for (label, m) in lease_and_calm(w) {
@@ -305,7 +309,9 @@ fn table() {
 #[ignore]
 fn small_chunks_what_if() {
     let cal = h100();
-    println!("| workload | machine | run (best alone) | GPU fill, items | least work, items | hybrid / best, fill assumed | hybrid / best, known | E, fill assumed | E, known |");
+    println!(
+        "| workload | machine | run (best alone) | GPU fill, items | least work, items | hybrid / best, fill assumed | hybrid / best, known | E, fill assumed | E, known |"
+    );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for w in &cal.workloads {
         for (label, m) in lease_and_calm(w) {
@@ -355,7 +361,9 @@ fn kmeans_tail() {
     }
     s.trace = true;
     let (_, reports) = m.job(&mut s, &JobOptions::new(), p.items, 20);
-    println!("| run | makespan, ms | GPU's last end | CPU's last end | CPU chunks | of them < 1000 items | CPU share |");
+    println!(
+        "| run | makespan, ms | GPU's last end | CPU's last end | CPU chunks | of them < 1000 items | CPU share |"
+    );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     // Workers are numbered CPU first, then the GPU's streams.
     let class_of = |worker: usize| usize::from(worker >= m.cpu.workers);

@@ -1,6 +1,6 @@
 use coexec_kernels::{Chunk, Kernel, KernelError};
 
-use super::{guarded, Executor};
+use super::{Executor, guarded};
 
 /// A CPU core: runs the kernel's CPU implementation on this thread.
 pub(crate) struct CpuExec;

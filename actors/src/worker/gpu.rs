@@ -3,7 +3,7 @@ use std::collections::HashSet;
 use coexec_kernels::cuda::StreamWorker;
 use coexec_kernels::{Chunk, Kernel, KernelError};
 
-use super::{guarded, Executor};
+use super::{Executor, guarded};
 
 /// One CUDA stream, driven by this thread; it sleeps while the GPU works.
 pub(crate) struct GpuExec {

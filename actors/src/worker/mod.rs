@@ -5,8 +5,8 @@ mod cpu;
 mod gpu;
 mod sim;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use coexec_kernels::{Chunk, Kernel, KernelError};
@@ -115,7 +115,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         // and a failed range returns to the job only after its chunk is
         // dropped below). Proof: the Space partition property test
         // (`broker::space::tests::claims_partition_the_items`) and the
-        // exactly-once property test (tests/broker_exactly_once.rs); debug
+        // exactly-once property test (tests/runtime/broker_exactly_once.rs); debug
         // builds also check every claim against the live ones. This is the
         // one `unsafe` of coexec outside `coexec-kernels`.
         let chunk = unsafe { Chunk::new_unchecked(&claims, info.range.clone()) };

@@ -1,11 +1,11 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use coexec_kernels::{Chunk, Kernel, KernelError};
 
-use super::{guarded, Executor};
+use super::{Executor, guarded};
 
 /// The simulated accelerator: a chunk takes `latency + cost / speed`, where
 /// `cost` is what one CPU worker spends on it (the core time of computing
@@ -78,12 +78,12 @@ impl SimExec {
             if spent >= until {
                 return Ok(());
             }
-            if let (true, Some((flags, w))) = (watch, &self.take_back) {
-                if flags[*w].load(Ordering::Acquire) {
-                    return Err(KernelError::TakenBack {
-                        secs: spent.as_secs_f64(),
-                    });
-                }
+            if let (true, Some((flags, w))) = (watch, &self.take_back)
+                && flags[*w].load(Ordering::Acquire)
+            {
+                return Err(KernelError::TakenBack {
+                    secs: spent.as_secs_f64(),
+                });
             }
             std::thread::sleep((until - spent).min(TAKE_BACK_POLL));
         }
@@ -155,7 +155,7 @@ impl CoreTime {
 
 #[cfg(unix)]
 fn thread_core_time() -> Duration {
-    use rustix::time::{clock_gettime, ClockId};
+    use rustix::time::{ClockId, clock_gettime};
     // The thread clock starts at zero and never goes back.
     Duration::try_from(clock_gettime(ClockId::ThreadCPUTime)).unwrap_or_default()
 }

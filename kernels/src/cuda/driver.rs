@@ -10,7 +10,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 
 use super::nvrtc::{self, Program};
 use super::stream::RunCache;
-use super::{guarded, GpuInfo};
+use super::{GpuInfo, guarded};
 use crate::KernelError;
 
 const NO_LIBCUDA: &str = "no CUDA driver (libcuda) found";

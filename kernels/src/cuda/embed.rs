@@ -19,11 +19,11 @@
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
 use super::nvrtc::BERT;
-use super::stream::{grid_1d, DevPtr, Out, StreamWorker};
+use super::stream::{DevPtr, Out, StreamWorker, grid_1d};
 use super::twin::check_signature;
 use super::{CudaKernel, HostPin};
 use crate::embed::cpu::runs;
-use crate::embed::plan::{Plan, PIECE_TOKENS};
+use crate::embed::plan::{PIECE_TOKENS, Plan};
 use crate::embed::weights::Image;
 use crate::embed::{Encoder, Pooling};
 use crate::workload::check_chunk;

@@ -57,10 +57,10 @@ use std::panic::AssertUnwindSafe;
 use crate::{Chunk, KernelError};
 
 #[cfg(feature = "workloads")]
-use synthetic::{too_large, MAX_LAUNCH};
+use synthetic::{MAX_LAUNCH, too_large};
 
 pub(crate) use pin::HostPin;
-pub use pin::{host_pin_stats, HostPinStats, HostPinning};
+pub use pin::{HostPinStats, HostPinning, host_pin_stats};
 pub use stream::StreamWorker;
 
 /// A GPU as `coexec devices` lists it.

@@ -2,10 +2,10 @@
 //! architecture and math mode.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{CStr, CString, c_char};
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::nvrtc::{result, sys, Ptx};
+use cudarc::nvrtc::{Ptx, result, sys};
 
 use super::guarded;
 use crate::KernelError;

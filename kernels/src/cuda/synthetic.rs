@@ -3,9 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::nvrtc::SYNTHETIC;
-use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
+use super::nvrtc::SYNTHETIC;
+use super::stream::{Out, StreamWorker, grid_1d};
 use crate::workload::check_chunk;
 use crate::{Chunk, Kernel, KernelError, Synthetic};
 

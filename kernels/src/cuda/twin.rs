@@ -7,8 +7,8 @@
 use super::nvrtc::Program;
 use cudarc::driver::LaunchConfig;
 
-use super::stream::{grid_1d, Arg, DevPtr, Out, StreamWorker};
 use super::CudaKernel;
+use super::stream::{Arg, DevPtr, Out, StreamWorker, grid_1d};
 use crate::twin::{Scalar, Twin, TwinArg};
 use crate::{Chunk, GpuTwin, KernelError};
 

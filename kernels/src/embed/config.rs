@@ -69,7 +69,7 @@ fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, KernelError> {
     let bytes = match crate::read_file(path, MAX_JSON_BYTES) {
         Ok(b) => b,
         Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
+            return Ok(None);
         }
         Err(e) => return Err(e),
     };
@@ -125,29 +125,29 @@ impl BertConfig {
                     &path,
                     "model_type",
                     format!("\"{other}\"; this encoder serves \"bert\""),
-                ))
+                ));
             }
             None => return Err(config_err(&path, "model_type", "missing")),
         }
         // `gelu` is the erf form in Hugging Face's BERT; the tanh
         // approximation (`gelu_new`) would give other vectors.
-        if let Some(act) = c.get("hidden_act") {
-            if act.as_str() != Some("gelu") {
-                return Err(config_err(
-                    &path,
-                    "hidden_act",
-                    format!("{act}; this encoder computes \"gelu\" (the erf form)"),
-                ));
-            }
+        if let Some(act) = c.get("hidden_act")
+            && act.as_str() != Some("gelu")
+        {
+            return Err(config_err(
+                &path,
+                "hidden_act",
+                format!("{act}; this encoder computes \"gelu\" (the erf form)"),
+            ));
         }
-        if let Some(p) = c.get("position_embedding_type") {
-            if p.as_str() != Some("absolute") {
-                return Err(config_err(
-                    &path,
-                    "position_embedding_type",
-                    format!("{p}; this encoder computes \"absolute\""),
-                ));
-            }
+        if let Some(p) = c.get("position_embedding_type")
+            && p.as_str() != Some("absolute")
+        {
+            return Err(config_err(
+                &path,
+                "position_embedding_type",
+                format!("{p}; this encoder computes \"absolute\""),
+            ));
         }
         let hidden = dim(&c, &path, "hidden_size")?;
         let heads = dim(&c, &path, "num_attention_heads")?;
@@ -167,7 +167,7 @@ impl BertConfig {
                         &path,
                         "layer_norm_eps",
                         format!("{v}; expected a number in (0, 1)"),
-                    ))
+                    ));
                 }
             },
         };

@@ -62,7 +62,7 @@ pub(crate) mod plan;
 mod tests;
 pub(crate) mod weights;
 
-pub use config::{BertConfig, Pooling, ATTENTION_COST};
+pub use config::{ATTENTION_COST, BertConfig, Pooling};
 pub use weights::BertWeights;
 
 thread_local! {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::cpu::{erf, exp};
 use super::*;
-use crate::{with_chunk, Kernel};
+use crate::{Kernel, with_chunk};
 
 /// SplitMix64: the tests' random numbers.
 struct SplitMix64(u64);

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 
 use super::config::BertConfig;
-use crate::tensors::{read, read_f32, tensor_err};
 use crate::KernelError;
+use crate::tensors::{read, read_f32, tensor_err};
 
 /// A dense layer `y = x·Wᵀ + b`, `W` row-major `[out, in]` (PyTorch's).
 #[derive(Debug)]

@@ -132,14 +132,13 @@ mod tests {
     use std::collections::HashMap;
 
     const MEMINFO: &str = "MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n";
-    const UNLIMITED: &str =
-        "Max cpu time              unlimited            unlimited            seconds\n\
+    const UNLIMITED: &str = "Max cpu time              unlimited            unlimited            seconds\n\
         Max address space         unlimited            unlimited            bytes\n";
     const AS_6G: &str =
         "Max address space         6144000000           unlimited            bytes\n";
     const STATUS: &str = "Name:\tcoexec\nVmPeak:\t  200000 kB\nVmSize:\t  100000 kB\n";
 
-    fn files(f: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
+    fn files(f: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> + use<> {
         let m: HashMap<PathBuf, String> = f
             .iter()
             .map(|(p, s)| (PathBuf::from(p), s.to_string()))

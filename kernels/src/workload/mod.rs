@@ -6,7 +6,7 @@
 mod memory;
 mod synthetic;
 
-pub use synthetic::{busy_ns_per_round, Empty, Synthetic};
+pub use synthetic::{Empty, Synthetic, busy_ns_per_round};
 
 use crate::{Chunk, Kernel, KernelError};
 

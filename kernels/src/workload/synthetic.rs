@@ -1,7 +1,7 @@
 //! Kernels for testing and measuring the scheduler itself.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::splitmix64;
@@ -211,19 +211,21 @@ mod tests {
     fn synthetic_detects_missing_and_double_items() {
         let mut k = Synthetic::new(100, 3);
         crate::with_chunk(&mut k, 0..50, |k, c| k.run_cpu(c)).unwrap();
-        assert!(k
-            .verify()
-            .unwrap_err()
-            .contains("item 50 was computed 0 times"));
+        assert!(
+            k.verify()
+                .unwrap_err()
+                .contains("item 50 was computed 0 times")
+        );
         crate::with_chunk(&mut k, 50..100, |k, c| k.run_modeled(c))
             .unwrap()
             .unwrap();
         k.verify().unwrap();
         crate::with_chunk(&mut k, 10..11, |k, c| k.run_cpu(c)).unwrap();
-        assert!(k
-            .verify()
-            .unwrap_err()
-            .contains("item 10 was computed 2 times"));
+        assert!(
+            k.verify()
+                .unwrap_err()
+                .contains("item 10 was computed 2 times")
+        );
     }
 
     #[test]

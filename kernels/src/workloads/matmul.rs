@@ -29,7 +29,7 @@
 use serde::Serialize;
 
 use super::rng::{par_by_index, stream, sym_unit_f32};
-use super::{check_bytes, check_chunk, Workload};
+use super::{Workload, check_bytes, check_chunk};
 use crate::buf::HostBuf;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 
@@ -97,13 +97,13 @@ impl Matmul {
     /// Generates the inputs of `problem` (see the module docs) and a zeroed output.
     pub fn new(problem: MatmulProblem) -> Result<Self, KernelError> {
         let n = problem.count * problem.dim * problem.dim;
-        let gen = |tag: u64| -> Result<HostBuf<f32>, KernelError> {
+        let generate = |tag: u64| -> Result<HostBuf<f32>, KernelError> {
             par_by_index("matmul inputs", n, |e| {
                 sym_unit_f32(stream(problem.seed, tag, e))
             })
             .map(HostBuf::from)
         };
-        let (a, b) = (gen(1)?, gen(2)?);
+        let (a, b) = (generate(1)?, generate(2)?);
         // Zeroed on every core too (a one-thread memset of the output costs
         // as much as generating an input did).
         let c = DisjointBuf::from_vec(
@@ -327,10 +327,11 @@ mod tests {
                     .map(|e| sym_unit_f32(stream(seed, tag, e)))
                     .collect();
                 assert_eq!(want.len(), got.len());
-                assert!(want
-                    .iter()
-                    .zip(got.iter())
-                    .all(|(x, y)| x.to_bits() == y.to_bits()));
+                assert!(
+                    want.iter()
+                        .zip(got.iter())
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
+                );
             }
         }
     }

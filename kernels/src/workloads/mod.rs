@@ -41,7 +41,7 @@ pub(crate) mod rng;
 
 pub use kmeans::{KmeansConfig, KmeansData, KmeansJob, KmeansResult, KmeansStep};
 pub use matmul::{Matmul, MatmulJob, MatmulProblem, MatmulResult};
-pub use mlp::{argmax, LabeledRows, Mlp, MlpWeights};
+pub use mlp::{LabeledRows, Mlp, MlpWeights, argmax};
 pub use nbody::{Bodies, NbodyJob, NbodyProblem, NbodyResult, NbodyStep};
 pub use pathfinder::{
     GlibcRand, PathfinderJob, PathfinderProblem, PathfinderResult, PathfinderStep,
@@ -49,8 +49,8 @@ pub use pathfinder::{
 
 // The contract, where the workloads and their users have always found it.
 pub use crate::workload::{
-    busy_ns_per_round, check_bytes, memory_limit, run_sequential, Empty, OneShot, Synthetic,
-    Workload,
+    Empty, OneShot, Synthetic, Workload, busy_ns_per_round, check_bytes, memory_limit,
+    run_sequential,
 };
 
 #[cfg(test)]

@@ -41,7 +41,7 @@
 use serde::Serialize;
 
 use super::rng::{stream, unit_f32};
-use super::{check_bytes, check_chunk, Workload};
+use super::{Workload, check_bytes, check_chunk};
 use crate::{Chunk, CudaSource, DisjointBuf, GpuTwin, Kernel, KernelError, Twin};
 
 /// The twin's source: one softened all-pairs step, the CPU's operations in

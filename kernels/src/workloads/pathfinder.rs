@@ -27,7 +27,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::rng::par_generate;
-use super::{check_bytes, check_chunk, try_zeroed, Workload};
+use super::{Workload, check_bytes, check_chunk, try_zeroed};
 use crate::buf::HostBuf;
 use crate::{Chunk, DisjointBuf, Kernel, KernelError};
 

@@ -15,8 +15,8 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-pub(crate) use crate::workload::splitmix64;
 use crate::KernelError;
+pub(crate) use crate::workload::splitmix64;
 
 /// Elements per rayon task in [`par_generate`]: large enough that a task's
 /// start (a jump-ahead of glibc's generator costs ~60 µs) is nothing beside
@@ -119,10 +119,11 @@ mod tests {
                 .map(|e| sym_unit_f32(stream(5, 1, e)))
                 .collect();
             let par = par_by_index("test", n, |e| sym_unit_f32(stream(5, 1, e))).unwrap();
-            assert!(seq
-                .iter()
-                .zip(&par)
-                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert!(
+                seq.iter()
+                    .zip(&par)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
             assert_eq!(seq.len(), par.len());
         }
     }

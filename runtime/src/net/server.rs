@@ -3,18 +3,18 @@
 //! under deadlines, and the drain on a signal.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::http::{header, HeaderValue};
 use axum::Router;
+use axum::http::{HeaderValue, header};
 use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use metrics::counter;
 use tokio::net::TcpStream;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{Connections, Requests, TimedIo, WatchedBody};
 use crate::Error;
@@ -215,11 +215,11 @@ pub async fn serve_with(
                     drop(running);
                     // A body left unread would be drained after the answer,
                     // untimed: close instead (a wrong path or method).
-                    if let Ok(r) = &mut answer {
-                        if !read.load(Ordering::Acquire) {
-                            r.headers_mut()
-                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                        }
+                    if let Ok(r) = &mut answer
+                        && !read.load(Ordering::Acquire)
+                    {
+                        r.headers_mut()
+                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
                     }
                     answer
                 }

@@ -6,16 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use metrics::{counter, histogram};
 
 use super::infer::{error, inputs_in, outcome_of};
 use super::{ServeModel, Service};
 
-/// Longest a client may take to send a request body once its head is in
-/// (then 408): a stalled upload holds a connection slot, and at shutdown
-/// the process, no longer than this.
+/// The default of [`super::ServeConfig::body_deadline`].
 pub(super) const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why a request body was not read.
@@ -23,7 +21,7 @@ pub(super) const BODY_DEADLINE: Duration = Duration::from_secs(10);
 pub(super) enum BodyFault {
     /// Over `limit` bytes, by its `Content-Length` or as it arrived.
     TooLarge,
-    /// Not all there within [`BODY_DEADLINE`].
+    /// Not all there within the body deadline.
     Stalled,
     /// The connection failed while reading it.
     Read(String),
@@ -84,7 +82,7 @@ pub(super) async fn body_of<M: ServeModel>(
     body: Body,
 ) -> Result<Bytes, Response> {
     let i = &svc.inner;
-    match read_body(headers, body, i.cfg.max_body, BODY_DEADLINE).await {
+    match read_body(headers, body, i.cfg.max_body, i.cfg.body_deadline).await {
         Ok(b) => Ok(b),
         Err(fault) => {
             let (status, why) = match fault {
@@ -94,10 +92,7 @@ pub(super) async fn body_of<M: ServeModel>(
                 ),
                 BodyFault::Stalled => (
                     StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "the body did not arrive within {} s",
-                        BODY_DEADLINE.as_secs()
-                    ),
+                    format!("the body did not arrive within {:?}", i.cfg.body_deadline),
                 ),
                 BodyFault::Read(e) => (
                     StatusCode::BAD_REQUEST,

@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics::gauge;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::body::{receive, record, Received};
+use super::body::{Received, receive, record};
 use super::{ServeModel, Service};
-use crate::stream::{check_input, Pending, StreamError};
+use crate::stream::{Pending, StreamError, check_input};
 
 /// Rows answered per second, measured over windows of at least
 /// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
@@ -368,7 +368,7 @@ pub(super) async fn submit<M: ServeModel>(
             }
             // Not reached: the callers refuse more rows than the queue holds.
             e @ StreamError::TooMany { .. } => {
-                return Err(error(StatusCode::BAD_REQUEST, e.to_string()))
+                return Err(error(StatusCode::BAD_REQUEST, e.to_string()));
             }
             _ => return Err(draining()),
         },

@@ -55,11 +55,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -78,9 +78,9 @@ pub use model::ServeModel;
 pub use tei::BLOCKING_BYTES;
 
 pub use crate::net::server::{
-    bind, serve, serve_with, Drained, ServerConfig, DRAIN_GRACE, DRAIN_TIMEOUT, MAX_CONNECTIONS,
+    DRAIN_GRACE, DRAIN_TIMEOUT, Drained, MAX_CONNECTIONS, ServerConfig, bind, serve, serve_with,
 };
-use infer::{error, infer, retry_after, DrainRate, OUTCOMES};
+use infer::{DrainRate, OUTCOMES, error, infer, retry_after};
 
 /// The service's limits. Build with [`ServeConfig::new`] and its setters.
 ///
@@ -98,6 +98,7 @@ pub struct ServeConfig {
     max_inputs: usize,
     deadline: Option<Duration>,
     max_retry_after: Duration,
+    body_deadline: Duration,
     prometheus: Option<PrometheusHandle>,
 }
 
@@ -108,14 +109,15 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
-    /// Bodies up to 2 MiB, 1024 inputs per request, no default deadline,
-    /// `Retry-After` at most 30 s.
+    /// Bodies up to 2 MiB arriving within 10 s, 1024 inputs per request,
+    /// no default deadline, `Retry-After` at most 30 s.
     pub fn new() -> Self {
         Self {
             max_body: 2 << 20,
             max_inputs: 1024,
             deadline: None,
             max_retry_after: Duration::from_secs(30),
+            body_deadline: body::BODY_DEADLINE,
             prometheus: None,
         }
     }
@@ -132,6 +134,14 @@ impl ServeConfig {
     /// Largest request body in bytes (larger: 413).
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
+        self
+    }
+
+    /// Longest a client may take to send a request body once its head is
+    /// in (default 10 s; then 408 and the connection closes): a stalled
+    /// upload holds a connection slot, and a drain, no longer than this.
+    pub fn body_deadline(mut self, d: Duration) -> Self {
+        self.body_deadline = d;
         self
     }
 
@@ -374,7 +384,7 @@ impl Service<crate::embed::Embedder> {
 }
 
 fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_histogram!(
         "coexec_request_duration_seconds",
         Unit::Seconds,

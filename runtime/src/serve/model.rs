@@ -1,8 +1,8 @@
 //! What a [`Model`] needs to be served over HTTP, and the MLP classifier's
 //! answers to it.
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::stream::Model;
 #[cfg(feature = "workloads")]

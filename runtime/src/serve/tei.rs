@@ -26,16 +26,16 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics::counter;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::body::{receive, record, Received};
+use super::body::{Received, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
-use crate::embed::{normalize, Embedder, TokenizeError};
+use crate::embed::{Embedder, TokenizeError, normalize};
 
 /// A request whose texts hold more bytes than this is tokenised on
 /// tokio's blocking pool, not on the handler's worker thread.
@@ -139,7 +139,7 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
                         return Err(unprocessable(format!(
                             "`{field}[{k}]` must be a string, not {}",
                             kind(other)
-                        )))
+                        )));
                     }
                 }
             }
@@ -149,7 +149,7 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
             return Err(unprocessable(format!(
                 "`{field}` must be a string or an array of strings, not {}",
                 kind(other)
-            )))
+            )));
         }
     };
     if texts.is_empty() {
@@ -166,14 +166,14 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
             format!("`{field}[{k}]` is an empty string"),
         ));
     }
-    if api == Api::OpenAi {
-        if let Some(f) = obj.get("encoding_format") {
-            if f.as_str() != Some("float") && !f.is_null() {
-                return Err(unprocessable(format!(
-                    "`encoding_format` {f} is not served; \"float\" is"
-                )));
-            }
-        }
+    if api == Api::OpenAi
+        && let Some(f) = obj.get("encoding_format")
+        && f.as_str() != Some("float")
+        && !f.is_null()
+    {
+        return Err(unprocessable(format!(
+            "`encoding_format` {f} is not served; \"float\" is"
+        )));
     }
     Ok(Parsed {
         texts,

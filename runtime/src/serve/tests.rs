@@ -254,8 +254,8 @@ impl Drop for Frame {
 /// per TCP segment held kilobytes per byte.
 #[test]
 fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     const FRAMES: usize = 2000;
     let live = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
@@ -283,10 +283,11 @@ fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
     });
     let got = r.unwrap();
     assert_eq!(got.len(), FRAMES);
-    assert!(got
-        .iter()
-        .enumerate()
-        .all(|(k, &b)| b == b'0' + (k % 10) as u8));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(k, &b)| b == b'0' + (k % 10) as u8)
+    );
     assert_eq!(live.load(Ordering::SeqCst), 0);
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= 4, "{peak} frames alive at once");
@@ -308,10 +309,11 @@ fn the_mlp_checks_rows_against_its_weights() {
     assert!(e.contains("64 numbers") && e.contains("takes 13"), "{e}");
     let mut row = vec![0.0; 13];
     row[4] = f32::INFINITY;
-    assert!(m
-        .check_input(&row)
-        .unwrap_err()
-        .contains("number 4 is not finite"));
+    assert!(
+        m.check_input(&row)
+            .unwrap_err()
+            .contains("number 4 is not finite")
+    );
     let ok = Classification {
         label: 0,
         probs: vec![1.0, 0.0, 0.0],

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec_kernels::{Kernel, KernelError};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use super::place::{Learned, Placer};
@@ -23,10 +23,10 @@ use crate::{Error, JobOptions, Runtime};
 /// at most, for at most 2 ms after the batch no longer needs it.
 async fn wait_until(at: Instant) {
     const FINE: Duration = Duration::from_millis(2);
-    if let Some(coarse) = at.checked_sub(FINE) {
-        if coarse > Instant::now() {
-            tokio::time::sleep_until(coarse.into()).await;
-        }
+    if let Some(coarse) = at.checked_sub(FINE)
+        && coarse > Instant::now()
+    {
+        tokio::time::sleep_until(coarse.into()).await;
     }
     let rest = at.saturating_duration_since(Instant::now());
     if !rest.is_zero() {
@@ -64,19 +64,17 @@ impl<M: Model> Batcher<M> {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 break;
             };
-            let first = if let Some(r) = carry.take() {
-                Some(r)
-            } else if closing {
-                self.rx.recv().await
-            } else {
-                tokio::select! {
+            let first = match carry.take() {
+                Some(r) => Some(r),
+                None if closing => self.rx.recv().await,
+                None => tokio::select! {
                     r = self.rx.recv() => r,
                     () = self.shared.close.notified() => {
                         closing = true;
                         self.rx.close();
                         self.rx.recv().await
                     }
-                }
+                },
             };
             let Some(first) = first else { break };
             // `max_wait` is checked at start; a far deadline saturates.

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use coexec_kernels::workloads::{argmax, MlpWeights};
 use coexec_kernels::KernelError;
+use coexec_kernels::workloads::{MlpWeights, argmax};
 use serde::{Deserialize, Serialize};
 
 use super::Model;

@@ -73,7 +73,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::{Error, Runtime};
 
@@ -92,8 +92,8 @@ pub use config::{BatchTiming, StreamConfig};
 pub use error::{Rejected, StreamError};
 #[cfg(feature = "workloads")]
 pub use mlp::{Classification, MlpModel};
-pub(crate) use model::check_input;
 pub use model::Model;
+pub(crate) use model::check_input;
 pub use place::Placement;
 use place::Placer;
 pub use request::Pending;

@@ -145,11 +145,7 @@ impl JobCore {
 
     pub(super) fn predict(&self, c: usize, n: usize) -> f64 {
         let p = self.st[c].model.predict(n as f64);
-        if p.is_finite() {
-            p
-        } else {
-            0.0
-        }
+        if p.is_finite() { p } else { 0.0 }
     }
 
     pub(super) fn total_workers(&self) -> usize {

@@ -18,8 +18,8 @@
 //! stopped, and its claim stays the only one on its range, so the
 //! exactly-once property holds either way.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::JobCore;
 use crate::perfmodel::Sample;

@@ -96,7 +96,7 @@ impl JobCore {
             .worker_class
             .iter()
             .zip(&self.worker)
-            .filter(|(&k, w)| k == c && w.first_start.is_finite())
+            .filter(|&(&k, w)| k == c && w.first_start.is_finite())
             .map(|(_, w)| w.first_start)
             .collect();
         (!starts.is_empty()).then(|| starts.iter().sum::<f64>() / starts.len() as f64)

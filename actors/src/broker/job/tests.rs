@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::guard::finish_time;
 use super::*;
 use crate::device::{DeviceKind, End};
-use crate::policy::{by_name, ClassSpeed, PlanContext, LATENCY_CHUNKS};
+use crate::policy::{ClassSpeed, LATENCY_CHUNKS, PlanContext, by_name};
 
 fn classes(spec: &[(usize, bool)]) -> Arc<[ClassInfo]> {
     spec.iter()
@@ -503,12 +503,13 @@ fn chunks_failed_twice_by_a_lost_device_go_to_another_class() {
     assert!(out.counts.iter().all(|&c| c == 1));
     assert!(out.report.retries > 0);
     // Every retried chunk that completed did so on the CPU (worker 0).
-    assert!(out
-        .report
-        .chunks
-        .iter()
-        .filter(|r| r.phase == Phase::Retry)
-        .all(|r| r.worker == 0));
+    assert!(
+        out.report
+            .chunks
+            .iter()
+            .filter(|r| r.phase == Phase::Retry)
+            .all(|r| r.worker == 0)
+    );
 }
 
 #[test]

@@ -68,7 +68,7 @@ impl Dataset {
                 return Err(tensor_err(
                     "x",
                     format!("expected non-empty F32 [rows, features], got {d:?} {s:?}"),
-                ))
+                ));
             }
         };
         let x: Vec<f32> = x

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::{Request, StatusCode};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
@@ -115,12 +115,12 @@ pub(crate) fn check_body(body: &[u8], rows: &[usize], data: &Dataset) -> Check {
     let correct = rows
         .iter()
         .zip(&resp.outputs)
-        .filter(|(&r, o)| data.labels[r] == o.label)
+        .filter(|&(&r, o)| data.labels[r] == o.label)
         .count() as u64;
     let agree = data.predicted.as_ref().map(|p| {
         rows.iter()
             .zip(&resp.outputs)
-            .filter(|(&r, o)| p[r] == o.label)
+            .filter(|&(&r, o)| p[r] == o.label)
             .count() as u64
     });
     Check::Valid {
@@ -188,7 +188,7 @@ async fn one(
             return Outcome::Lost {
                 index,
                 why: Lost::Closed,
-            }
+            };
         }
     };
     let exchange = async {

@@ -136,11 +136,11 @@ impl Trace {
             Some(Check::Crossed) => Verdict::Crossed,
             _ => Verdict::Fine,
         };
-        if let Some(r) = self.rows.get_mut(index as usize) {
-            if r.latency_us == NONE {
-                r.fate = Fate::Status(status, verdict);
-                r.latency_us = micros(latency);
-            }
+        if let Some(r) = self.rows.get_mut(index as usize)
+            && r.latency_us == NONE
+        {
+            r.fate = Fate::Status(status, verdict);
+            r.latency_us = micros(latency);
         }
     }
 
@@ -234,10 +234,12 @@ mod tests {
         t.reset(10.0);
         let mut out = Vec::new();
         t.write(&mut out).unwrap();
-        assert!(String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .all(|l| l.ends_with(",,unsent,")));
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .all(|l| l.ends_with(",,unsent,"))
+        );
     }
 
     #[test]

@@ -353,8 +353,23 @@ impl Tally {
 pub(crate) fn table(reports: &[RateReport]) -> String {
     let mut s = format!(
         "{:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
-        "rate/s", "sent", "200", "429", "503", "504", "other", "lost", "refsd", "dup/bad", "acc",
-        "answ/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "p99all ms"
+        "rate/s",
+        "sent",
+        "200",
+        "429",
+        "503",
+        "504",
+        "other",
+        "lost",
+        "refsd",
+        "dup/bad",
+        "acc",
+        "answ/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "p99all ms"
     );
     for r in reports {
         let acc = r

@@ -67,7 +67,7 @@ fn parse(url: &str) -> Result<Parsed, TargetError> {
             return Err(TargetError::Scheme {
                 url: url.to_string(),
                 scheme: other.to_string(),
-            })
+            });
         }
         None => return Err(invalid("expected http://HOST:PORT[/PATH]")),
     }
@@ -133,13 +133,13 @@ pub(crate) async fn resolve(url: &str) -> Result<Target, TargetError> {
                     return Err(TargetError::Resolve {
                         host: p.host,
                         detail: e.to_string(),
-                    })
+                    });
                 }
                 Err(_) => {
                     return Err(TargetError::Resolve {
                         host: p.host,
                         detail: format!("no answer in {} s", RESOLVE_TIMEOUT.as_secs()),
-                    })
+                    });
                 }
             }
         }

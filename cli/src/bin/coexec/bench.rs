@@ -10,9 +10,9 @@ use crate::report::{
     AloneResult, Baseline, BenchReport, ClassResult, LearningRun, Machine, Overhead, PolicyResult,
     WorkloadBench,
 };
-use crate::stats::{median_ci95, rel_half_width, MIN_CI_SAMPLES};
-use crate::workload::{Prepared, WorkloadArgs, BENCHMARKS, NAMES};
-use crate::{build, speed_sum, Common, Failure};
+use crate::stats::{MIN_CI_SAMPLES, median_ci95, rel_half_width};
+use crate::workload::{BENCHMARKS, NAMES, Prepared, WorkloadArgs};
+use crate::{Common, Failure, build, speed_sum};
 
 /// A class slower alone than this many times the fastest is predicted, not
 /// run, once a run alone cut at [`slow_cap`] confirms it.
@@ -136,19 +136,18 @@ pub(crate) async fn bench(
             .classes()
             .iter()
             .any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. }))
+        && let Err(e) = coexec_actors::gpus()
     {
-        if let Err(e) = coexec_actors::gpus() {
-            let what = rt
-                .classes()
-                .iter()
-                .map(|c| {
-                    let s = if c.workers == 1 { "" } else { "s" };
-                    format!("{} ({} worker{s})", c.name, c.workers)
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            errln!("no CUDA device ({e}): benchmarking {what}");
-        }
+        let what = rt
+            .classes()
+            .iter()
+            .map(|c| {
+                let s = if c.workers == 1 { "" } else { "s" };
+                format!("{} ({} worker{s})", c.name, c.workers)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        errln!("no CUDA device ({e}): benchmarking {what}");
     }
     let devices = rt
         .classes()
@@ -658,7 +657,10 @@ fn print_table(w: &WorkloadBench) {
     if let Some(b) = &w.baseline {
         outln!(
             "  CPU only vs rayon ({} threads): coexec {:.4} s, rayon {:.4} s, ratio rayon/coexec {:.3}",
-            b.threads, b.coexec_cpu_s, b.rayon_s, b.ratio
+            b.threads,
+            b.coexec_cpu_s,
+            b.rayon_s,
+            b.ratio
         );
     }
 }
@@ -674,7 +676,7 @@ async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
     let chunks = 1_000_000;
     let opts = JobOptions::new().chunk(1);
     once(&plain, &opts, chunks).await?; // warm-up; registers this runtime's handles as no-ops
-                                        // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
+    // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
     let metered = match Runtime::builder()
         .devices(devices)?
         .in_memory_profiles()

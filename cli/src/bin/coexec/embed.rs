@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coexec::embed::{normalize, Embedder};
-use coexec::stream::{Stream, StreamConfig};
 use coexec::Runtime;
+use coexec::embed::{Embedder, normalize};
+use coexec::stream::{Stream, StreamConfig};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::Failure;
@@ -137,7 +137,7 @@ impl Sink {
                 return Err(Failure::Usage(format!(
                     "--output {}: the name must end in .npy or .jsonl",
                     path.display()
-                )))
+                )));
             }
         };
         let exists = path.exists();

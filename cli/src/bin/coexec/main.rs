@@ -458,11 +458,9 @@ async fn run(
     if let Some(path) = &trace {
         coexec::trace::write_chrome_trace(path, &reports, rt.classes())?;
     }
-    if print {
-        if let Some(text) = result.get("row_text").and_then(|v| v.as_str()) {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-        }
+    if print && let Some(text) = result.get("row_text").and_then(|v| v.as_str()) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
     }
     if json {
         let mut result = result;
@@ -508,7 +506,7 @@ async fn run(
         Err(_) => {
             return Err(Failure::Run(
                 "the runtime is still shared after the run".into(),
-            ))
+            ));
         }
     }
     Ok(())

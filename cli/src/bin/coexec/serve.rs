@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use coexec::Runtime;
 use coexec::embed::Embedder;
 use coexec::kernels::workloads::MlpWeights;
 use coexec::serve::{ServeConfig, ServeModel, ServerConfig, Service};
 use coexec::stream::{MlpModel, Placement, StreamConfig};
-use coexec::Runtime;
 
 use crate::Failure;
 
@@ -83,6 +83,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = coexec::serve::MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     max_connections: u64,
+    /// Longest a client may take to send a request head, in ms, from its
+    /// first byte: a client dripping its head is cut off then.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    head_timeout_ms: u64,
+    /// Longest a client may take to send a request body once its head is
+    /// in, in ms: then 408 and the connection closes.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    body_timeout_ms: u64,
     /// Longest the drain after SIGTERM, SIGHUP or Ctrl-C may last, in
     /// seconds, counted after --drain-delay-s; past it the connections still
     /// open are closed (counted in `coexec_drain_closed_connections_total`)
@@ -224,6 +232,7 @@ async fn run<M: ServeModel>(
     let cfg = cfg
         .deadline(a.deadline_ms.map(Duration::from_millis))
         .max_inputs(max_inputs)
+        .body_deadline(Duration::from_millis(a.body_timeout_ms))
         .prometheus(prometheus);
     let svc = Service::start(rt.clone(), model, stream, cfg)?;
     // Before `listening on`: a signal from then on drains.
@@ -267,7 +276,8 @@ async fn run<M: ServeModel>(
     };
     let server = ServerConfig::new()
         .max_connections(usize::try_from(a.max_connections).unwrap_or(usize::MAX))
-        .drain_timeout(Duration::from_secs(a.drain_timeout_s));
+        .drain_timeout(Duration::from_secs(a.drain_timeout_s))
+        .head_deadline(Duration::from_millis(a.head_timeout_ms));
     coexec::serve::serve_with(listener, routes(&svc), signal, server).await;
     svc.shutdown().await;
     drop(svc);
@@ -287,7 +297,7 @@ async fn run<M: ServeModel>(
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let handlers = {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         match (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::kernels::workloads::{busy_ns_per_round, check_bytes};
 use coexec::kernels::workloads::{
     KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
     PathfinderJob, PathfinderProblem, Workload,
 };
+use coexec::kernels::workloads::{busy_ns_per_round, check_bytes};
 use coexec::kernels::{Empty, KernelError, Synthetic};
 use coexec::{JobOptions, RunReport, Runtime};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Workload parameters shared by `run` and `bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -202,7 +202,7 @@ impl Prepared {
                 return Err(KernelError::invalid(
                     "workload",
                     format!("unknown `{other}`; expected one of {}", NAMES.join(", ")),
-                ))
+                ));
             }
         })
     }

@@ -105,8 +105,8 @@ impl StreamWorker {
         if s.dev.as_ref().is_none_or(|d| d.len() < bytes) {
             let n = Self::grown(bytes, s.dev.as_ref().map_or(0, |d| d.len()));
             s.dev = None; // free before allocating the larger one
-                          // SAFETY: the memory is uninitialised; every use writes before it
-                          // reads (a copy in, or a kernel's output).
+            // SAFETY: the memory is uninitialised; every use writes before it
+            // reads (a copy in, or a kernel's output).
             s.dev = Some(unsafe { stream.alloc::<u8>(n) }.map_err(&err)?);
         }
         let (ptr, _record) = s.dev.as_ref().expect("reserved").device_ptr(&stream);

@@ -19,21 +19,21 @@
 //! copies run under another's kernel.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::{
-    sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, sys,
 };
 
 #[cfg(any(feature = "workloads", feature = "embed"))]
 use super::blas::Blas;
-use super::driver::{self, error_for, Device};
+use super::driver::{self, Device, error_for};
 use super::nvrtc::Program;
 use super::pin::{HostPin, Lock, PIN_MIN_BYTES};
-use super::{guarded, CudaKernel, GpuInfo};
+use super::{CudaKernel, GpuInfo, guarded};
 use crate::buf::Pinnable;
 use crate::error::panic_message;
 use crate::{Chunk, KernelError};
@@ -372,7 +372,7 @@ impl StreamWorker {
         self.dev.param_sizes(f)
     }
 
-    fn err(&self) -> impl Fn(cu::DriverError) -> KernelError {
+    fn err(&self) -> impl Fn(cu::DriverError) -> KernelError + use<> {
         error_for(self.items)
     }
 

@@ -1,8 +1,8 @@
-use super::memory::{as_bytes, Pod};
+use super::memory::{Pod, as_bytes};
 use super::*;
 
-use crate::workloads::{KmeansConfig, KmeansData, KmeansJob, NbodyJob, NbodyProblem, Workload};
 use crate::Kernel;
+use crate::workloads::{KmeansConfig, KmeansData, KmeansJob, NbodyJob, NbodyProblem, Workload};
 
 /// The run cache's entry for `data` under `id`, as a stream's
 /// `run_input` finds it: a fresh (empty) entry is one it uploads into.

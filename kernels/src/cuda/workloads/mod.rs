@@ -12,14 +12,14 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::nvrtc::{MATMUL, MLP, PATHFINDER};
-use super::stream::{grid_1d, Out, StreamWorker};
 use super::CudaKernel;
+use super::nvrtc::{MATMUL, MLP, PATHFINDER};
+use super::stream::{Out, StreamWorker, grid_1d};
 
 /// A run-cache buffer on the device.
 type DevBytes = cudarc::driver::CudaSlice<u8>;
-use super::{too_large, MAX_LAUNCH};
-use crate::workloads::{check_chunk, Matmul, Mlp, MlpWeights, PathfinderStep};
+use super::{MAX_LAUNCH, too_large};
+use crate::workloads::{Matmul, Mlp, MlpWeights, PathfinderStep, check_chunk};
 use crate::{Chunk, Kernel, KernelError};
 
 mod mlp;

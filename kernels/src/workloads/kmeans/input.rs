@@ -14,8 +14,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::super::check_bytes;
-use crate::claim::next_id;
 use crate::KernelError;
+use crate::claim::next_id;
 
 /// Points to cluster: `points × features` f32 values, row-major.
 #[derive(Debug, Clone)]
@@ -292,10 +292,12 @@ pub(crate) fn atof(s: &[u8]) -> f32 {
     if starts(b"nan") {
         return sign(f64::NAN) as f32;
     }
-    if rest.len() >= 2 && rest[0] == b'0' && (rest[1] | 0x20) == b'x' {
-        if let Some(v) = hex_float(&rest[2..]) {
-            return sign(v) as f32;
-        }
+    if rest.len() >= 2
+        && rest[0] == b'0'
+        && (rest[1] | 0x20) == b'x'
+        && let Some(v) = hex_float(&rest[2..])
+    {
+        return sign(v) as f32;
     }
     // Decimal: mantissa digits into `m` while they fit, exponent in `e10`.
     let (mut m, mut e10, mut digits, mut exact) = (0u64, 0i64, 0usize, true);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::super::{check_bytes, try_zeroed, Workload};
+use super::super::{Workload, check_bytes, try_zeroed};
 use super::step::LANES;
 use super::{KmeansConfig, KmeansData, KmeansStep};
 use crate::{DisjointBuf, KernelError};

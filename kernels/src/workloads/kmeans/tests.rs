@@ -26,11 +26,12 @@ fn generated_input_is_deterministic_clustered_and_in_range() {
     let a = KmeansData::generated(5000, 34, 7).unwrap();
     let b = KmeansData::generated(5000, 34, 7).unwrap();
     assert_eq!((a.points(), a.features()), (5000, 34));
-    assert!(a
-        .values()
-        .iter()
-        .zip(b.values())
-        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert!(
+        a.values()
+            .iter()
+            .zip(b.values())
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+    );
     let c = KmeansData::generated(5000, 34, 8).unwrap();
     assert_ne!(a.values(), c.values());
     for i in 0..a.points() {
@@ -205,10 +206,12 @@ fn bad_inputs_name_file_and_line() {
     let e = KmeansData::read(&p).unwrap_err().to_string();
     assert!(e.contains("empty.txt:0:") && e.contains("empty"), "{e}");
     let p = temp_file("noid.txt", b"17\n");
-    assert!(KmeansData::read(&p)
-        .unwrap_err()
-        .to_string()
-        .contains("noid.txt:1:"));
+    assert!(
+        KmeansData::read(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("noid.txt:1:")
+    );
     let e = KmeansData::read(std::env::temp_dir().join("coexec-absent-dir/nope")).unwrap_err();
     assert!(matches!(e, KernelError::Io { .. }));
     // A truncated xz file.
@@ -228,10 +231,12 @@ fn bad_inputs_name_file_and_line() {
     assert!(e.contains("cut.xz:0:") && e.contains("xz"), "{e}");
     // A text file cut mid-line.
     let cutline = temp_file("cutline.txt", b"1 1 2 3\n2 4 5 6\n3 7");
-    assert!(KmeansData::read(&cutline)
-        .unwrap_err()
-        .to_string()
-        .contains("cutline.txt:3:"));
+    assert!(
+        KmeansData::read(&cutline)
+            .unwrap_err()
+            .to_string()
+            .contains("cutline.txt:3:")
+    );
     // More clusters than points.
     let small = KmeansData::read(temp_file("two.txt", b"1 1 2\n2 3 4\n")).unwrap();
     let e = KmeansJob::new(small, KmeansConfig::default())

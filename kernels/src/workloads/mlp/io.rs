@@ -4,8 +4,8 @@ use std::path::Path;
 
 use safetensors::SafeTensors;
 
-use crate::tensors::{read, read_f32, read_i64, tensor_err};
 use crate::KernelError;
+use crate::tensors::{read, read_f32, read_i64, tensor_err};
 
 /// A labelled test split saved beside a model by `scripts/train_digits.py`:
 /// the rows (scaled as for training), their true labels, the labels the

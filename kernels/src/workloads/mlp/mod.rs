@@ -383,4 +383,4 @@ mod io;
 mod tests;
 
 use crate::tensors::{read, read_f32, tensor_err};
-pub use io::{argmax, LabeledRows};
+pub use io::{LabeledRows, argmax};

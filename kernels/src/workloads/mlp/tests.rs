@@ -1,6 +1,6 @@
 use super::*;
-use safetensors::tensor::TensorView;
 use safetensors::Dtype;
+use safetensors::tensor::TensorView;
 
 /// A safetensors file of f32 tensors `(name, shape, values)`.
 fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
@@ -174,13 +174,15 @@ fn any_depth_and_widths_equal_the_naive_loops() {
         for ch in [0..3, 3..140] {
             crate::with_chunk(&mut k, ch, |k, c| k.run_cpu(c)).unwrap();
         }
-        assert!(k.profile_key().ends_with(
-            &widths
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join("x")
-        ));
+        assert!(
+            k.profile_key().ends_with(
+                &widths
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("x")
+            )
+        );
         let probs = k.into_probs();
         for (r, row) in x.chunks_exact(inp).enumerate() {
             let want = naive(&w, row);

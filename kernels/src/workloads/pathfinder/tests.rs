@@ -110,10 +110,12 @@ fn rodinia_1000x10_row() {
 fn refuses_bad_sizes() {
     assert!(PathfinderProblem::new(0, 10).is_err());
     assert!(PathfinderProblem::new(10, 0).is_err());
-    assert!(PathfinderProblem::new(10, 10)
-        .unwrap()
-        .with_pyramid(0)
-        .is_err());
+    assert!(
+        PathfinderProblem::new(10, 10)
+            .unwrap()
+            .with_pyramid(0)
+            .is_err()
+    );
     assert!(PathfinderProblem::new(1 << 40, 1 << 10).is_err());
     assert!(PathfinderProblem::new(1, 1 << 30).is_err());
 }

@@ -1,7 +1,7 @@
 //! What the placer learns from a finished batch: its classes' models, its
 //! callers' lag, and each class's speed alone or beside another's.
 
-use super::{Learned, Placer, LAG_RANGE, LAG_WEIGHT};
+use super::{LAG_RANGE, LAG_WEIGHT, Learned, Placer};
 
 impl Placer {
     /// A batch is over at `now` (its report came back): frees its classes

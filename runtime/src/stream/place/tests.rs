@@ -240,9 +240,11 @@ fn a_class_out_of_service_is_never_chosen() {
     for i in 0..4 {
         assert_eq!(p.place(8, 0, i as f64).unwrap().shares, vec![0.0, 1.0]);
     }
-    assert!(Placer::new(Placement::Hybrid, &[0, 0])
-        .place(8, 0, 0.0)
-        .is_none());
+    assert!(
+        Placer::new(Placement::Hybrid, &[0, 0])
+            .place(8, 0, 0.0)
+            .is_none()
+    );
 }
 
 #[test]

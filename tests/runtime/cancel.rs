@@ -2,8 +2,8 @@
 //! neither `shutdown().await` nor dropping the runtime blocks the caller's
 //! executor thread while worker threads finish the chunk in hand.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coexec::kernels::{Chunk, Kernel, KernelError, Synthetic};
@@ -220,8 +220,8 @@ async fn shutdown_does_not_block_a_current_thread_runtime() {
     rt.shutdown().await;
     let (took, ticked) = (t.elapsed(), ticks.load(Ordering::SeqCst) - before);
     assert!(
-        took >= Duration::from_millis(200),
-        "shutdown waited for the chunk in hand ({took:?})"
+        seen.items.load(Ordering::SeqCst) >= 1,
+        "shutdown returned before the chunk in hand ended ({took:?})"
     );
     // Blocking the only executor thread would have stopped the ticker.
     assert!(
@@ -238,12 +238,11 @@ async fn shutdown_does_not_block_a_current_thread_runtime() {
 async fn dropping_the_runtime_in_async_code_does_not_wait_for_its_threads() {
     let rt = runtime("cpu:1");
     let seen = one_chunk_in_flight(&rt, Duration::from_millis(400)).await;
-    let t = Instant::now();
     drop(rt);
-    let took = t.elapsed();
-    assert!(
-        took < Duration::from_millis(150),
-        "the drop waited {took:?} for a chunk in hand"
+    assert_eq!(
+        seen.items.load(Ordering::SeqCst),
+        0,
+        "the drop waited for the 400 ms chunk in hand"
     );
     // The threads end on their own once the chunk is done.
     until_dropped(&seen, Duration::from_secs(2)).await;

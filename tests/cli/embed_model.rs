@@ -13,13 +13,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::embed::{normalize, Embedder};
+use coexec::embed::{Embedder, normalize};
 use coexec::stream::{Stream, StreamConfig};
 
-mod common;
-#[path = "common/server.rs"]
-mod server;
-use server::{http, Server};
+use crate::common;
+use crate::server;
+use server::{Server, http};
 
 /// The model folder, or `None` (and a line saying the test is skipped).
 fn model_dir(test: &str) -> Option<PathBuf> {

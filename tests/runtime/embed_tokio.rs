@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use coexec::kernels::workloads::{KmeansConfig, KmeansData, KmeansJob};
 use coexec::kernels::Synthetic;
+use coexec::kernels::workloads::{KmeansConfig, KmeansData, KmeansJob};
 use coexec::{JobOptions, JobOrder, Runtime};
 
 #[tokio::main]

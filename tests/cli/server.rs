@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A running `coexec serve`, killed if the test ends early.
@@ -27,10 +28,13 @@ impl Drop for TempDir {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Self {
+        // A profile folder of each server's own: servers of tests running
+        // at once neither share what they learn nor remove each other's.
+        static SERVERS: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "coexec-serve-test-{}-{}",
             std::process::id(),
-            Instant::now().elapsed().as_nanos() ^ (extra.len() as u128 * 7919)
+            SERVERS.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))

@@ -9,8 +9,8 @@ use serde_json::Value;
 const ITEMS: usize = 20_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trace_file_holds_every_chunk_on_its_workers_track(
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn trace_file_holds_every_chunk_on_its_workers_track()
+-> Result<(), Box<dyn std::error::Error>> {
     let rt = coexec::Runtime::builder()
         .devices("cpu:2,sim:1@2")?
         .in_memory_profiles()

@@ -1,8 +1,8 @@
 //! Every item exactly once on real threads: random device mixes, policies,
 //! concurrent jobs and injected chunk failures (errors and panics).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coexec::kernels::{Chunk, Kernel, KernelError, Synthetic};
 use coexec::{JobOptions, Runtime};

@@ -2,16 +2,31 @@
 //! variable; `Builder::from_env()` reads coexec's, and later calls override
 //! them. One test in its own binary: it sets the process's environment.
 
+use std::ffi::OsStr;
+
 use coexec::{ActorError, Builder, Error, Runtime};
+
+/// Sets an environment variable while this binary runs one thread.
+fn set_env(key: &str, value: impl AsRef<OsStr>) {
+    // SAFETY: this binary holds one test, and every call comes before its
+    // first runtime starts a thread: nothing reads the environment at the
+    // same time.
+    unsafe { std::env::set_var(key, value) };
+}
 
 #[test]
 fn only_from_env_reads_the_environment() {
     let dir = std::env::temp_dir().join(format!("coexec-env-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    // Edition 2021: safe, and nothing else runs in this binary.
-    std::env::set_var("COEXEC_DEVICES", "cpu:1,sim:1@2");
-    std::env::set_var("COEXEC_POLICY", "no-such-policy");
-    std::env::set_var("COEXEC_PROFILE_DIR", &dir);
+    // A bad spec in the environment is an error of from_env, not of build.
+    set_env("COEXEC_DEVICES", "cpu:0");
+    assert!(matches!(
+        Builder::from_env(),
+        Err(Error::Actor(ActorError::DeviceSpec { .. }))
+    ));
+    set_env("COEXEC_DEVICES", "cpu:1,sim:1@2");
+    set_env("COEXEC_POLICY", "no-such-policy");
+    set_env("COEXEC_PROFILE_DIR", dir.as_os_str());
 
     // The plain builder sees none of it.
     let rt = Runtime::builder()
@@ -47,11 +62,5 @@ fn only_from_env_reads_the_environment() {
     );
     rt.shutdown_now();
 
-    // A bad spec in the environment is an error of from_env, not of build.
-    std::env::set_var("COEXEC_DEVICES", "cpu:0");
-    assert!(matches!(
-        Builder::from_env(),
-        Err(Error::Actor(ActorError::DeviceSpec { .. }))
-    ));
     let _ = std::fs::remove_dir_all(&dir);
 }

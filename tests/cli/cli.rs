@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 /// `coexec args…`: see `common::coexec`.
 fn coexec(args: &[&str]) -> (i32, String, String) {
@@ -246,6 +246,8 @@ fn the_default_bench_runs_without_the_kmeans_input() {
             "cpu:2",
             "--repeat",
             "1",
+            "--budget",
+            "0",
             "--pairs",
             "0",
             "--count",
@@ -289,9 +291,11 @@ fn bench_serves_its_metrics_on_a_fixed_port() {
         "--devices",
         "cpu:1,sim:1@2",
         "--size",
-        "20000",
+        "2000",
         "--repeat",
         "1",
+        "--budget",
+        "0",
         "--pairs",
         "1",
         "--quiet",

@@ -290,7 +290,7 @@ fn a_chunk_far_past_its_prediction_is_taken_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-mod common;
+use crate::common;
 
 /// `coexec args…`: see `common::coexec`.
 fn coexec(args: &[&str]) -> (i32, String, String) {
@@ -644,8 +644,9 @@ fn a_fifo_as_the_profile_does_not_block_the_start() {
 }
 
 /// Another process holds the profile's lock (a coexec stopped mid-save):
-/// the start waits a moment and reads the profile without it, the final
-/// save gives up after its bound with a warning; the run ends (before, both
+/// the start waits a moment and reads the profile without it, the save
+/// gives up after its bound with a warning, and the shutdown waits out that
+/// bound once, not again for a final save; the run ends (before, both
 /// blocked forever, silently). By hand: `flock PROFILE.lock sleep 600 &`,
 /// then `coexec run synthetic`.
 #[test]
@@ -664,7 +665,10 @@ fn a_held_profile_lock_delays_but_never_blocks() {
     drop(held);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("verified: true"), "{out}");
-    assert!(err.contains("held by another process"), "{err}");
+    assert!(err.contains("held by another process for 1s"), "{err}");
+    let saves = err.matches("could not save the profile").count();
+    assert_eq!(saves, 1, "the lock waited for once at shutdown: {err}");
+    assert!(err.contains("the final save is skipped"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -31,8 +31,8 @@ fn spawn(dir: &Path, work: &str) -> std::io::Result<Child> {
 }
 
 #[test]
-fn concurrent_processes_on_one_profile_keep_every_kernel_and_every_run(
-) -> Result<(), Box<dyn std::error::Error>> {
+fn concurrent_processes_on_one_profile_keep_every_kernel_and_every_run()
+-> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("coexec-profile-sharing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;

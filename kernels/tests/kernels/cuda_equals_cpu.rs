@@ -17,16 +17,16 @@ use std::io::Write;
 
 use coexec_kernels::cuda::{self, CudaKernel, StreamWorker};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use coexec_kernels::workloads::{
-    argmax, run_sequential, KmeansConfig, KmeansData, KmeansJob, LabeledRows, Matmul, MatmulJob,
-    MatmulProblem, Mlp, MlpWeights, NbodyJob, NbodyProblem, PathfinderJob, PathfinderProblem,
-    Workload,
+    KmeansConfig, KmeansData, KmeansJob, LabeledRows, Matmul, MatmulJob, MatmulProblem, Mlp,
+    MlpWeights, NbodyJob, NbodyProblem, PathfinderJob, PathfinderProblem, Workload, argmax,
+    run_sequential,
 };
-use coexec_kernels::{claim_parts, Kernel, KernelError, OneShot, Synthetic};
+use coexec_kernels::{Kernel, KernelError, OneShot, Synthetic, claim_parts};
 
 /// One line straight to the terminal, in one write: the harness captures
 /// `eprintln!`, and tests on other threads write at the same time.
@@ -475,7 +475,7 @@ fn mlp_matches(test: &str, ws: &mut [StreamWorker; 2], name: &str) -> bool {
         let correct = |l: &[usize]| {
             l.iter()
                 .zip(split.labels.iter().cycle())
-                .filter(|(&p, &y)| p as i64 == y)
+                .filter(|&(&p, &y)| p as i64 == y)
                 .count()
         };
         say(&format!(
@@ -898,11 +898,7 @@ mod declared {
                 .output(&c.y)
                 .block_output(&c.sums)
                 .scalar(GRAIN as u32);
-            if self.1 {
-                t.scalar(c.s as f64)
-            } else {
-                t
-            }
+            if self.1 { t.scalar(c.s as f64) } else { t }
         }
     }
 }

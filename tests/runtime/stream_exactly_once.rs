@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use coexec::Runtime;
 use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
 use coexec::stream::{Model, Stream, StreamConfig, StreamError};
-use coexec::Runtime;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, Copy)]

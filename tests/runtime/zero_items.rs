@@ -1,7 +1,7 @@
 //! Jobs of zero items: over at admission, the kernel always comes back.
 
-use coexec::kernels::{Empty, Synthetic};
 use coexec::Runtime;
+use coexec::kernels::{Empty, Synthetic};
 
 /// A job finished at admission kept a handle on its
 /// kernel, so `run` failed about half the time on a multi-thread runtime

@@ -160,8 +160,8 @@ fn free_loopback_port() -> std::io::Result<SocketAddr> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scrape_after_a_job_shows_its_items_chunks_and_durations(
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn scrape_after_a_job_shows_its_items_chunks_and_durations()
+-> Result<(), Box<dyn std::error::Error>> {
     let addr = free_loopback_port()?;
     let rt = coexec::Runtime::builder()
         .devices("cpu:2,sim:1@2")?
@@ -300,8 +300,8 @@ fn within<T: Send + 'static>(
 }
 
 #[test]
-fn a_scrape_answers_while_idle_and_slow_clients_hold_connections(
-) -> Result<(), Box<dyn std::error::Error>> {
+fn a_scrape_answers_while_idle_and_slow_clients_hold_connections()
+-> Result<(), Box<dyn std::error::Error>> {
     let rt = coexec::Runtime::builder()
         .devices("cpu:1")?
         .in_memory_profiles()

@@ -4,8 +4,8 @@
 //! per chunk and retry (about 120 for one job). Its own test binary: it
 //! counts the process's panic-hook calls.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coexec::kernels::{Chunk, Kernel, KernelError};
 

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use coexec_kernels::baseline::run_rayon;
 use coexec_kernels::workloads::{
-    run_sequential, KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob,
-    NbodyProblem, OneShot, PathfinderJob, PathfinderProblem,
+    KmeansConfig, KmeansData, KmeansJob, MatmulJob, MatmulProblem, NbodyJob, NbodyProblem, OneShot,
+    PathfinderJob, PathfinderProblem, run_sequential,
 };
 use coexec_kernels::{KernelError, Synthetic};
 
@@ -25,11 +25,11 @@ fn rayon_matches_sequential_bit_for_bit() -> Result<(), KernelError> {
         run_sequential(MatmulJob::new(p)?)?,
         run_rayon(&pool, MatmulJob::new(p)?)?,
     );
-    assert!(a
-        .c
-        .iter()
-        .zip(&b.c)
-        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert!(
+        a.c.iter()
+            .zip(&b.c)
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+    );
 
     let p = PathfinderProblem::new(20_000, 50)?.with_pyramid(7)?;
     let (a, b) = (

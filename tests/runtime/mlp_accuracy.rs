@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::kernels::workloads::{argmax, LabeledRows, Mlp, MlpWeights};
+use coexec::kernels::workloads::{LabeledRows, Mlp, MlpWeights, argmax};
 
 fn models() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/models")
