@@ -173,10 +173,34 @@ impl MlpWeights {
                 why: format!("{classes} output class(es); a classifier needs at least 2"),
             });
         }
-        Ok(Self {
+        let model = Self {
             layers,
             source: origin.to_path_buf(),
             id: crate::claim::next_id(),
+        };
+        model.check_no_overflow()?;
+        Ok(model)
+    }
+
+    /// Refuses a model whose output is not finite on a row of zeros or a
+    /// row of ones: weights or biases so large (finite, near `f32::MAX`)
+    /// that they overflow on any input, so that every request would fail
+    /// for the model's fault, reported as the input's.
+    fn check_no_overflow(&self) -> Result<(), KernelError> {
+        let (inp, c) = (self.inputs(), self.classes());
+        let mut x = vec![0.0f32; 2 * inp];
+        x[inp..].fill(1.0);
+        let mut probs = vec![0.0f32; 2 * c];
+        self.forward(&x, &mut probs)?;
+        if probs.iter().all(|p| p.is_finite()) {
+            return Ok(());
+        }
+        Err(KernelError::Tensor {
+            path: self.source.clone(),
+            tensor: format!("fc1..fc{}", self.depth()),
+            why: "the output on a row of zeros or of ones is not finite: weights or biases \
+                  so large that any input overflows f32"
+                .into(),
         })
     }
 

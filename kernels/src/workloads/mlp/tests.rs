@@ -91,6 +91,23 @@ fn load_err(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> String {
         .to_string()
 }
 
+/// Finite weights near `f32::MAX` overflow on any input: refused at load,
+/// naming the file, not served to answer every request with a 400.
+#[test]
+fn weights_that_overflow_on_any_input_are_refused_at_load() {
+    let mut t = tiny(4);
+    t[2].2.fill(3.0e38);
+    let e = load_err(&t);
+    assert!(
+        e.contains("bad.safetensors") && e.contains("not finite") && e.contains("fc1..fc3"),
+        "{e}"
+    );
+    // Large but sane weights load.
+    let mut t = tiny(4);
+    t[2].2.iter_mut().for_each(|w| *w *= 1.0e3);
+    MlpWeights::from_bytes(&file(&t), Path::new("big.safetensors")).expect("loads");
+}
+
 #[test]
 fn malformed_files_name_the_file_and_tensor() {
     let mut t = tiny(4);
