@@ -215,10 +215,12 @@ fn a_class_condemned_by_its_stored_model_is_measured_again() {
         let mut sim_items = Vec::new();
         // The class is measured again every 8th job. Its region may be
         // eaten by the CPU before the sim's thread wakes on a busy machine
-        // (a job of 20 000 items lasts ~2 ms here, and CI lost both chances
-        // of 16 such jobs once): jobs ten times as long, four chances.
+        // (a job of 20 000 items lasts ~2 ms here; CI lost both chances of
+        // 16 such jobs once, and all four of 32 jobs of 200 000 items with
+        // the CLI's other tests running beside it): jobs of 10^6 items,
+        // four chances.
         for _ in 0..32 {
-            let mut done = rt.run(Synthetic::new(200_000, 50)).await?;
+            let mut done = rt.run(Synthetic::new(1_000_000, 50)).await?;
             done.kernel.verify()?;
             sim_items.push(done.report.classes[1].items);
         }
