@@ -16,7 +16,7 @@
 //! (`broker::space`, `broker::job`, [`policy`], [`perfmodel`]) that the
 //! actors only feed.
 #![warn(missing_docs, unreachable_pub)]
-#![deny(unsafe_code)] // one exception: the claim site in worker/mod.rs
+#![forbid(unsafe_code)]
 
 pub mod bind;
 mod broker;

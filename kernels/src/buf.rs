@@ -279,8 +279,8 @@ pub struct DisjointBuf<T> {
 }
 
 // SAFETY: `&self` hands out `&mut [T]` only through `chunk_mut*`, for elements
-// of the caller's claim: claims of one space never overlap (the minting
-// contract of `Chunk::new_unchecked`), the buffer serves one live space at a
+// of the caller's claim: live claims of one space never overlap (the space
+// refuses an overlapping one, `Chunk::claim`), the buffer serves one live space at a
 // time and maps items to elements one way for it (`bind`), so disjoint
 // claims get disjoint elements, and a claim hands out one slice per buffer
 // (`Chunk::take`).
@@ -485,8 +485,7 @@ mod tests {
     use crate::with_chunk;
 
     fn mint(space: &Arc<ClaimSpace>, r: Range<usize>) -> Chunk {
-        // SAFETY: each test mints disjoint ranges per space.
-        unsafe { Chunk::new_unchecked(space, r) }
+        Chunk::claim(space, r).expect("the tests claim disjoint ranges per space")
     }
 
     #[test]

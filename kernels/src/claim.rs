@@ -1,25 +1,26 @@
 //! Claims: the proof that a worker owns a range of a job's items.
 //!
 //! A [`Chunk`] is the only key to a kernel's outputs ([`DisjointBuf::chunk_mut`]).
-//! Safe code cannot make one: the runtime's broker mints a chunk for items it
-//! has handed to one worker alone (the one `unsafe` call, in
-//! `coexec-actors`' worker loop), and [`with_chunk`] mints one for a caller
-//! that holds the kernel exclusively (`&mut K`). A chunk cannot be cloned and
-//! is not `Sync`, so it stays with the one call that runs it.
+//! Every chunk belongs to a [`ClaimSpace`] (one per job), which records its
+//! live claims and refuses one that overlaps another ([`Chunk::claim`]), so
+//! two live chunks of a space never share an item: the runtime's broker
+//! claims the ranges it hands its workers, [`with_chunk`] and
+//! [`claim_parts`] the ranges of a kernel its caller holds exclusively. A
+//! chunk cannot be cloned and is not `Sync`, so it stays with the one call
+//! that runs it, and its items return to the space when it is dropped.
 //!
-//! Every chunk belongs to a [`ClaimSpace`] (one per job). A buffer binds to the
-//! space of the first chunk that writes it and refuses, by a panic, chunks of
-//! another space while that space is alive; so a buffer shared between two
-//! kernels (an `Arc<DisjointBuf>` in both) cannot be written by two jobs at
-//! once. In debug builds a space also records its live claims and panics on
-//! an overlap.
+//! A buffer binds to the space of the first chunk that writes it and
+//! refuses, by a panic, chunks of another space while that space is alive;
+//! so a buffer shared between two kernels (an `Arc<DisjointBuf>` in both)
+//! cannot be written by two jobs at once.
 //!
 //! [`DisjointBuf::chunk_mut`]: crate::DisjointBuf::chunk_mut
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -28,15 +29,13 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The item space of one job, within which claims never overlap.
-///
-/// Creating one is harmless; what matters is minting chunks in it
-/// ([`Chunk::new_unchecked`]).
+/// The item space of one job, within which live claims never overlap.
 #[derive(Debug)]
 pub struct ClaimSpace {
     id: u64,
-    #[cfg(debug_assertions)]
-    live: std::sync::Mutex<Vec<Range<usize>>>,
+    /// The live claims' ranges, start to end; empty ranges are not kept
+    /// (they hold no item).
+    live: Mutex<BTreeMap<usize, usize>>,
 }
 
 impl ClaimSpace {
@@ -44,7 +43,6 @@ impl ClaimSpace {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             id: next_id(),
-            #[cfg(debug_assertions)]
             live: Default::default(),
         })
     }
@@ -53,29 +51,31 @@ impl ClaimSpace {
         self.id
     }
 
-    #[cfg(debug_assertions)]
-    fn enter(&self, r: &Range<usize>) {
+    /// Records `r` as live unless it overlaps a live claim.
+    fn enter(&self, r: &Range<usize>) -> bool {
         if r.is_empty() {
-            return;
+            return true;
         }
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(o) = live
-            .iter()
-            .find(|o| !o.is_empty() && o.start < r.end && r.start < o.end)
+        // Live ranges are disjoint, so ordered by start they are ordered by
+        // end too: of those starting before `r` ends, the last one reaches
+        // furthest, and `r` overlaps some live range if and only if it
+        // overlaps that one.
+        if let Some((_, &end)) = live.range(..r.end).next_back()
+            && end > r.start
         {
-            panic!("claim {r:?} overlaps live claim {o:?} of the same job (a bug in the broker)");
+            return false;
         }
-        live.push(r.clone());
+        live.insert(r.start, r.end);
+        true
     }
 
-    #[cfg(debug_assertions)]
     fn leave(&self, r: &Range<usize>) {
-        if r.is_empty() {
-            return;
-        }
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = live.iter().position(|o| o == r) {
-            live.swap_remove(i);
+        if !r.is_empty() {
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&r.start);
         }
     }
 }
@@ -97,11 +97,6 @@ impl ClaimSpace {
 /// ```
 ///
 /// ```compile_fail
-/// let space = coexec_kernels::ClaimSpace::new();
-/// let c = coexec_kernels::Chunk::new_unchecked(&space, 0..8); // unsafe
-/// ```
-///
-/// ```compile_fail
 /// fn share(c: &coexec_kernels::Chunk) {
 ///     std::thread::scope(|s| { s.spawn(|| c.len()); }); // not Sync
 /// }
@@ -115,24 +110,30 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// Mints a claim on `range` in `space`.
+    /// A claim on `range` in `space`, or `None` if `range` overlaps a live
+    /// claim of the space (or is inverted). The items return to the space
+    /// when the chunk is dropped.
     ///
-    /// # Safety
+    /// ```
+    /// use coexec_kernels::{Chunk, ClaimSpace};
     ///
-    /// While the returned chunk lives, no other live chunk of `space` may
-    /// overlap `range`, and every chunk of `space` must be for the same
-    /// kernel (the same item numbering). The broker's item space guarantees
-    /// it (its partition property test is the proof); debug builds check it.
-    #[doc(hidden)]
-    pub unsafe fn new_unchecked(space: &Arc<ClaimSpace>, range: Range<usize>) -> Self {
-        assert!(range.start <= range.end, "inverted range {range:?}");
-        #[cfg(debug_assertions)]
-        space.enter(&range);
-        Self {
+    /// let space = ClaimSpace::new();
+    /// let a = Chunk::claim(&space, 0..600).unwrap();
+    /// assert!(Chunk::claim(&space, 500..1000).is_none()); // items 500..600 are a's
+    /// let b = Chunk::claim(&space, 600..1000).unwrap();
+    /// drop(a);
+    /// assert!(Chunk::claim(&space, 0..600).is_some());
+    /// # drop(b);
+    /// ```
+    pub fn claim(space: &Arc<ClaimSpace>, range: Range<usize>) -> Option<Self> {
+        if range.start > range.end || !space.enter(&range) {
+            return None;
+        }
+        Some(Self {
             range,
             space: space.clone(),
             taken: RefCell::new(Vec::new()),
-        }
+        })
     }
 
     /// The item range.
@@ -185,7 +186,6 @@ impl Chunk {
 
 impl Drop for Chunk {
     fn drop(&mut self) {
-        #[cfg(debug_assertions)]
         self.space.leave(&self.range);
     }
 }
@@ -202,14 +202,19 @@ impl Drop for Chunk {
 /// with_chunk(&mut k, 600..1000, |k, c| k.run_cpu(c)).unwrap();
 /// k.verify().unwrap();
 /// ```
+///
+/// # Panics
+///
+/// If `range` is inverted (its start past its end).
 pub fn with_chunk<K: ?Sized, R>(
     kernel: &mut K,
     range: Range<usize>,
     f: impl FnOnce(&K, &Chunk) -> R,
 ) -> R {
     let space = ClaimSpace::new();
-    // SAFETY: the space is new and this is its only chunk.
-    let chunk = unsafe { Chunk::new_unchecked(&space, range) };
+    // The space is new: only an inverted range is refused.
+    let chunk =
+        Chunk::claim(&space, range.clone()).unwrap_or_else(|| panic!("inverted range {range:?}"));
     f(kernel, &chunk)
 }
 
@@ -243,9 +248,9 @@ pub fn claim_parts<'k, K: ?Sized>(kernel: &'k mut K, cuts: &[usize]) -> (&'k K, 
     let space = ClaimSpace::new();
     let parts = cuts
         .windows(2)
-        // SAFETY: consecutive cuts of a non-decreasing list: the ranges are
-        // disjoint, each minted once, in a space of their own.
-        .map(|w| unsafe { Chunk::new_unchecked(&space, w[0]..w[1]) })
+        // Consecutive cuts of a non-decreasing list, in a space of their
+        // own: disjoint, so none is refused.
+        .filter_map(|w| Chunk::claim(&space, w[0]..w[1]))
         .collect();
     (kernel, parts)
 }

@@ -13,9 +13,8 @@
 //! pathfinder, nbody) and the MLP live in `workloads`, behind the
 //! `workloads` feature (off by default) with the crates only they need
 //! (safetensors, gemm, xz2, …). All `unsafe` code and every CUDA call of
-//! coexec is in this crate, but for one line: the worker loop of
-//! `coexec-actors` mints each [`Chunk`] (the claim on a job's items) with
-//! [`Chunk::new_unchecked`]. Kernels need no `unsafe`: a chunk unlocks the
+//! coexec is in this crate. Kernels need no `unsafe`: a [`Chunk`] (a claim
+//! on a job's items, refused where it would overlap a live one) unlocks the
 //! outputs of exactly its items ([`DisjointBuf::chunk_mut`]).
 //!
 //! ```

@@ -109,33 +109,37 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
             kernel,
             claims,
         } = claimed;
-        #[allow(unsafe_code)]
-        // SAFETY: `info.range` was claimed from the job's item space for this
-        // worker alone (`JobCore::claim`: the space hands out disjoint ranges,
-        // and a failed range returns to the job only after its chunk is
-        // dropped below). Proof: the Space partition property test
-        // (`broker::space::tests::claims_partition_the_items`) and the
-        // exactly-once property test (tests/runtime/broker_exactly_once.rs); debug
-        // builds also check every claim against the live ones. This is the
-        // one `unsafe` of coexec outside `coexec-kernels`.
-        let chunk = unsafe { Chunk::new_unchecked(&claims, info.range.clone()) };
+        // The job's item space hands each range to one worker (`JobCore::
+        // claim`), and a failed range returns to the job only after its
+        // chunk is dropped below; the claim space checks it all the same
+        // and refuses an overlap, which fails the chunk like any error.
+        let chunk = Chunk::claim(&claims, info.range.clone());
         drop(claims);
         exec.begin(&job.profile_key, info.cpu_secs);
-        let (t0, res) = match exec.prepare(&*kernel, job.id) {
-            Ok(false) => (t0, exec.run(&*kernel, &chunk)),
-            Ok(true) => {
-                // Setup (compiling, a run's uploads) is not the chunk's time:
-                // its take-back clock starts now.
-                let t = job.start.elapsed().as_secs_f64();
-                job.core().watch_restart(w, t);
-                (t, exec.run(&*kernel, &chunk))
-            }
-            Err(e) => (t0, Err(e)),
+        let (t0, res) = match &chunk {
+            None => (
+                t0,
+                Err(KernelError::Failed(format!(
+                    "items {:?} overlap a live claim of the job",
+                    info.range
+                ))),
+            ),
+            Some(chunk) => match exec.prepare(&*kernel, job.id) {
+                Ok(false) => (t0, exec.run(&*kernel, chunk)),
+                Ok(true) => {
+                    // Setup (compiling, a run's uploads) is not the chunk's
+                    // time: its take-back clock starts now.
+                    let t = job.start.elapsed().as_secs_f64();
+                    job.core().watch_restart(w, t);
+                    (t, exec.run(&*kernel, chunk))
+                }
+                Err(e) => (t0, Err(e)),
+            },
         };
         let t1 = job.start.elapsed().as_secs_f64();
         // The claim ends before the job hears of it: the range may be handed
         // out again (a retry) and the kernel back to its owner.
-        let (range, len) = (chunk.range(), chunk.len());
+        let (range, len) = (info.range.clone(), info.range.len());
         drop(chunk);
         drop(kernel);
         if fair {

@@ -403,8 +403,7 @@ mod tests {
         let d = DisjointBuf::<u64>::new(100, 2);
         assert!(fake_lock(d.pinnable(), &log, true));
         let space = ClaimSpace::new();
-        // SAFETY: the only chunk of a new space.
-        let c = unsafe { crate::Chunk::new_unchecked(&space, 10..20) };
+        let c = crate::Chunk::claim(&space, 10..20).unwrap();
         d.chunk_mut(&c).fill(5);
         drop(c);
         let v = d.into_vec();

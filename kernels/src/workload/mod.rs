@@ -252,9 +252,9 @@ pub(crate) mod testutil {
                 .map(|t| {
                     s.spawn(move || {
                         for r in chunks.iter().skip(t).step_by(2) {
-                            // SAFETY: the ranges partition the items, each is
-                            // minted once, and the caller holds `k` exclusively.
-                            let c = unsafe { Chunk::new_unchecked(space, r.clone()) };
+                            let c = Chunk::claim(space, r.clone()).ok_or_else(|| {
+                                KernelError::Failed(format!("chunks overlap at {r:?}"))
+                            })?;
                             k.run_cpu(&c)?;
                         }
                         Ok::<(), KernelError>(())

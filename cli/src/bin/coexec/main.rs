@@ -1,5 +1,6 @@
 //! `coexec`: run and benchmark data-parallel jobs on every CPU core and GPU
 //! stream at once.
+#![forbid(unsafe_code)]
 
 /// `println!` for what the CLI prints: a closed stdout (`coexec policies |
 /// head -1`) ends the program quietly instead of panicking.
