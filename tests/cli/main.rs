@@ -6,6 +6,7 @@ mod common;
 mod server;
 
 mod cli;
+mod compare_servers;
 mod embed_model;
 mod hardening;
 mod load_generator;

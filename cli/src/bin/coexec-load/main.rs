@@ -12,19 +12,27 @@
 //! ```text
 //! coexec-load --target http://127.0.0.1:8080 --rate 100,200,400 --requests 2000
 //! coexec-load --target http://127.0.0.1:8080 --rate 50 --capacity-p99-ms 50
+//! coexec-load --rate 500,1000 --rounds 5 \
+//!     --server 'old=/tmp/old/coexec serve --addr 127.0.0.1:0 --profile-dir {profile_dir}' \
+//!     --server 'new=coexec serve --addr 127.0.0.1:0 --profile-dir {profile_dir}'
 //! ```
+#![forbid(unsafe_code)]
 
 mod capacity;
+mod compare;
 mod dataset;
 mod openloop;
+mod ratio;
 mod record;
 mod report;
+mod servers;
 mod target;
 #[path = "../shared/usage.rs"]
 mod usage;
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,9 +57,34 @@ use crate::report::RateReport;
 #[command(name = "coexec-load", version, about)]
 struct Args {
     /// The server: http://HOST:PORT[/PATH] (path defaults to /v1/infer).
-    /// HOST must resolve to loopback addresses only.
+    /// HOST must resolve to loopback addresses only. With --server, only
+    /// its path is used.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     target: String,
+    /// Start the server(s) to load instead, side by side: NAME=COMMAND,
+    /// repeatable; the first is the base of the ratios. Each measured run
+    /// gets a fresh server (`sh -c 'exec COMMAND'`, `{profile_dir}` replaced
+    /// by a folder of its own), a warm-up, then the rates or the capacity
+    /// search; it is stopped with SIGTERM and must exit 0. The command must
+    /// print `listening on http://ADDR` (`coexec serve --addr 127.0.0.1:0`).
+    #[arg(long, value_name = "NAME=COMMAND", conflicts_with = "record")]
+    server: Vec<String>,
+    /// With --server: rounds; the servers' order rotates each round.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// With --server: requests sent before each measured run.
+    #[arg(long, default_value_t = 600)]
+    warmup_requests: u64,
+    /// With --server: the warm-up's rate, requests per second.
+    #[arg(long, default_value_t = 500.0)]
+    warmup_rate: f64,
+    /// With --server: seconds a server may take to print its address.
+    #[arg(long, default_value_t = 60.0)]
+    ready_timeout: f64,
+    /// With --server: where the servers' logs go (default: a new folder
+    /// under the temporary directory, named at the start).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
     /// Arrival rates in requests per second, comma-separated; each runs in
     /// turn.
     #[arg(long, value_delimiter = ',', required = true)]
@@ -59,6 +92,11 @@ struct Args {
     /// Requests sent at each rate.
     #[arg(long, default_value_t = 1000)]
     requests: u64,
+    /// Send at least this many seconds of load at each rate (requests =
+    /// the larger of --requests and rate x seconds), so that a capacity
+    /// search's fast probes last as long as its slow ones.
+    #[arg(long, value_name = "S", conflicts_with = "record")]
+    probe_seconds: Option<f64>,
     /// Each rate stops this many seconds after its start; what has not
     /// answered by then counts as lost, what was not sent as unsent.
     #[arg(long, default_value_t = 60.0)]
@@ -99,6 +137,10 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
 }
+
+/// Requests a rate may send: the duplicate check keeps one flag per
+/// request.
+const MAX_REQUESTS: u64 = 10_000_000;
 
 /// The committed digits test split, built in so that the generator runs
 /// from any directory.
@@ -145,10 +187,9 @@ fn check_args(a: &Args) -> Result<(), Failure> {
     if a.requests == 0 {
         return usage("--requests must be at least 1".into());
     }
-    // The duplicate check keeps one flag per request.
-    if a.requests > 10_000_000 {
+    if a.requests > MAX_REQUESTS {
         return usage(format!(
-            "--requests {} is over the 10000000 a rate may send",
+            "--requests {} is over the {MAX_REQUESTS} a rate may send",
             a.requests
         ));
     }
@@ -160,11 +201,33 @@ fn check_args(a: &Args) -> Result<(), Failure> {
             return usage(format!("{flag} must be seconds in (0, 86400], got {v}"));
         }
     }
+    if let Some(p) = a.probe_seconds
+        && !(p.is_finite() && p > 0.0 && p <= 3600.0)
+    {
+        return usage(format!("--probe-seconds must be in (0, 3600], got {p}"));
+    }
     if a.rows_per_request == 0 {
         return usage("--rows-per-request must be at least 1".into());
     }
     if a.max_in_flight == 0 {
         return usage("--max-in-flight must be at least 1".into());
+    }
+    if !a.server.is_empty() {
+        if a.rounds == 0 || a.rounds > 1000 {
+            return usage(format!("--rounds must be in 1..=1000, got {}", a.rounds));
+        }
+        if a.warmup_requests > 0 && !(a.warmup_rate.is_finite() && a.warmup_rate > 0.0) {
+            return usage(format!(
+                "--warmup-rate: {} is not a positive number of requests per second",
+                a.warmup_rate
+            ));
+        }
+        if !(a.ready_timeout.is_finite() && a.ready_timeout > 0.0 && a.ready_timeout <= 86_400.0) {
+            return usage(format!(
+                "--ready-timeout must be seconds in (0, 86400], got {}",
+                a.ready_timeout
+            ));
+        }
     }
     if let Some(b) = a.capacity_p99_ms {
         if !(b.is_finite() && b > 0.0) {
@@ -179,74 +242,81 @@ fn check_args(a: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn run(a: Args) -> Result<(), Failure> {
-    check_args(&a)?;
-    let target = target::resolve(&a.target)
-        .await
-        .map_err(|e| Failure::Usage(e.to_string()))?;
-    let data = match (&a.texts, &a.data) {
-        (Some(path), _) => Dataset::texts(path),
-        (None, Some(path)) => Dataset::load(path),
-        (None, None) => {
-            Dataset::from_bytes(std::path::Path::new(BUILT_IN_DATA_NAME), BUILT_IN_DATA)
-        }
+/// `--record`'s file while the run writes it.
+struct Recording<'a> {
+    path: &'a Path,
+    file: BufWriter<File>,
+    /// The rows, lent to each rate's run; `None` once a write failed.
+    trace: Option<record::Trace>,
+    error: Option<String>,
+}
+
+/// What one server's rates, or its capacity search, gave.
+struct Measured {
+    reports: Vec<RateReport>,
+    verdicts: Vec<capacity::Verdict>,
+    found: Option<capacity::Capacity>,
+}
+
+fn plan(a: &Args, rate: f64, requests: u64) -> Plan {
+    Plan {
+        rate,
+        requests,
+        rows_per_request: a.rows_per_request,
+        timeout: Duration::from_secs_f64(a.timeout),
+        duration_limit: Duration::from_secs_f64(a.duration_limit),
+        max_in_flight: a.max_in_flight,
     }
-    .map_err(|e| Failure::Usage(e.to_string()))?;
-    let (target, data) = (Arc::new(target), Arc::new(data));
-    // Opened, its header written and its rows allocated before the run, so
-    // a bad path or a size this machine cannot hold costs no load.
-    let mut record = match &a.record {
-        Some(path) => {
-            let trace = record::Trace::new(a.requests, coexec::kernels::workloads::memory_limit())
-                .map_err(Failure::Usage)?;
-            let f = std::fs::File::create(path)
-                .map(std::io::BufWriter::new)
-                .and_then(|mut f| {
-                    f.write_all(record::HEADER.as_bytes())?;
-                    f.flush()?;
-                    Ok(f)
-                })
-                .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
-            Some((path, f, Some(trace)))
-        }
-        None => None,
-    };
-    // A failed write stops the recording, not the run: the report still
-    // comes, then exit 1.
-    let mut record_error = None;
-    let client = openloop::client(a.max_in_flight);
-    let mut reports = Vec::with_capacity(a.rate.len());
-    let mut search = a.capacity_p99_ms.map(|_| capacity::Search::new(a.rate[0]));
+}
+
+/// The requests sent at `rate`: --requests, or more under --probe-seconds.
+fn requests_at(a: &Args, rate: f64) -> u64 {
+    let seconds = a.probe_seconds.map_or(0, |s| (s * rate).ceil() as u64);
+    a.requests.max(seconds).min(MAX_REQUESTS)
+}
+
+/// The rates in turn, or the capacity search from the first; each rate's
+/// progress on stderr after `label` (`None`: quiet).
+async fn measure(
+    a: &Args,
+    client: &openloop::HttpClient,
+    target: &Arc<target::Target>,
+    data: &Arc<Dataset>,
+    rates: &[f64],
+    mut recording: Option<&mut Recording<'_>>,
+    label: Option<&str>,
+) -> Measured {
+    let label = label.filter(|_| !a.json);
+    let mut reports = Vec::with_capacity(rates.len());
+    let mut search = a.capacity_p99_ms.map(|_| capacity::Search::new(rates[0]));
     let mut verdicts = Vec::new();
-    let mut rates = a.rate.clone().into_iter();
+    let mut rates = rates.iter().copied();
     loop {
         let next = match &search {
             Some(s) => s.next(),
             None => rates.next(),
         };
         let Some(rate) = next else { break };
-        let plan = Plan {
-            rate,
-            requests: a.requests,
-            rows_per_request: a.rows_per_request,
-            timeout: Duration::from_secs_f64(a.timeout),
-            duration_limit: Duration::from_secs_f64(a.duration_limit),
-            max_in_flight: a.max_in_flight,
-        };
-        let trace = record.as_mut().and_then(|r| r.2.take());
-        let (r, trace) = openloop::run(&client, &target, &data, &plan, trace).await;
-        if let (Some((path, f, slot)), Some(t)) = (&mut record, trace) {
-            match t.write(f).and_then(|()| f.flush()) {
-                Ok(()) => *slot = Some(t),
-                Err(e) => {
-                    record_error = Some(format!("--record {}: {e}", path.display()));
-                    record = None;
-                }
+        let trace = recording.as_mut().and_then(|r| r.trace.take());
+        let (r, trace) = openloop::run(
+            client,
+            target,
+            data,
+            &plan(a, rate, requests_at(a, rate)),
+            trace,
+        )
+        .await;
+        // A failed write stops the recording, not the run: the report
+        // still comes, then exit 1.
+        if let (Some(rec), Some(t)) = (recording.as_mut(), trace) {
+            match t.write(&mut rec.file).and_then(|()| rec.file.flush()) {
+                Ok(()) => rec.trace = Some(t),
+                Err(e) => rec.error = Some(format!("--record {}: {e}", rec.path.display())),
             }
         }
-        if !a.json {
+        if let Some(label) = label {
             eprintln!(
-                "coexec-load: rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {} ms",
+                "{label}rate {rate}/s: {} sent, {} answered, {} of them 200, p99 of the 200s {} ms",
                 r.sent,
                 r.latency_all.count,
                 r.ok,
@@ -255,15 +325,93 @@ async fn run(a: Args) -> Result<(), Failure> {
         }
         if let (Some(s), Some(bound)) = (&mut search, a.capacity_p99_ms) {
             let v = capacity::verdict(&r, bound);
-            if !a.json {
-                eprintln!("coexec-load: rate {rate}/s: {v:?}");
+            if let Some(label) = label {
+                eprintln!("{label}rate {rate}/s: {v:?}");
             }
             s.record(v);
             verdicts.push(v);
         }
         reports.push(r);
     }
-    let found = search.as_ref().map(capacity::Search::result);
+    Measured {
+        reports,
+        verdicts,
+        found: search.as_ref().map(capacity::Search::result),
+    }
+}
+
+/// Writes the report; a closed stdout (`| head`) is not an error.
+fn print(out: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+fn data_name(a: &Args) -> String {
+    a.texts
+        .as_ref()
+        .or(a.data.as_ref())
+        .map_or_else(|| BUILT_IN_DATA_NAME.into(), |p| p.display().to_string())
+}
+
+async fn run(a: Args) -> Result<(), Failure> {
+    check_args(&a)?;
+    let data = match (&a.texts, &a.data) {
+        (Some(path), _) => Dataset::texts(path),
+        (None, Some(path)) => Dataset::load(path),
+        (None, None) => {
+            Dataset::from_bytes(std::path::Path::new(BUILT_IN_DATA_NAME), BUILT_IN_DATA)
+        }
+    }
+    .map_err(|e| Failure::Usage(e.to_string()))?;
+    let data = Arc::new(data);
+    let client = openloop::client(a.max_in_flight);
+    if !a.server.is_empty() {
+        return compare::run(&a, &client, &data).await;
+    }
+    let target = target::resolve(&a.target)
+        .await
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let target = Arc::new(target);
+    // Opened, its header written and its rows allocated before the run, so
+    // a bad path or a size this machine cannot hold costs no load.
+    let mut recording = match &a.record {
+        Some(path) => {
+            let trace = record::Trace::new(a.requests, coexec::kernels::workloads::memory_limit())
+                .map_err(Failure::Usage)?;
+            let file = File::create(path)
+                .map(BufWriter::new)
+                .and_then(|mut f| {
+                    f.write_all(record::HEADER.as_bytes())?;
+                    f.flush()?;
+                    Ok(f)
+                })
+                .map_err(|e| Failure::Usage(format!("--record {}: {e}", path.display())))?;
+            Some(Recording {
+                path,
+                file,
+                trace: Some(trace),
+                error: None,
+            })
+        }
+        None => None,
+    };
+    let m = measure(
+        &a,
+        &client,
+        &target,
+        &data,
+        &a.rate,
+        recording.as_mut(),
+        Some("coexec-load: "),
+    )
+    .await;
     let out = if a.json {
         let report = Report {
             target: &a.target,
@@ -271,18 +419,14 @@ async fn run(a: Args) -> Result<(), Failure> {
             timeout_s: a.timeout,
             duration_limit_s: a.duration_limit,
             max_in_flight: a.max_in_flight,
-            data: a
-                .texts
-                .as_ref()
-                .or(a.data.as_ref())
-                .map_or_else(|| BUILT_IN_DATA_NAME.into(), |p| p.display().to_string()),
-            rates: &reports,
+            data: data_name(&a),
+            rates: &m.reports,
             capacity: a
                 .capacity_p99_ms
-                .zip(found)
+                .zip(m.found)
                 .map(|(bound_ms, found)| CapacityReport {
                     bound_ms,
-                    verdicts: verdicts.clone(),
+                    verdicts: m.verdicts.clone(),
                     found,
                 }),
         };
@@ -295,25 +439,20 @@ async fn run(a: Args) -> Result<(), Failure> {
             "coexec-load: {} ({}), {} row(s)/request, latency from scheduled send, ms of 200s\n",
             a.target, target.addr, a.rows_per_request
         );
-        s.push_str(&report::table(&reports));
-        for n in report::notes(&reports) {
+        s.push_str(&report::table(&m.reports));
+        for n in report::notes(&m.reports) {
             s.push_str(&format!("note: {n}\n"));
         }
-        if let (Some(bound), Some(c)) = (a.capacity_p99_ms, found) {
+        if let (Some(bound), Some(c)) = (a.capacity_p99_ms, m.found) {
             s.push_str(&capacity::summary(bound, c));
         }
         s
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|_| stdout.flush())
+    print(&out)?;
+    match recording
+        .and_then(|r| r.error)
+        .or_else(|| report::broken(&m.reports))
     {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Err(e) => return Err(Failure::Run(format!("cannot write to stdout: {e}"))),
-    }
-    match record_error.or_else(|| report::broken(&reports)) {
         Some(why) => Err(Failure::Run(why)),
         None => Ok(()),
     }

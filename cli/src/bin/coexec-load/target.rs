@@ -118,6 +118,12 @@ fn pick(host: &str, addrs: &[SocketAddr]) -> Result<SocketAddr, TargetError> {
         })
 }
 
+/// The path and query requests to `url` go to (what `--server` keeps of
+/// `--target`).
+pub(crate) fn path(url: &str) -> Result<String, TargetError> {
+    parse(url).map(|p| p.path_and_query)
+}
+
 /// Parses `url`, resolves its host and refuses it unless every address is
 /// loopback.
 pub(crate) async fn resolve(url: &str) -> Result<Target, TargetError> {
@@ -178,6 +184,7 @@ mod tests {
         assert_eq!((p.host.as_str(), p.port), ("::1", 9));
         assert_eq!(p.path_and_query, "/x?y=1");
         assert_eq!(parse("http://127.0.0.1").unwrap().port, 80);
+        assert_eq!(path("http://127.0.0.1:1/embed").unwrap(), "/embed");
     }
 
     #[test]
