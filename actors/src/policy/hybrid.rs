@@ -35,7 +35,10 @@ impl Policy for Hybrid {
         };
         match single {
             // Co-executing is not forecast to pay: the best class alone.
-            Some((c, t)) if fc.classes > 1 && !pays(ctx.history, fc.predicted_s, fc.plan_s, t) => {
+            Some((c, t))
+                if fc.classes > 1
+                    && !pays(ctx.history, th.hold_off, fc.predicted_s, fc.plan_s, t) =>
+            {
                 let mut a = hybrid_among(ctx, |k| k.index == c);
                 a.remeasure = false;
                 a.standby = true;
@@ -73,20 +76,25 @@ impl Policy for Hybrid {
 }
 
 /// Whether co-executing, forecast at `predicted` (its plan `plan` with its
-/// residual), pays against the best single class's forecast `single`:
+/// residual), pays against the best single class's forecast `single`
+/// (`hold_off`: [`Thresholds::hold_off`](super::Thresholds::hold_off)):
 ///
 /// * not while the single-class runs owed to a lost co-execution last (one
 ///   after a loss, doubling with each loss in a row: a noisy device does not
 ///   make the runs flap);
+/// * not, after a co-executed run that lost beyond the noise
+///   ([`RunHistory::held_off`]), until enough single-class runs have
+///   passed for a trial (see [`trial_gap`]);
 /// * yes right after a co-executed run that beat the single class (a
 ///   streak that wins goes on whatever an older residual says);
 /// * yes where it is forecast clearly faster;
 /// * yes where it would be but for its residual (earlier co-executions that
 ///   came out slow) and enough single-class runs have passed to try again
 ///   (see [`trial_gap`]).
-fn pays(h: &RunHistory, predicted: f64, plan: f64, single: f64) -> bool {
+fn pays(h: &RunHistory, hold_off: bool, predicted: f64, plan: f64, single: f64) -> bool {
     let bar = (1.0 - COEXEC_MARGIN) * single;
-    if h.cooling > 0 {
+    let held = hold_off && h.held_off && h.since_coexec < trial_gap(h.losses, predicted, single);
+    if h.cooling > 0 || held {
         return false;
     }
     (h.last_coexec_won && h.since_coexec == 0)
@@ -146,9 +154,12 @@ mod tests {
         h.residuals.insert("cpu+gpu".into(), 2.0);
         h.since_coexec = 300;
         // The plan pays (0.5 against 1.0) but its residual does not.
-        assert!(!pays(&h, 3.0, 0.5, 1.0));
+        assert!(!pays(&h, true, 3.0, 0.5, 1.0));
         h.since_coexec = 400;
-        assert!(pays(&h, 3.0, 0.5, 1.0));
-        assert!(!pays(&h, 3.0, 1.0, 1.0), "the plan itself does not pay");
+        assert!(pays(&h, true, 3.0, 0.5, 1.0));
+        assert!(
+            !pays(&h, true, 3.0, 1.0, 1.0),
+            "the plan itself does not pay"
+        );
     }
 }

@@ -40,6 +40,12 @@ pub struct Thresholds {
     /// alone otherwise (see `docs/method.md`).
     #[serde(default = "yes")]
     pub(crate) single_class: bool,
+    /// The hold-off: after a co-executed run that ended later than the best
+    /// single class's forecast by more than the noise, `hybrid` keeps to
+    /// that class and co-executes again only as a bounded trial (see
+    /// `docs/method.md`).
+    #[serde(default = "yes")]
+    pub(crate) hold_off: bool,
     /// A CPU class's chunks are at least this many times its fixed cost
     /// per chunk long (an accelerator's, [`LATENCY_CHUNKS`] times).
     #[serde(default = "cpu_latency_chunks")]
@@ -65,6 +71,7 @@ impl Default for Thresholds {
             static_chunks_per_worker: 4,
             warm_start: true,
             single_class: true,
+            hold_off: true,
             cpu_latency_chunks: CPU_LATENCY_CHUNKS,
         }
     }
@@ -150,6 +157,12 @@ impl Thresholds {
     /// Turns the single-class rule on or off.
     pub fn single_class(mut self, on: bool) -> Self {
         self.single_class = on;
+        self
+    }
+
+    /// Turns the hold-off after a clearly lost co-execution on or off.
+    pub fn hold_off(mut self, on: bool) -> Self {
+        self.hold_off = on;
         self
     }
 

@@ -13,6 +13,14 @@ use crate::policy::Forecast;
 const RESIDUAL_WEIGHT: f64 = 0.3;
 /// The most a run's residual counts beyond the smoothed one.
 const MAX_STEP: f64 = 0.25;
+/// The least margin by which a co-executed run must end later than the
+/// best single class's forecast to count as lost beyond the noise (the
+/// margin is twice the configuration's own deviation where that is more).
+pub(crate) const LOSS_MARGIN: f64 = 0.05;
+/// How many deviations of a configuration's runs from its forecast make
+/// the loss margin.
+const NOISE_DEVIATIONS: f64 = 2.0;
+
 /// The lowest residual learned: a run more than twice as fast as its plan
 /// was planned from models it has just corrected (a probe's stall, a fixed
 /// cost fitted as a speed), not by a method that overestimates. Learned,
@@ -58,6 +66,16 @@ pub struct RunHistory {
     /// smoothed over them (0 to 1).
     #[serde(default)]
     pub loss_rate: f64,
+    /// Per configuration: how far its runs strayed from their forecast
+    /// (the observed residual from the smoothed one, absolute), smoothed:
+    /// the noise a loss must stand out of.
+    #[serde(default)]
+    pub deviations: BTreeMap<String, f64>,
+    /// Co-executing was last seen to lose to the best single class by
+    /// more than the noise: `hybrid` keeps to that class, co-executing
+    /// again only as a trial.
+    #[serde(default)]
+    pub held_off: bool,
 }
 
 impl RunHistory {
@@ -87,15 +105,24 @@ impl RunHistory {
         prediction_imbalance: Option<f64>,
         mu: f64,
     ) {
-        if !(makespan.is_finite() && makespan > 0.0 && forecast.plan_s > 0.0) {
+        if !(makespan.is_finite() && makespan > 0.0) {
             return;
         }
-        let observed = makespan / forecast.plan_s - 1.0;
-        if observed >= MIN_RESIDUAL {
+        // A forecast made after the run (a cold run's, from the models it
+        // measured) has no plan: it teaches no residual.
+        let observed = (forecast.plan_s > 0.0).then(|| makespan / forecast.plan_s - 1.0);
+        // The noise a loss must stand out of, before this run counts.
+        let margin = LOSS_MARGIN.max(NOISE_DEVIATIONS * self.deviation(&forecast.config));
+        if let Some(observed) = observed.filter(|&o| o >= MIN_RESIDUAL) {
             let r = self
                 .residuals
                 .entry(forecast.config.clone())
                 .or_insert(observed);
+            let d = self
+                .deviations
+                .entry(forecast.config.clone())
+                .or_insert(0.0);
+            *d += RESIDUAL_WEIGHT * ((observed - *r).abs().min(1.0) - *d);
             // One run moves it by at most a quarter of the plan: a run that
             // a passing stall made several times slower (seen on the H100, a
             // GPU slowed sevenfold for one co-executed run) is noise, not a
@@ -117,7 +144,11 @@ impl RunHistory {
         }
         self.since_coexec = 0;
         self.trusted = prediction_imbalance.is_some_and(|d| d <= mu);
-        let lost = forecast.single.is_some_and(|(_, single)| makespan > single);
+        let single = forecast.single.map(|s| s.1);
+        let lost = single.is_some_and(|single| makespan > single);
+        // Lost beyond the noise: the next run goes to the single class, and
+        // co-executing comes back only as a trial (`policy::hybrid`).
+        self.held_off = single.is_some_and(|single| makespan > (1.0 + margin) * single);
         self.loss_rate += RESIDUAL_WEIGHT * (f64::from(u8::from(lost)) - self.loss_rate);
         self.last_coexec_won = !lost;
         if lost {
@@ -125,21 +156,37 @@ impl RunHistory {
             // Slower than the best class alone was forecast to be, where
             // losing has become the rule: the next run goes to that class
             // (`cooling`), and each loss in a row doubles the runs it stays
-            // there. An isolated loss on a device that mostly wins moves the
-            // residual instead: reacting to each would make the runs flap.
+            // there. An isolated loss within the noise, on a device that
+            // mostly wins, moves the residual instead: reacting to each
+            // would make the runs flap. (One beyond the noise holds
+            // co-executing off at once: `held_off`.)
             if self.loss_rate > 0.5 {
                 self.cooling = 1 << (self.losses - 1).min(6);
                 // And the residual holds the whole loss: co-executing waits
                 // until the models say otherwise (or a trial).
-                let r = self
-                    .residuals
-                    .entry(forecast.config.clone())
-                    .or_insert(observed);
-                *r = r.max(observed);
+                if let Some(observed) = observed {
+                    let r = self
+                        .residuals
+                        .entry(forecast.config.clone())
+                        .or_insert(observed);
+                    *r = r.max(observed);
+                }
             }
         } else {
             self.losses = 0;
         }
+    }
+
+    /// The smoothed deviation of `config`'s runs from their forecast (0
+    /// where it never ran; a stored value out of 0..=1 is taken as the
+    /// nearest end, one that is not a number as 0).
+    pub fn deviation(&self, config: &str) -> f64 {
+        self.deviations
+            .get(config)
+            .copied()
+            .filter(|d| !d.is_nan())
+            .unwrap_or(0.0)
+            .clamp(0.0, 1.0)
     }
 }
 
@@ -215,5 +262,46 @@ mod tests {
         h.learn(&f, 0.9, Some(0.01), 0.1);
         assert_eq!((h.losses, h.since_coexec), (0, 0));
         assert!(h.last_coexec_won && h.trusted);
+    }
+
+    /// A co-executed run that ends more than the noise after the single
+    /// class's forecast holds co-executing off; one within it does not,
+    /// and a win lifts the hold.
+    #[test]
+    fn a_clear_loss_holds_co_executing_off() {
+        let mut h = RunHistory::default();
+        let f = forecast(2, 0.8, Some(1.0));
+        h.learn(&f, 1.03, None, 0.1);
+        assert!(!h.held_off, "3% behind is within the 5% margin");
+        h.learn(&f, 1.2, None, 0.1);
+        assert!(h.held_off);
+        h.learn(&f, 0.9, None, 0.1);
+        assert!(!h.held_off && h.last_coexec_won);
+        // A cold run's forecast (no plan) judges the loss, learns no residual.
+        let mut cold = RunHistory::default();
+        cold.learn(&forecast(2, 0.0, Some(1.0)), 1.5, None, 0.1);
+        assert!(cold.held_off);
+        assert!(cold.residuals.is_empty() && cold.deviations.is_empty());
+    }
+
+    /// Runs that stray widely from their forecast widen the margin: a
+    /// configuration whose runs swing by half their plan needs a loss of
+    /// more than the swing before it is held off.
+    #[test]
+    fn noisy_runs_widen_the_loss_margin() {
+        let mut h = RunHistory::default();
+        let f = forecast(2, 0.8, Some(1.0));
+        for k in 0..12 {
+            let t = if k % 2 == 0 { 0.5 } else { 0.9 };
+            h.learn(&f, t, None, 0.1);
+        }
+        let d = h.deviation("cpu+gpu");
+        assert!(d > 0.15, "deviation {d}");
+        h.learn(&f, 1.2, None, 0.1);
+        assert!(!h.held_off, "20% behind is inside 2 x {d:.3}");
+        h.deviations.insert("cpu+gpu".into(), f64::NAN);
+        assert_eq!(h.deviation("cpu+gpu"), 0.0);
+        h.deviations.insert("cpu+gpu".into(), 7.0);
+        assert_eq!(h.deviation("cpu+gpu"), 1.0);
     }
 }
