@@ -20,12 +20,17 @@
 //!   those the lease's hybrid runs showed (the CPU workers and the streams'
 //!   host threads share the cores and the memory bus): its work while a CPU
 //!   worker of the job runs, its host side (a run's setup, a chunk's
-//!   latency) throughout.
+//!   latency) throughout;
+//! * a machine may instead share a host memory bus ([`Bus`], calibrated on
+//!   the H200's pathfinder): while the GPU copies, the CPU's chunks go
+//!   slower, and while CPU workers run, the GPU's work goes slower in
+//!   proportion to how many do.
 //!
 //! Figures from here are modelled, never a GPU's.
 
 mod bench;
 mod calibration;
+mod contention;
 mod tests;
 
 use std::collections::BTreeMap;
@@ -82,12 +87,27 @@ impl Rng {
     }
 }
 
+/// A host memory bus shared by the CPU workers of a memory-bound kernel and
+/// the GPU's copies: while both draw from it, both go slower.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bus {
+    /// How much slower a CPU chunk runs while a GPU chunk is in its work
+    /// phase (its copies).
+    pub(crate) cpu_slow: f64,
+    /// How much slower the GPU's work runs while every CPU worker runs a
+    /// chunk (in proportion for fewer).
+    pub(crate) gpu_slow: f64,
+}
+
 /// The modelled machine: a CPU class of `cpu.workers` workers and a GPU
 /// class of `gpu.streams` streams.
 #[derive(Debug, Clone)]
 pub(crate) struct Machine {
     pub(crate) cpu: CpuModel,
     pub(crate) gpu: GpuModel,
+    /// A host memory bus the two classes share (`None`: they do not slow
+    /// each other through it).
+    pub(crate) bus: Option<Bus>,
     classes: Arc<[ClassInfo]>,
     worker_class: Arc<[usize]>,
 }
@@ -133,6 +153,7 @@ impl Machine {
         Self {
             cpu,
             gpu,
+            bus: None,
             classes,
             worker_class,
         }
@@ -208,7 +229,7 @@ impl Machine {
             }
             // The next event: a CPU chunk's end, a GPU chunk's latency or
             // work ending at the current sharing, or an idle worker looking.
-            let cpu_busy = running.iter().flatten().any(|r| r.cpu_end.is_some());
+            let cpu_busy = running.iter().flatten().any(|r| r.cpu);
             // Chunks in their work phase share the device once their threads
             // would occupy more than all of it.
             let occupancy: f64 = running
@@ -219,19 +240,30 @@ impl Machine {
                     (r.claimed.info.range.len() as f64 / self.gpu.capacity_items as f64).min(1.0)
                 })
                 .sum();
-            let sharing = occupancy.max(1.0) * if cpu_busy { slowdown } else { 1.0 };
+            let mut sharing = occupancy.max(1.0) * if cpu_busy { slowdown } else { 1.0 };
+            // The bus: the GPU's copies slow with the share of CPU workers
+            // drawing from it, the CPU's chunks while the GPU copies.
+            let mut cpu_sharing = 1.0;
+            if let Some(bus) = self.bus {
+                let cpu_running = running.iter().flatten().filter(|r| r.cpu).count();
+                let busy = cpu_running as f64 / self.cpu.workers.max(1) as f64;
+                sharing *= 1.0 + (bus.gpu_slow - 1.0) * busy;
+                if occupancy > 0.0 {
+                    cpu_sharing = bus.cpu_slow;
+                }
+            }
             let mut next = f64::INFINITY;
             for (w, r) in running.iter().enumerate() {
                 match r {
-                    Some(r) => next = next.min(r.next_event(now, sharing)),
+                    Some(r) => next = next.min(r.next_event(now, sharing, cpu_sharing)),
                     None if claimable[self.worker_class[w]] => next = next.min(free_at[w].max(now)),
                     None => {}
                 }
             }
             assert!(next.is_finite(), "nothing runs and the job is not over");
-            // Advance the GPU chunks' work at the sharing that held until now.
+            // Advance every chunk's work at the sharing that held until now.
             for r in running.iter_mut().flatten() {
-                r.advance(now, next, sharing);
+                r.advance(now, next, sharing, cpu_sharing);
             }
             now = next;
             for w in 0..nw {
@@ -281,8 +313,8 @@ impl Machine {
                 claimed,
                 start: now,
                 latency_until: now,
-                work_left: 0.0,
-                cpu_end: Some(now + d),
+                work_left: d,
+                cpu: true,
             };
         }
         // A stream's first chunk of a run waits for the run's setup; like the
@@ -298,7 +330,7 @@ impl Machine {
             start,
             latency_until: start + self.gpu.a_s * noise * host_slow,
             work_left: work * noise,
-            cpu_end: None,
+            cpu: false,
         }
     }
 
@@ -420,39 +452,45 @@ struct Running {
     start: f64,
     /// GPU: the latency phase ends here, then the work phase runs.
     latency_until: f64,
-    /// GPU: device-seconds of work left.
+    /// Seconds of work left at full speed (a GPU's in its work phase).
     work_left: f64,
-    /// CPU: when it ends.
-    cpu_end: Option<f64>,
+    /// Whether a CPU worker runs it.
+    cpu: bool,
 }
 
 impl Running {
     fn gpu_work(&self, now: f64) -> bool {
-        self.cpu_end.is_none() && now >= self.latency_until && self.work_left > 0.0
+        !self.cpu && now >= self.latency_until && self.work_left > 0.0
     }
 
-    fn next_event(&self, now: f64, sharing: f64) -> f64 {
-        match self.cpu_end {
-            Some(end) => end,
-            None if now < self.latency_until => self.latency_until,
-            None => now + self.work_left * sharing,
+    /// When it next changes phase or ends, at the current sharing.
+    fn next_event(&self, now: f64, sharing: f64, cpu_sharing: f64) -> f64 {
+        if self.cpu {
+            now + self.work_left * cpu_sharing
+        } else if now < self.latency_until {
+            self.latency_until
+        } else {
+            now + self.work_left * sharing
         }
     }
 
-    fn advance(&mut self, from: f64, to: f64, sharing: f64) {
-        if self.gpu_work(from) {
-            self.work_left = (self.work_left - (to - from) / sharing).max(0.0);
-            if self.work_left < 1e-15 {
-                self.work_left = 0.0;
-            }
+    fn advance(&mut self, from: f64, to: f64, sharing: f64, cpu_sharing: f64) {
+        let rate = if self.cpu {
+            1.0 / cpu_sharing
+        } else if self.gpu_work(from) {
+            1.0 / sharing
+        } else {
+            return;
+        };
+        self.work_left = (self.work_left - (to - from) * rate).max(0.0);
+        // What rounding leaves of a chunk that ends now.
+        if self.work_left < 1e-12 {
+            self.work_left = 0.0;
         }
     }
 
     fn done(&self, now: f64) -> bool {
-        match self.cpu_end {
-            Some(end) => now >= end,
-            None => now >= self.latency_until && self.work_left <= 0.0,
-        }
+        (self.cpu || now >= self.latency_until) && self.work_left <= 0.0
     }
 }
 

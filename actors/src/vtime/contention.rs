@@ -1,0 +1,178 @@
+//! The scheduler on a machine whose classes share a host memory bus (the
+//! H200's pathfinder, [`h200_pathfinder`]), where co-executing loses to
+//! the GPU alone at most lengths while the speed models, learned from
+//! co-executed runs, hold the contended speeds. Every figure here is
+//! modelled.
+#![cfg(test)]
+
+use super::*;
+
+/// The H200 pathfinder machine: each class alone fitted to the lease's
+/// times, then the bus.
+fn h200() -> (Workload, Machine) {
+    let (w, bus) = h200_pathfinder();
+    let mut m = Machine::fitted(&w);
+    m.bus = Some(bus);
+    (w, m)
+}
+
+/// Per-run lengths of the best class alone: 1 ms to 1 s, two a decade.
+fn run_lengths() -> Vec<f64> {
+    (0..7).map(|i| 1e-3 * 10f64.powf(i as f64 / 2.0)).collect()
+}
+
+/// One job length: the items of a run of about `run_s` on the GPU alone,
+/// the GPU alone's mean run (a warm series of `runs` runs), and hybrid's
+/// runs from cold, each of its makespans.
+struct Point {
+    items: usize,
+    gpu_alone: f64,
+    hybrid: Vec<f64>,
+    coexecuted: Vec<bool>,
+}
+
+impl Point {
+    /// Hybrid's mean run from the second on, over the GPU alone's.
+    fn after_first(&self) -> f64 {
+        let rest = &self.hybrid[1..];
+        rest.iter().sum::<f64>() / rest.len() as f64 / self.gpu_alone
+    }
+}
+
+fn point(w: &Workload, m: &Machine, run_s: f64, runs: usize, seed: u64, th: Thresholds) -> Point {
+    let per_run = w.measured.t_gpu_s / w.runs as f64;
+    let items = ((w.items as f64 * run_s / per_run).round() as usize).max(1);
+    let mut gpu = Series::new(&w.name, seed);
+    let alone = JobOptions::new().classes([GPU]);
+    m.job(&mut gpu, &alone, items, 3); // learn
+    let (t, _) = m.job(&mut gpu, &alone, items, runs);
+    let mut s = Series::new(&w.name, seed + 1);
+    s.thresholds = th;
+    let (_, reports) = m.job(&mut s, &JobOptions::new(), items, runs);
+    Point {
+        items,
+        gpu_alone: t / runs as f64,
+        hybrid: reports.iter().map(|r| r.makespan_s).collect(),
+        coexecuted: reports
+            .iter()
+            .map(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
+            .collect(),
+    }
+}
+
+/// A fixed split: this share of the items to the CPU, the rest to the GPU,
+/// one region each.
+struct Split(f64);
+
+impl Policy for Split {
+    fn name(&self) -> &'static str {
+        "split"
+    }
+    fn describe(&self) -> &'static str {
+        "a fixed split"
+    }
+    fn admit(&self, _: &crate::policy::PlanContext<'_>) -> crate::policy::Admission {
+        crate::policy::Admission::split(vec![self.0, 1.0 - self.0])
+    }
+}
+
+/// The bus slows the classes only while both draw from it: each class
+/// alone takes the same time with it as without, and a fixed split that
+/// keeps both busy takes longer with it.
+#[test]
+fn the_bus_slows_only_what_runs_beside_the_other_class() {
+    let (w, m) = h200();
+    let mut free = m.clone();
+    free.bus = None;
+    let job = |m: &Machine, opts: &JobOptions| {
+        let mut s = Series::new(&w.name, 3);
+        m.job(&mut s, opts, w.items, w.runs).0
+    };
+    for c in [CPU, GPU] {
+        let opts = JobOptions::new().classes([c]);
+        assert_eq!(job(&m, &opts), job(&free, &opts), "class {c} alone");
+    }
+    let split: Arc<dyn Policy> = Arc::new(Split(0.3));
+    let opts = JobOptions::new().policy(split);
+    let (with, without) = (job(&m, &opts), job(&free, &opts));
+    assert!(
+        with > 1.1 * without,
+        "a 30/70 split: {with:.4} s with the bus, {without:.4} s without (modelled)"
+    );
+}
+
+/// The figures for the docs: per length, the GPU alone's run, hybrid's
+/// first run and its mean from the second on, with and without the
+/// hold-off, and how many runs co-executed.
+/// `cargo test -p coexec-actors --release --lib vtime::contention::table -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn table() {
+    let (w, m) = h200();
+    println!(
+        "| run (GPU alone) | items | hybrid's time / the GPU alone's: run 1 | runs 2.. (mean) | co-executed of 2.. | without the hold-off: runs 2.. | co-executed |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for run_s in run_lengths() {
+        let runs = 200;
+        let p = point(&w, &m, run_s, runs, 7, Thresholds::default());
+        let q = point(
+            &w,
+            &m,
+            run_s,
+            runs,
+            7,
+            Thresholds::default().hold_off(false),
+        );
+        let co = |x: &Point| x.coexecuted[1..].iter().filter(|&&c| c).count();
+        println!(
+            "| {:.3} ms | {} | {:.3} | {:.4} | {} | {:.4} | {} |",
+            p.gpu_alone * 1e3,
+            p.items,
+            p.hybrid[0] / p.gpu_alone,
+            p.after_first(),
+            co(&p),
+            q.after_first(),
+            co(&q),
+        );
+    }
+}
+
+/// The bus's calibration: per pair of slowdowns, the modelled GPU alone,
+/// the best fixed split (CPU 5% to 60%) and hybrid's warm job without the
+/// hold-off, beside the lease's 0.0363 s, every split at 0.0370 s or
+/// more, and hybrid's 0.0403 s (CPU 13.7%).
+/// `cargo test -p coexec-actors --release --lib vtime::contention::calibrate -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn calibrate() {
+    let (w, mut m) = h200();
+    for cpu_slow in [1.0, 1.16, 1.3] {
+        for gpu_slow in [1.9, 3.0, 3.5, 5.0] {
+            m.bus = Some(Bus { cpu_slow, gpu_slow });
+            let mut s = Series::new(&w.name, 3);
+            let (gpu, _) = m.job(&mut s, &JobOptions::new().classes([GPU]), w.items, w.runs);
+            let (best, share) = (1..=12)
+                .map(|k| {
+                    let policy: Arc<dyn Policy> = Arc::new(Split(0.05 * k as f64));
+                    let mut s = Series::new(&w.name, 3);
+                    let t = m
+                        .job(&mut s, &JobOptions::new().policy(policy), w.items, w.runs)
+                        .0;
+                    (t, 0.05 * k as f64)
+                })
+                .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a });
+            let mut s = Series::new(&w.name, 3);
+            s.thresholds = Thresholds::default().hold_off(false);
+            m.job(&mut s, &JobOptions::new(), w.items, w.runs);
+            let (hybrid, reports) = m.job(&mut s, &JobOptions::new(), w.items, w.runs);
+            let cpu: usize = reports.iter().map(|r| r.classes[CPU].items).sum();
+            let all: usize = reports.iter().map(|r| r.items).sum();
+            println!(
+                "cpu {cpu_slow} gpu {gpu_slow}: GPU alone {gpu:.4} s, best split {best:.4} s (CPU {:.0}%), hybrid {hybrid:.4} s (CPU {:.1}%)",
+                100.0 * share,
+                100.0 * cpu as f64 / all as f64
+            );
+        }
+    }
+}
