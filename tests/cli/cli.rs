@@ -139,6 +139,95 @@ fn bench_measures_a_class_its_warm_up_mispredicted() {
     assert!(secs < 1.0, "{sim}");
 }
 
+/// The default synthetic size with a class 2500 times the CPU's speed: the
+/// slowest class alone is capped at 20x the 0.6 s target (12 M items of
+/// about a microsecond), where it was sized by the sum of the speeds (731 M
+/// items, 17 GB, 7 minutes on the 2-core VM).
+#[test]
+fn a_default_bench_size_stays_within_the_slowest_class_s_reach() {
+    let (code, out, err) = coexec(&[
+        "bench",
+        "synthetic",
+        "--devices",
+        "cpu:1,sim:1@2500",
+        "--policies",
+        "hybrid",
+        "--repeat",
+        "1",
+        "--budget",
+        "0",
+        "--pairs",
+        "0",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("synthetic ("))
+        .unwrap_or_else(|| panic!("{out}"));
+    let items: usize = header
+        .split("--size ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{header}"));
+    // 20 x 0.6 s at no more than 1 µs an item (the busy rounds' measured
+    // cost sets it; 1000 rounds take about 1 µs).
+    assert!((1000..=40_000_000).contains(&items), "{header}");
+}
+
+/// `--oracle` sweeps fixed splits and reports the best as a row, with
+/// every policy's time against it.
+#[test]
+fn bench_oracle_reports_the_best_fixed_split() {
+    let dir = std::env::temp_dir().join(format!("coexec-oracle-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("bench.json");
+    let (code, out, err) = coexec(&[
+        "bench",
+        "synthetic",
+        "--devices",
+        "cpu:1,sim:1@1",
+        "--policies",
+        "hybrid",
+        "--size",
+        "20000",
+        "--work",
+        "100",
+        "--repeat",
+        "1",
+        "--budget",
+        "0",
+        "--pairs",
+        "0",
+        "--oracle",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("T_oracle"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let w = &v["workloads"][0];
+    let oracle = &w["oracle"];
+    // 9 coarse splits and up to 6 around the best.
+    let tried = oracle["tried"].as_array().unwrap().len();
+    assert!((12..=15).contains(&tried), "{oracle}");
+    let share = oracle["share"][0].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{oracle}");
+    let t = oracle["makespan_s"].as_f64().unwrap();
+    assert!(t <= w["best_alone_s"].as_f64().unwrap(), "{oracle}");
+    let policies = w["policies"].as_array().unwrap();
+    assert!(policies.iter().any(|p| p["policy"] == "oracle"), "{w}");
+    for p in policies {
+        let r = p["vs_oracle"].as_f64().unwrap();
+        let want = t / p["makespan_s"].as_f64().unwrap();
+        assert!((r - want).abs() < 1e-9, "{p}");
+    }
+}
+
 #[test]
 fn bench_without_an_accelerator_runs_the_cpu_classes() {
     // As in CI: accel-only has nothing to run on, the rest still runs.

@@ -103,6 +103,13 @@ enum Cmd {
         /// job on a fresh profile, then again from what it stored (0: none).
         #[arg(long, default_value_t = 5)]
         pairs: usize,
+        /// Also sweep fixed splits between the two device classes (10% to
+        /// 90% of the items to the first, then 2.5% steps around the best)
+        /// and report the best as the `oracle` row: T_oracle, the limit
+        /// this machine really reaches, beside T*, and T_oracle/T for
+        /// every policy.
+        #[arg(long)]
+        oracle: bool,
         /// Write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -382,6 +389,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             repeat,
             budget,
             pairs,
+            oracle,
             json,
             plot,
         } => {
@@ -394,6 +402,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 repeat,
                 pairs,
                 budget_s: budget,
+                oracle,
             };
             bench::bench(workloads, &common, &args, &policies, rounds, json, plot).await
         }
@@ -443,9 +452,9 @@ async fn run(
         check_output("--trace", p)?;
     }
     let rt = std::sync::Arc::new(build(common, None, false)?);
-    let speed_sum = speed_sum(&rt);
+    let speeds = class_speeds(&rt);
     let t = std::time::Instant::now();
-    let w = Prepared::new(name, args, false, speed_sum)?;
+    let w = Prepared::new(name, args, false, &speeds)?;
     let prepare_s = t.elapsed().as_secs_f64();
     let opts = JobOptions::new().trace(trace.is_some());
     let bars = progress::start(rt.clone(), w.items() as u64, common.quiet || json || print);
@@ -515,7 +524,7 @@ async fn run(
 
 /// Σ over classes of workers × speed relative to one CPU worker (GPUs count
 /// as 10: only used to size synthetic runs).
-pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
+pub(crate) fn class_speeds(rt: &Runtime) -> Vec<f64> {
     rt.classes()
         .iter()
         .map(|c| {
@@ -534,5 +543,5 @@ pub(crate) fn speed_sum(rt: &Runtime) -> f64 {
                     _ => 10.0,
                 }
         })
-        .sum()
+        .collect()
 }

@@ -492,6 +492,7 @@ mod tests {
             speedup_vs_best: 0.5 / t,
             imbalance: 0.05,
             classes: vec![class("cpu", 0.25), class("sim", 0.75)],
+            vs_oracle: None,
         };
         let learn = |run: usize, probe: &str, d: f64, cpu: f64| LearningRun {
             run,
@@ -545,6 +546,7 @@ mod tests {
                     learn(3, "warm", 0.03, 0.25),
                 ],
                 baseline: None,
+                oracle: None,
             }],
             overhead: None,
         }

@@ -73,6 +73,21 @@ pub(crate) struct PolicyResult {
     pub(crate) imbalance: f64,
     /// Per class, of the median run.
     pub(crate) classes: Vec<ClassResult>,
+    /// With `--oracle`: T_oracle / T.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) vs_oracle: Option<f64>,
+}
+
+/// With `--oracle`: the best fixed split measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OracleResult {
+    /// T_oracle: the best split's median, or the best class alone's where
+    /// that is less.
+    pub(crate) makespan_s: f64,
+    /// Each class's share of the best split.
+    pub(crate) share: Vec<f64>,
+    /// Every split tried: the first class's share and its median job time.
+    pub(crate) tried: Vec<(f64, f64)>,
 }
 
 /// One run of the cold-then-warm learning check.
@@ -120,6 +135,9 @@ pub(crate) struct WorkloadBench {
     /// What page-locking kernel buffers for the GPU cost during this
     /// workload's bench (inside the times of the runs that locked them).
     pub(crate) host_pinning: HostPinning,
+    /// With `--oracle`: the measured limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) oracle: Option<OracleResult>,
 }
 
 /// Page-locking's count and cost over one workload's bench.

@@ -30,6 +30,11 @@ pub(crate) struct WorkloadArgs {
     /// kmeans: input file in Rodinia's format (plain or .xz).
     #[arg(long)]
     pub(crate) file: Option<PathBuf>,
+    /// kmeans: generate this many points of kdd_cup's shape (its 34
+    /// features, Gaussian blobs) instead of reading a file: a step long
+    /// enough for a big GPU.
+    #[arg(long, conflicts_with = "file")]
+    pub(crate) points: Option<usize>,
     /// kmeans: clusters.
     #[arg(long, default_value_t = 5)]
     pub(crate) clusters: usize,
@@ -74,15 +79,20 @@ pub(crate) fn default_kmeans_file() -> PathBuf {
     }
 }
 
-/// What the generated kmeans input is, and why it was used.
-pub(crate) fn generated_kmeans_note() -> String {
+/// What a generated kmeans input of `points` points is, and why it was
+/// used: kdd_cup's size stands in for a missing file, any other was asked
+/// for (`--points`).
+pub(crate) fn generated_kmeans_note(points: usize) -> String {
+    let why = if points == KmeansData::KDD_POINTS {
+        format!("no Rodinia kdd_cup at {}", default_kmeans_file().display())
+    } else {
+        "--points".to_string()
+    };
     format!(
-        "kdd_cup's shape, {}×{}, {} Gaussian blobs, seed {:#x}; no Rodinia kdd_cup at {}",
-        KmeansData::KDD_POINTS,
+        "kdd_cup's shape, {points}×{}, {} Gaussian blobs, seed {:#x}; {why}",
         KmeansData::KDD_FEATURES,
         KmeansData::GENERATED_BLOBS,
         KmeansData::GENERATED_SEED,
-        default_kmeans_file().display()
     )
 }
 
@@ -99,6 +109,10 @@ pub(crate) enum Prepared {
 /// Limits against typos that would ask for terabytes.
 const MAX_ITEMS: usize = 1 << 32;
 
+/// A default synthetic job takes the slowest class alone at most this many
+/// times its target co-executed time.
+const SLOWEST_ALONE: f64 = 20.0;
+
 fn nonzero(what: &'static str, v: usize) -> Result<usize, KernelError> {
     if v == 0 {
         Err(KernelError::invalid(what, "must be at least 1"))
@@ -114,13 +128,13 @@ fn nonzero(what: &'static str, v: usize) -> Result<usize, KernelError> {
 
 impl Prepared {
     /// Builds `name` from `a`; `bench` sizes apply when a size is not given.
-    /// `sim_speedup`: Σ speeds of the devices relative to one CPU worker, to
-    /// size synthetic runs to about `target_s` of ideal time.
+    /// `speeds`: each device class's speed relative to one CPU worker, to
+    /// size synthetic runs to about a target of ideal time.
     pub(crate) fn new(
         name: &str,
         a: &WorkloadArgs,
         bench: bool,
-        speed_sum: f64,
+        speeds: &[f64],
     ) -> Result<Self, KernelError> {
         // A workload's own size flag, else `--size`, else its default for
         // `bench` or for `run`.
@@ -136,10 +150,19 @@ impl Prepared {
                 let items = match a.size {
                     Some(n) => nonzero("--size", n)?,
                     None => {
-                        // About 0.6 s of ideal co-executed time (bench) or 0.2 s (run).
+                        // About 0.6 s of ideal co-executed time (bench) or
+                        // 0.2 s (run), but the slowest class alone at most
+                        // SLOWEST_ALONE times that: a class thousands of
+                        // times faster than the CPU would otherwise size a
+                        // job the CPU alone takes hours over (and memory
+                        // for billions of items).
                         let target = if bench { 0.6 } else { 0.2 };
                         let per_item = busy_ns_per_round() * 1e-9 * a.work.max(1) as f64;
-                        ((target * speed_sum.max(1.0) / per_item) as usize).clamp(1000, MAX_ITEMS)
+                        let sum: f64 = speeds.iter().sum();
+                        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+                        let ideal = target * sum.max(1.0) / per_item;
+                        let capped = SLOWEST_ALONE * target * slowest.max(1.0) / per_item;
+                        (ideal.min(capped) as usize).clamp(1000, MAX_ITEMS)
                     }
                 };
                 // A u64 output and a u32 count per item, checked against
@@ -165,10 +188,14 @@ impl Prepared {
                     std::env::var_os("COEXEC_KMEANS_DATA").map(|_| default_kmeans_file())
                 });
                 let path = given.clone().unwrap_or_else(default_kmeans_file);
-                let data = if given.is_some() || path.exists() {
-                    KmeansData::read(&path)?
-                } else {
-                    KmeansData::generated_kdd_shape()?
+                let data = match a.points {
+                    Some(n) => KmeansData::generated(
+                        nonzero("--points", n)?,
+                        KmeansData::KDD_FEATURES,
+                        KmeansData::GENERATED_SEED,
+                    )?,
+                    None if given.is_some() || path.exists() => KmeansData::read(&path)?,
+                    None => KmeansData::generated_kdd_shape()?,
                 };
                 let cfg = KmeansConfig::new(a.clusters, a.threshold)?;
                 if cfg.clusters > data.points() {
@@ -223,7 +250,7 @@ impl Prepared {
         match self {
             Prepared::Kmeans(d, _) => Some(match d.source() {
                 Some(p) => format!("Rodinia file {}", p.display()),
-                None => format!("generated ({})", generated_kmeans_note()),
+                None => format!("generated ({})", generated_kmeans_note(d.points())),
             }),
             _ => None,
         }
@@ -239,7 +266,7 @@ impl Prepared {
                 "{} --clusters {} --threshold {}",
                 match d.source() {
                     Some(p) => format!("--file {}", p.display()),
-                    None => format!("input generated ({})", generated_kmeans_note()),
+                    None => format!("--points {}", d.points()),
                 },
                 c.clusters,
                 a.threshold

@@ -6,13 +6,20 @@ use std::time::Duration;
 
 use coexec::{JobOptions, RunReport, Runtime};
 
+mod oracle;
+mod overhead;
+mod table;
+
+use overhead::{machine, overhead};
+use table::print_table;
+
 use crate::report::{
-    AloneResult, Baseline, BenchReport, ClassResult, LearningRun, Machine, Overhead, PolicyResult,
+    AloneResult, Baseline, BenchReport, ClassResult, LearningRun, OracleResult, PolicyResult,
     WorkloadBench,
 };
 use crate::stats::{MIN_CI_SAMPLES, median_ci95, rel_half_width};
 use crate::workload::{BENCHMARKS, NAMES, Prepared, WorkloadArgs};
-use crate::{Common, Failure, build, speed_sum};
+use crate::{Common, Failure, build, class_speeds};
 
 /// A class slower alone than this many times the fastest is predicted, not
 /// run, once a run alone cut at [`slow_cap`] confirms it.
@@ -54,6 +61,8 @@ pub(crate) struct Rounds {
     pub(crate) budget_s: f64,
     /// Cold/warm pairs for the learning comparison.
     pub(crate) pairs: usize,
+    /// Whether to sweep fixed splits for the measured limit (`--oracle`).
+    pub(crate) oracle: bool,
 }
 
 pub(crate) async fn bench(
@@ -69,6 +78,7 @@ pub(crate) async fn bench(
         repeat,
         pairs,
         budget_s,
+        ..
     } = rounds;
     if !(0.0..=86_400.0).contains(&budget_s) {
         return Err(Failure::Usage(format!(
@@ -170,7 +180,7 @@ pub(crate) async fn bench(
             continue;
         }
         let t = std::time::Instant::now();
-        let w = Prepared::new(name, args, true, speed_sum(&rt))?;
+        let w = Prepared::new(name, args, true, &class_speeds(&rt))?;
         let prepare_s = t.elapsed().as_secs_f64();
         // Bars per class; the bench runs the job many times, so they grow.
         let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
@@ -244,6 +254,7 @@ async fn bench_one(
         repeat,
         pairs,
         budget_s,
+        ..
     } = rounds;
     let hybrid = coexec::policy::by_name("hybrid").map_err(|e| Failure::Run(e.to_string()))?;
     // One co-executed warm-up teaches the profiler every class's speed; a
@@ -354,8 +365,8 @@ async fn bench_one(
         .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
         .cloned();
     let (best_class, best_s) = best.map(|b| (b.class, b.median_s)).unwrap_or_default();
-    let mut results = Vec::new();
-    for (p, runs) in policies.iter().zip(&runs[measured.len()..]) {
+    // A row of the table from its jobs' times and reports.
+    let row = |p: &str, runs: &[(f64, Vec<RunReport>)]| -> PolicyResult {
         let times: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let med = median(&times);
         // The run closest to the median stands for the policy.
@@ -387,8 +398,36 @@ async fn bench_one(
             r.efficiency_ci = Some((ideal_of(&lo) / th, ideal_of(&hi) / tl));
             r.speedup_ci = Some((best_of(&lo) / th, best_of(&hi) / tl));
         }
-        results.push(r);
-    }
+        r
+    };
+    let mut results: Vec<PolicyResult> = policies
+        .iter()
+        .zip(&runs[measured.len()..])
+        .map(|(p, runs)| row(p, runs))
+        .collect();
+    // The measured limit: the best fixed split, a row of its own, and each
+    // row's time against it.
+    let oracle = match (rounds.oracle, classes.len()) {
+        (false, _) => None,
+        (true, 2) => {
+            let found = oracle::search(rt, w).await?;
+            let r = row("oracle", &found.runs);
+            let limit = r.makespan_s.min(best_s);
+            results.push(r);
+            for r in &mut results {
+                r.vs_oracle = Some(limit / r.makespan_s);
+            }
+            Some(OracleResult {
+                makespan_s: limit,
+                share: vec![found.share, 1.0 - found.share],
+                tried: found.tried,
+            })
+        }
+        (true, n) => {
+            errln!("--oracle: {n} device classes; the sweep splits between two, so it is left out");
+            None
+        }
+    };
     // Learning: a cold profile, then the same job again from what it stored;
     // `pairs` such pairs, each on a fresh profile, compared by their medians
     // and by the median of each pair's ratio (the two runs of a pair are
@@ -459,6 +498,7 @@ async fn bench_one(
         _ => None,
     };
     Ok(WorkloadBench {
+        oracle,
         name: name.to_string(),
         items: w.items(),
         params: w.params(args),
@@ -519,6 +559,7 @@ fn policy_result(
         speedup_vs_best: best / t,
         imbalance: coexec_actors::imbalance(&fin),
         classes,
+        vs_oracle: None,
     }
 }
 
@@ -526,269 +567,3 @@ fn policy_result(
 const PRECISION: f64 = 0.02;
 /// Rounds at most, whatever the budget.
 const MAX_ROUNDS: usize = 200;
-
-/// `±x.x%` of a median's interval, `±?` without one (under 6 runs).
-fn pm(median: f64, ci: Option<(f64, f64)>) -> String {
-    let w = rel_half_width(median, ci);
-    if w.is_finite() {
-        format!("±{:.1}%", 100.0 * w)
-    } else {
-        "±?".into()
-    }
-}
-
-/// E with its interval. Nothing beats T* (the ideal on these devices): an
-/// E above 1 is the noise of the measurement, shown as `= T*` within it.
-fn efficiency_text(e: f64, ci: Option<(f64, f64)>) -> String {
-    if e > 1.0 {
-        let w = ci.map(|(lo, hi)| (hi - 1.0).max(1.0 - lo).max(e - 1.0));
-        match w {
-            Some(w) => format!("= T* within ±{:.1}%", 100.0 * w),
-            None => "= T* ±?".into(),
-        }
-    } else {
-        format!("{e:.3} {}", pm(e, ci))
-    }
-}
-
-/// The speed-up over the best class alone with its interval; one whose
-/// interval holds 1 is marked as inside the noise.
-fn speedup_text(s: f64, ci: Option<(f64, f64)>) -> String {
-    let noise = match ci {
-        Some((lo, hi)) => lo <= 1.0 && 1.0 <= hi,
-        None => true,
-    };
-    format!(
-        "{s:.3}x {}{}",
-        pm(s, ci),
-        if noise { " (noise)" } else { "" }
-    )
-}
-
-fn print_table(w: &WorkloadBench) {
-    outln!("\n{} ({}; {} items per run)", w.name, w.params, w.items);
-    outln!(
-        "  inputs generated in {:.2} s on {} threads (outside every T)",
-        w.inputs_s,
-        rayon::current_num_threads()
-    );
-    let p = &w.host_pinning;
-    if p.locked + p.refused > 0 {
-        outln!(
-            "  page-locked for DMA ({}): {} buffers, {:.2} GB in {:.3} s, unlocked in {:.3} s{}",
-            p.choice,
-            p.locked,
-            p.locked_bytes as f64 / 1e9,
-            p.lock_s,
-            p.unlock_s,
-            match &p.last_refusal {
-                Some(why) => format!("; {} refused ({why})", p.refused),
-                None => String::new(),
-            }
-        );
-    }
-    for a in &w.alone {
-        let note = if a.predicted {
-            "  (predicted by its speed model: a run alone did not end within 20x the fastest)"
-        } else {
-            ""
-        };
-        outln!(
-            "  T alone {:<14} {:>9.4} s {}{note}",
-            a.class,
-            a.median_s,
-            pm(a.median_s, a.ci_s)
-        );
-    }
-    outln!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
-    outln!(
-        "  {:<16} {:>9} {:>8} {:>24} {:>24} {:>7}  split",
-        "policy",
-        "T (s)",
-        "±95%",
-        "E",
-        "speed-up",
-        "δ"
-    );
-    for p in &w.policies {
-        let split = p
-            .classes
-            .iter()
-            .map(|c| format!("{} {:.1}%", c.name, 100.0 * c.share))
-            .collect::<Vec<_>>()
-            .join(", ");
-        outln!(
-            "  {:<16} {:>9.4} {:>8} {:>24} {:>24} {:>7.3}  {}",
-            p.policy,
-            p.makespan_s,
-            pm(p.makespan_s, p.ci_s),
-            efficiency_text(p.efficiency, p.efficiency_ci),
-            speedup_text(p.speedup_vs_best, p.speedup_ci),
-            p.imbalance,
-            split
-        );
-    }
-    if !w.learning.is_empty() {
-        // Odd runs start cold, even runs from the profile the odd run stored.
-        let pick = |warm: bool, f: fn(&LearningRun) -> f64| {
-            median(
-                &w.learning
-                    .iter()
-                    .filter(|l| (l.run % 2 == 0) == warm)
-                    .map(f)
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let ratios: Vec<f64> = w
-            .learning
-            .chunks_exact(2)
-            .map(|p| p[1].efficiency / p[0].efficiency)
-            .collect();
-        outln!(
-            "  learning ({} pairs, medians): cold run probe δ' {:.3}, E {:.3}  →  second run probe δ' {:.3}, E {:.3}  (second/first per pair {:.3})",
-            w.learning.len() / 2,
-            pick(false, |l| l.probe_imbalance),
-            pick(false, |l| l.efficiency),
-            pick(true, |l| l.probe_imbalance),
-            pick(true, |l| l.efficiency),
-            median(&ratios),
-        );
-    }
-    if let Some(b) = &w.baseline {
-        outln!(
-            "  CPU only vs rayon ({} threads): coexec {:.4} s, rayon {:.4} s, ratio rayon/coexec {:.3}",
-            b.threads,
-            b.coexec_cpu_s,
-            b.rayon_s,
-            b.ratio
-        );
-    }
-}
-
-/// The scheduler's cost per chunk: the empty kernel, one item per chunk, on
-/// the CPU workers. Measured side by side with the Prometheus recorder: a
-/// runtime whose metric handles were registered before the recorder was
-/// installed (so they are no-ops) alternates with one built after it.
-async fn overhead(common: &Common, repeat: usize) -> Result<Overhead, Failure> {
-    let devices = common.devices.as_deref().unwrap_or("cpu:2");
-    let plain = build(common, Some(devices), true)?;
-    let workers: usize = plain.classes().iter().map(|c| c.workers).sum();
-    let chunks = 1_000_000;
-    let opts = JobOptions::new().chunk(1);
-    once(&plain, &opts, chunks).await?; // warm-up; registers this runtime's handles as no-ops
-    // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
-    let metered = match Runtime::builder()
-        .devices(devices)?
-        .in_memory_profiles()
-        .metrics(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .build()
-    {
-        Ok(rt) => {
-            once(&rt, &opts, chunks).await?;
-            Some(rt)
-        }
-        Err(e) => {
-            errln!("no Prometheus exporter ({e}): measuring without metrics only");
-            None
-        }
-    };
-    // Pairs in alternating order (off-on, on-off, ...): each pair's ratio
-    // compares two adjacent runs, and neither side always goes first.
-    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..repeat {
-        match &metered {
-            Some(rt) => {
-                let (m, p) = if i % 2 == 1 {
-                    let m = once(rt, &opts, chunks).await?;
-                    (m, once(&plain, &opts, chunks).await?)
-                } else {
-                    let p = once(&plain, &opts, chunks).await?;
-                    (once(rt, &opts, chunks).await?, p)
-                };
-                on.push(m);
-                off.push(p);
-                ratios.push(m / p);
-            }
-            None => off.push(once(&plain, &opts, chunks).await?),
-        }
-    }
-    plain.shutdown().await;
-    if let Some(rt) = metered {
-        rt.shutdown().await;
-    }
-    let secs = median(&off);
-    Ok(Overhead {
-        workers,
-        repeat,
-        chunks,
-        seconds: secs,
-        us_per_chunk: secs / chunks as f64 * 1e6,
-        chunks_per_second: chunks as f64 / secs,
-        with_metrics_us_per_chunk: (!on.is_empty()).then(|| median(&on) / chunks as f64 * 1e6),
-        with_metrics_ratio: (!ratios.is_empty()).then(|| median(&ratios)),
-    })
-}
-
-/// One run of the empty kernel; its makespan.
-async fn once(rt: &Runtime, opts: &JobOptions, chunks: usize) -> Result<f64, Failure> {
-    let done = rt
-        .run_with(coexec::kernels::Empty::new(chunks), opts.clone())
-        .await?;
-    Ok(done.report.makespan_s)
-}
-
-fn machine(rt: &Runtime) -> Machine {
-    let fp = coexec_actors::profiler::Fingerprint::this_machine(
-        rt.gpus().iter().map(|g| g.name.clone()).collect(),
-    );
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    Machine {
-        cpu_model: fp.cpu_model,
-        cores: fp.cores,
-        gpus: fp.accelerators,
-        date: format_utc(secs),
-    }
-}
-
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days).
-fn format_utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_efficiency_above_one_never_reads_as_a_number() {
-        assert_eq!(efficiency_text(0.95, Some((0.9, 1.0))), "0.950 ±5.3%");
-        assert_eq!(efficiency_text(0.95, None), "0.950 ±?");
-        // Above 1: equal to T* within the farther of the interval's ends
-        // from 1 (at least E's own distance from it).
-        assert_eq!(
-            efficiency_text(1.04, Some((0.9, 1.2))),
-            "= T* within ±20.0%"
-        );
-        assert_eq!(efficiency_text(1.3, Some((1.1, 1.2))), "= T* within ±30.0%");
-        assert_eq!(efficiency_text(1.04, None), "= T* ±?");
-    }
-}
