@@ -410,7 +410,7 @@ async fn bench_one(
     let oracle = match (rounds.oracle, classes.len()) {
         (false, _) => None,
         (true, 2) => {
-            let found = oracle::search(rt, w).await?;
+            let found = oracle::search(rt, w, [alone[0].median_s, alone[1].median_s]).await?;
             let r = row("oracle", &found.runs);
             let limit = r.makespan_s.min(best_s);
             results.push(r);
