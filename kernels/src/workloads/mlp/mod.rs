@@ -271,7 +271,7 @@ impl MlpWeights {
     fn forward(&self, x: &[f32], probs: &mut [f32]) -> Result<(), KernelError> {
         let (inp, h, c) = (self.inputs(), self.widest_hidden(), self.classes());
         let rows = probs.len() / c;
-        let tile = Mlp::TILE_ROWS.min(rows.max(1));
+        let tile = tile_rows(rows, h);
         let mut a = try_zeroed::<f32>("mlp scratch", tile * h)?;
         let mut b = try_zeroed::<f32>("mlp scratch", tile * h)?;
         let (last, hidden) = self.layers.split_last().expect("at least one layer");
@@ -292,6 +292,22 @@ impl MlpWeights {
         }
         Ok(())
     }
+}
+
+/// The most a forward pass's two activation buffers may hold together: a
+/// model with a very wide hidden layer runs fewer rows a tile rather than
+/// allocate `2 × TILE_ROWS × width` floats (a 4 000 000-unit layer took
+/// 2 GB for one batch). At 1024 units a tile keeps its 128 rows.
+const SCRATCH_BYTES: usize = 64 << 20;
+
+/// Rows per tile for a chunk of `rows` rows through hidden layers at most
+/// `widest` wide: [`Mlp::TILE_ROWS`] at most, fewer where their scratch
+/// would pass [`SCRATCH_BYTES`], one at least.
+pub(super) fn tile_rows(rows: usize, widest: usize) -> usize {
+    let per_row = 2 * widest.max(1) * std::mem::size_of::<f32>();
+    Mlp::TILE_ROWS
+        .min(rows.max(1))
+        .min((SCRATCH_BYTES / per_row).max(1))
 }
 
 /// In place, shifted by the maximum so no `exp` overflows.

@@ -243,3 +243,33 @@ fn argmax_takes_the_first_of_ties() {
     assert_eq!(argmax(&[]), None);
     assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
 }
+
+/// A very wide hidden layer runs fewer rows a tile: the two activation
+/// buffers stay within 64 MiB (a 1 → 4 000 000 → 2 model took 2 GB for a
+/// 128-row batch), and the rows still come out as the loops compute them.
+#[test]
+fn a_wide_layer_keeps_its_scratch_within_bounds() {
+    use super::tile_rows;
+    let scratch = |rows, widest| 2 * tile_rows(rows, widest) * widest * 4;
+    assert_eq!(tile_rows(128, 1024), Mlp::TILE_ROWS);
+    assert_eq!(tile_rows(5, 1024), 5);
+    assert!(scratch(128, 4_000_000) <= 64 << 20);
+    assert_eq!(tile_rows(128, 4_000_000), 2);
+    // Wider than the bound holds for one row: one row a tile.
+    assert_eq!(tile_rows(128, 100_000_000), 1);
+    // 300 000 units: 27 rows a tile, so 140 rows take six tiles.
+    let widths = [3, 300_000, 2];
+    assert_eq!(tile_rows(140, widths[1]), 27);
+    let w = Arc::new(load_shaped(&shaped(&widths)).unwrap());
+    let rows = 140;
+    let x: Vec<f32> = (0..rows * 3).map(|i| (i % 19) as f32 / 19.0).collect();
+    let mut k = Mlp::new(w.clone(), x.clone()).unwrap();
+    crate::with_chunk(&mut k, 0..rows, |k, c| k.run_cpu(c)).unwrap();
+    let probs = k.into_probs();
+    for (r, row) in x.chunks_exact(3).enumerate() {
+        let want = naive(&w, row);
+        for (g, e) in probs[r * 2..(r + 1) * 2].iter().zip(&want) {
+            assert!((g - e).abs() < 1e-4, "row {r}: {g} vs {e}");
+        }
+    }
+}
