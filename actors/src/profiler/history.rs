@@ -108,8 +108,7 @@ impl RunHistory {
         if !(makespan.is_finite() && makespan > 0.0) {
             return;
         }
-        // A forecast made after the run (a cold run's, from the models it
-        // measured) has no plan: it teaches no residual.
+        // A forecast without a plan teaches no residual.
         let observed = (forecast.plan_s > 0.0).then(|| makespan / forecast.plan_s - 1.0);
         // The noise a loss must stand out of, before this run counts.
         let margin = LOSS_MARGIN.max(NOISE_DEVIATIONS * self.deviation(&forecast.config));
@@ -277,7 +276,7 @@ mod tests {
         assert!(h.held_off);
         h.learn(&f, 0.9, None, 0.1);
         assert!(!h.held_off && h.last_coexec_won);
-        // A cold run's forecast (no plan) judges the loss, learns no residual.
+        // A forecast without a plan judges the loss, teaches no residual.
         let mut cold = RunHistory::default();
         cold.learn(&forecast(2, 0.0, Some(1.0)), 1.5, None, 0.1);
         assert!(cold.held_off);

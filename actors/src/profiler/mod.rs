@@ -178,10 +178,7 @@ impl Observe {
         report: &crate::RunReport,
         samples: Vec<Vec<Sample>>,
     ) -> Self {
-        let forecast = report
-            .forecast
-            .clone()
-            .or_else(|| hindsight(report, &classes));
+        let forecast = report.forecast.clone();
         Self {
             key,
             classes,
@@ -212,45 +209,6 @@ impl Observe {
             nu,
         )
     }
-}
-
-/// For a co-executed run admitted without a forecast (a cold run: some
-/// class had no model), what each class alone would have taken by the
-/// models the run measured (its start, a chunk's fixed cost, the items at
-/// its workers' rate): the best of them stands as the run's single-class
-/// forecast, so that a cold co-execution that lost is learned from at once.
-/// No plan (`plan_s` 0): it teaches no residual.
-fn hindsight(report: &crate::RunReport, keys: &[String]) -> Option<crate::policy::Forecast> {
-    let ran: Vec<&str> = report
-        .classes
-        .iter()
-        .zip(keys)
-        .filter(|(c, _)| c.items > 0)
-        .map(|(_, k)| k.as_str())
-        .collect();
-    if ran.len() < 2 {
-        return None;
-    }
-    let single = report
-        .classes
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.workers > 0 && c.model_b_items_per_s > 0.0)
-        .map(|(i, c)| {
-            let rate = c.model_b_items_per_s * c.workers as f64;
-            let t = c.start_s.unwrap_or(0.0) + c.model_a_s + report.items as f64 / rate;
-            (i, t)
-        })
-        .filter(|(_, t)| t.is_finite())
-        .min_by(|x, y| x.1.total_cmp(&y.1))?;
-    Some(crate::policy::Forecast {
-        config: ran.join("+"),
-        classes: ran.len(),
-        plan_s: 0.0,
-        predicted_s: report.makespan_s,
-        single: Some(single),
-        coexec_s: None,
-    })
 }
 
 impl Handler<Observe> for Profiler {
