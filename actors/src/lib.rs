@@ -1,5 +1,10 @@
 //! coexec's actors: who runs what, when.
 //!
+//! An implementation detail of [`coexec`](https://docs.rs/coexec): depend
+//! on `coexec`, which re-exports what an application needs (the runtime,
+//! device specs, policies, profiles, reports); this crate's own API may
+//! change in any release.
+//!
 //! ```text
 //!   runtime ──Submit──▶ Broker actor ──admits──▶ Registry (jobs, item spaces)
 //!                          ▲                      ▲  claim / complete / finish

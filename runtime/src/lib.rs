@@ -105,6 +105,47 @@ pub mod kernels {
     }
 }
 
+/// What this machine offers, without starting a runtime: its cores, its
+/// GPUs and the device classes coexec makes of them by default.
+///
+/// ```
+/// let (classes, gpus) = coexec::machine::default_classes()?;
+/// assert!(classes.iter().any(|c| c.workers > 0));
+/// assert!(coexec::machine::cores() >= 1);
+/// if let Err(why) = coexec::machine::gpus() {
+///     println!("no GPU: {why}");
+/// }
+/// # let _ = gpus;
+/// # Ok::<(), coexec::Error>(())
+/// ```
+pub mod machine {
+    use crate::kernels::cuda::GpuInfo;
+    use crate::{ClassInfo, Error};
+
+    /// Logical cores this process may use.
+    pub fn cores() -> usize {
+        coexec_actors::cores()
+    }
+
+    /// The most worker threads one class gets here: 64 per core, at least
+    /// 256 (a larger count is capped, with a warning).
+    pub fn worker_cap() -> usize {
+        coexec_actors::worker_cap()
+    }
+
+    /// The GPUs CUDA can see, or why there are none.
+    pub fn gpus() -> Result<Vec<GpuInfo>, Error> {
+        Ok(coexec_actors::gpus()?)
+    }
+
+    /// The device classes of the default devices (every GPU with two
+    /// streams, the CPU class on every core but one per GPU) and the GPUs
+    /// they use.
+    pub fn default_classes() -> Result<(Vec<ClassInfo>, Vec<GpuInfo>), Error> {
+        Ok(coexec_actors::resolve(None)?)
+    }
+}
+
 /// coexec's Prometheus recorder, for the application to install.
 ///
 /// The `metrics` crate has one global recorder per process, and a library

@@ -212,10 +212,10 @@ fn bench_oracle_reports_the_best_fixed_split() {
     let _ = std::fs::remove_dir_all(&dir);
     let w = &v["workloads"][0];
     let oracle = &w["oracle"];
-    // Two classes of equal speed: the coarse grid and the shares around
-    // T*'s (one of them 0.5, already in the grid), then 4 around the best.
+    // The coarse grid (9) and up to 5 shares around T*'s, then up to 4
+    // around the best (fewer where one was tried already).
     let tried = oracle["tried"].as_array().unwrap().len();
-    assert!((12..=17).contains(&tried), "{oracle}");
+    assert!((9..=18).contains(&tried), "{oracle}");
     let share = oracle["share"][0].as_f64().unwrap();
     assert!(share > 0.0 && share < 1.0, "{oracle}");
     let t = oracle["makespan_s"].as_f64().unwrap();

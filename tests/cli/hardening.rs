@@ -149,8 +149,8 @@ fn extreme_sim_speeds_are_refused_not_a_hang() {
     }
     // Through the library, past the parser: refused at start.
     let list = coexec::DeviceList::new(vec![
-        coexec_actors::DeviceSpec::cpu(1),
-        coexec_actors::DeviceSpec::sim(1, 1e-300, Duration::ZERO),
+        coexec::DeviceSpec::cpu(1),
+        coexec::DeviceSpec::sim(1, 1e-300, Duration::ZERO),
     ]);
     let r = coexec::Runtime::builder()
         .device_list(list)
@@ -166,7 +166,7 @@ fn thousands_of_cpu_workers_are_capped_and_finish_quickly() {
             .devices("cpu:4096")?
             .in_memory_profiles()
             .build()?;
-        let cap = coexec_actors::worker_cap();
+        let cap = coexec::machine::worker_cap();
         assert_eq!(rt.classes()[0].workers, cap.min(4096));
         let t = std::time::Instant::now();
         let mut done = rt.run(Synthetic::new(200_000, 10)).await?;

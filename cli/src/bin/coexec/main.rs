@@ -163,8 +163,8 @@ pub(crate) enum Failure {
 
 impl From<coexec::Error> for Failure {
     fn from(e: coexec::Error) -> Self {
+        use coexec::ActorError as A;
         use coexec::kernels::KernelError as K;
-        use coexec_actors::ActorError as A;
         match &e {
             coexec::Error::Kernel(
                 K::Input { .. }
@@ -368,7 +368,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Policies => {
-            for p in coexec_actors::policy::POLICIES {
+            for name in coexec::policy::names() {
+                let p = coexec::policy::by_name(name).map_err(|e| Failure::Run(e.to_string()))?;
                 outln!("{:<16} {}", p.name(), p.describe());
             }
             Ok(())
@@ -412,8 +413,9 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
 }
 
 fn devices(json: bool) -> Result<(), Failure> {
-    let (classes, gpus) = coexec_actors::resolve(None).map_err(|e| Failure::Run(e.to_string()))?;
-    let why_no_gpu = coexec_actors::gpus().err().map(|e| e.to_string());
+    let (classes, gpus) =
+        coexec::machine::default_classes().map_err(|e| Failure::Run(e.to_string()))?;
+    let why_no_gpu = coexec::machine::gpus().err().map(|e| e.to_string());
     if json {
         let v =
             serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
@@ -531,7 +533,7 @@ pub(crate) fn class_speeds(rt: &Runtime) -> Vec<f64> {
             // CPU workers beyond the cores add no speed: sizing by them would
             // make `cpu:4096` a 4096-core job on any machine.
             let workers = match c.kind {
-                coexec::DeviceKind::Cpu => c.workers.min(coexec_actors::cores()),
+                coexec::DeviceKind::Cpu => c.workers.min(coexec::machine::cores()),
                 _ => c.workers,
             };
             workers as f64

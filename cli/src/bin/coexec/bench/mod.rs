@@ -146,7 +146,7 @@ pub(crate) async fn bench(
             .classes()
             .iter()
             .any(|c| matches!(c.kind, coexec::DeviceKind::Cuda { .. }))
-        && let Err(e) = coexec_actors::gpus()
+        && let Err(e) = coexec::machine::gpus()
     {
         let what = rt
             .classes()
@@ -410,17 +410,30 @@ async fn bench_one(
     let oracle = match (rounds.oracle, classes.len()) {
         (false, _) => None,
         (true, 2) => {
-            let found = oracle::search(rt, w, [alone[0].median_s, alone[1].median_s]).await?;
-            let r = row("oracle", &found.runs);
-            let limit = r.makespan_s.min(best_s);
-            results.push(r);
+            let alone_s = [alone[0].median_s, alone[1].median_s];
+            let found = oracle::search(rt, w, alone_s).await?;
+            let (limit, share, tried) = match found {
+                Some(found) => {
+                    let r = row("oracle", &found.runs);
+                    let limit = r.makespan_s.min(best_s);
+                    results.push(r);
+                    (limit, found.share, found.tried)
+                }
+                None => {
+                    errln!(
+                        "--oracle: no split could beat the best class alone; T_oracle is its time"
+                    );
+                    let first_best = alone_s[0] <= alone_s[1];
+                    (best_s, if first_best { 1.0 } else { 0.0 }, Vec::new())
+                }
+            };
             for r in &mut results {
                 r.vs_oracle = Some(limit / r.makespan_s);
             }
             Some(OracleResult {
                 makespan_s: limit,
-                share: vec![found.share, 1.0 - found.share],
-                tried: found.tried,
+                share: vec![share, 1.0 - share],
+                tried,
             })
         }
         (true, n) => {
@@ -557,9 +570,20 @@ fn policy_result(
         ideal_s: ideal,
         efficiency: ideal / t,
         speedup_vs_best: best / t,
-        imbalance: coexec_actors::imbalance(&fin),
+        imbalance: imbalance(&fin),
         classes,
         vs_oracle: None,
+    }
+}
+
+/// δ: (max − min) / max of the classes' finish times (0 for one class).
+fn imbalance(finish: &[f64]) -> f64 {
+    let max = finish.iter().copied().fold(0.0, f64::max);
+    let min = finish.iter().copied().fold(f64::INFINITY, f64::min);
+    if finish.len() > 1 && max > 0.0 {
+        (max - min) / max
+    } else {
+        0.0
     }
 }
 

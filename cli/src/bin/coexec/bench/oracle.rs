@@ -54,8 +54,14 @@ pub(crate) struct Found {
     pub(crate) tried: Vec<(f64, f64)>,
 }
 
-/// The sweep on `w` (two classes, whose times alone are `alone`).
-pub(crate) async fn search(rt: &Runtime, w: &Prepared, alone: [f64; 2]) -> Result<Found, Failure> {
+/// The sweep on `w` (two classes, whose times alone are `alone`); `None`
+/// where no split could beat the best class alone (a class's time alone
+/// not a positive number).
+pub(crate) async fn search(
+    rt: &Runtime,
+    w: &Prepared,
+    alone: [f64; 2],
+) -> Result<Option<Found>, Failure> {
     let mut tried = Vec::new();
     let ideal = alone[1] / (alone[0] + alone[1]);
     let coarse: Vec<f64> = (1..=9)
@@ -66,13 +72,15 @@ pub(crate) async fn search(rt: &Runtime, w: &Prepared, alone: [f64; 2]) -> Resul
     let best = best_of(&tried).unwrap_or(ideal);
     let fine: Vec<f64> = [0.85, 0.925, 1.075, 1.15].map(|f| f * best).to_vec();
     sweep(rt, w, &worth_trying(&fine, alone, &tried), &mut tried).await?;
-    let share = best_of(&tried).unwrap_or(ideal);
+    let Some(share) = best_of(&tried) else {
+        return Ok(None);
+    };
     let mut runs = Vec::with_capacity(MIN_CI_SAMPLES);
     for _ in 0..MIN_CI_SAMPLES {
         let reports = run(rt, w, share).await?;
         runs.push((job_time(&reports), reports));
     }
-    Ok(Found { share, runs, tried })
+    Ok(Some(Found { share, runs, tried }))
 }
 
 /// Each of `shares` [`ROUNDS`] times, interleaved; their medians into

@@ -79,7 +79,7 @@ async fn once(rt: &Runtime, opts: &JobOptions, chunks: usize) -> Result<f64, Fai
 }
 
 pub(super) fn machine(rt: &Runtime) -> Machine {
-    let fp = coexec_actors::profiler::Fingerprint::this_machine(
+    let fp = coexec::profile::Fingerprint::this_machine(
         rt.gpus().iter().map(|g| g.name.clone()).collect(),
     );
     let secs = std::time::SystemTime::now()

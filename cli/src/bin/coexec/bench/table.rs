@@ -81,14 +81,21 @@ pub(super) fn print_table(w: &WorkloadBench) {
     outln!("  T* = 1/Σ(1/T_i)        {:>9.4} s", w.ideal_s);
     if let Some(o) = &w.oracle {
         let best = o.tried.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
-        outln!(
-            "  T_oracle               {:>9.4} s  (the best fixed split measured: {:.1}% / {:.1}%, {} splits tried, best of them {:.4} s; the best class alone where less)",
-            o.makespan_s,
-            100.0 * o.share[0],
-            100.0 * o.share.get(1).copied().unwrap_or(0.0),
-            o.tried.len(),
-            best
-        );
+        if o.tried.is_empty() {
+            outln!(
+                "  T_oracle               {:>9.4} s  (the best class alone: no fixed split could beat it)",
+                o.makespan_s
+            );
+        } else {
+            outln!(
+                "  T_oracle               {:>9.4} s  (the best fixed split measured: {:.1}% / {:.1}%, {} splits tried, best of them {:.4} s; the best class alone where less)",
+                o.makespan_s,
+                100.0 * o.share[0],
+                100.0 * o.share.get(1).copied().unwrap_or(0.0),
+                o.tried.len(),
+                best
+            );
+        }
     }
     outln!(
         "  {:<16} {:>9} {:>8} {:>24} {:>24} {:>7} {:>7}  split",
