@@ -1,20 +1,12 @@
 //! `coexec-load --server`: servers the generator starts itself, side by
 //! side, each run on a fresh one, stopped with SIGTERM.
 
-use std::process::Command;
-
 use serde_json::Value;
 
+/// `coexec-load args…`: (exit code, stdout, stderr).
 fn load(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_coexec-load"))
-        .args(args)
-        .output()
-        .expect("run coexec-load");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (rc, out, err, _) = crate::load_generator::load(args);
+    (rc, out, err)
 }
 
 fn serve(name: &str) -> String {

@@ -169,7 +169,8 @@ fn stub(behavior: Behavior) -> SocketAddr {
     rx.recv().unwrap()
 }
 
-fn load(args: &[&str]) -> (i32, String, String, Duration) {
+/// `coexec-load args…`: (exit code, stdout, stderr, how long it ran).
+pub(crate) fn load(args: &[&str]) -> (i32, String, String, Duration) {
     let t0 = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_coexec-load"))
         .args(args)

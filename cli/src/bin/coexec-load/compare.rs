@@ -22,7 +22,7 @@ use crate::dataset::Dataset;
 use crate::openloop::{self, HttpClient};
 use crate::report::{self, RateReport};
 use crate::servers::{self, ServerSpec};
-use crate::{Args, Failure, data_name, measure, plan, print, ratio, target};
+use crate::{Args, Failure, data_name, json, measure, plan, print, ratio, target};
 
 /// One measured run: a fresh server, its warm-up, then one rate or one
 /// capacity search.
@@ -200,10 +200,7 @@ pub(crate) async fn run(a: &Args, client: &HttpClient, data: &Arc<Dataset>) -> R
             runs: &runs,
             summary: &cells,
         };
-        let mut s = serde_json::to_string_pretty(&report)
-            .map_err(|e| Failure::Run(format!("cannot encode the report: {e}")))?;
-        s.push('\n');
-        s
+        json(&report)?
     } else {
         let mut s = format!(
             "coexec-load: {} server(s), {} round(s), {} row(s)/request; medians over rounds\n",

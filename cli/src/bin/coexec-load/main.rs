@@ -340,6 +340,14 @@ async fn measure(
     }
 }
 
+/// The report as JSON, one line feed after it.
+fn json(report: &impl Serialize) -> Result<String, Failure> {
+    let mut s = serde_json::to_string_pretty(report)
+        .map_err(|e| Failure::Run(format!("cannot encode the report: {e}")))?;
+    s.push('\n');
+    Ok(s)
+}
+
 /// Writes the report; a closed stdout (`| head`) is not an error.
 fn print(out: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
@@ -430,10 +438,7 @@ async fn run(a: Args) -> Result<(), Failure> {
                     found,
                 }),
         };
-        let mut s = serde_json::to_string_pretty(&report)
-            .map_err(|e| Failure::Run(format!("cannot encode the report: {e}")))?;
-        s.push('\n');
-        s
+        json(&report)?
     } else {
         let mut s = format!(
             "coexec-load: {} ({}), {} row(s)/request, latency from scheduled send, ms of 200s\n",
