@@ -162,4 +162,19 @@ mod tests {
             "the plan itself does not pay"
         );
     }
+
+    /// A clear loss holds co-executing off until a trial is due, however
+    /// well the plan forecasts it; with the rule off it does not.
+    #[test]
+    fn a_hold_off_lasts_until_the_trial() {
+        let mut h = RunHistory {
+            held_off: true,
+            ..RunHistory::default()
+        };
+        // Forecast at half the single class's time: it would pay at once.
+        assert!(!pays(&h, true, 0.5, 0.5, 1.0));
+        assert!(pays(&h, false, 0.5, 0.5, 1.0));
+        h.since_coexec = trial_gap(0, 0.5, 1.0);
+        assert!(pays(&h, true, 0.5, 0.5, 1.0));
+    }
 }
