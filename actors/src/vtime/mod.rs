@@ -30,6 +30,7 @@
 
 mod bench;
 mod calibration;
+mod chunk;
 mod contention;
 mod tests;
 
@@ -48,6 +49,7 @@ use crate::{JobOptions, RunReport};
 
 pub(crate) use bench::*;
 pub(crate) use calibration::*;
+use chunk::Running;
 
 /// splitmix64: a small, seedable generator (the tests need no crate for it).
 #[derive(Debug, Clone)]
@@ -443,55 +445,6 @@ pub(crate) fn lease_thresholds() -> Thresholds {
         .warm_start(false)
         .single_class(false)
         .cpu_latency_chunks(crate::policy::LATENCY_CHUNKS)
-}
-
-/// A chunk in flight on a worker.
-struct Running {
-    claimed: Claimed,
-    /// When its own time started (after a stream's setup).
-    start: f64,
-    /// GPU: the latency phase ends here, then the work phase runs.
-    latency_until: f64,
-    /// Seconds of work left at full speed (a GPU's in its work phase).
-    work_left: f64,
-    /// Whether a CPU worker runs it.
-    cpu: bool,
-}
-
-impl Running {
-    fn gpu_work(&self, now: f64) -> bool {
-        !self.cpu && now >= self.latency_until && self.work_left > 0.0
-    }
-
-    /// When it next changes phase or ends, at the current sharing.
-    fn next_event(&self, now: f64, sharing: f64, cpu_sharing: f64) -> f64 {
-        if self.cpu {
-            now + self.work_left * cpu_sharing
-        } else if now < self.latency_until {
-            self.latency_until
-        } else {
-            now + self.work_left * sharing
-        }
-    }
-
-    fn advance(&mut self, from: f64, to: f64, sharing: f64, cpu_sharing: f64) {
-        let rate = if self.cpu {
-            1.0 / cpu_sharing
-        } else if self.gpu_work(from) {
-            1.0 / sharing
-        } else {
-            return;
-        };
-        self.work_left = (self.work_left - (to - from) * rate).max(0.0);
-        // What rounding leaves of a chunk that ends now.
-        if self.work_left < 1e-12 {
-            self.work_left = 0.0;
-        }
-    }
-
-    fn done(&self, now: f64) -> bool {
-        (self.cpu || now >= self.latency_until) && self.work_left <= 0.0
-    }
 }
 
 /// A kernel that does nothing: its time is the machine's model.
