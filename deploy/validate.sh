@@ -44,6 +44,10 @@ need = sleep + arg("drain-delay-s") + arg("drain-timeout-s")
 grace = pod["terminationGracePeriodSeconds"]
 if grace < need:
     fail(f"terminationGracePeriodSeconds {grace} < preStop {sleep} + drain delay + drain bound = {need}")
+res = c.get("resources", {})
+cpu_req, cpu_lim = res.get("requests", {}).get("cpu"), res.get("limits", {}).get("cpu")
+if cpu_lim is None or str(cpu_lim) != str(cpu_req):
+    fail(f"the CPU limit ({cpu_lim}) must equal the request ({cpu_req}): coexec's CPU class follows the limit, else the node's cores")
 if c["readinessProbe"]["httpGet"]["path"] != "/readyz" or c["livenessProbe"]["httpGet"]["path"] != "/healthz":
     fail("readiness must probe /readyz and liveness /healthz")
 print(f"deploy: servicemonitor ok; grace {grace} s >= {need} s")

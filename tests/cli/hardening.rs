@@ -495,32 +495,55 @@ fn warnings_to_a_file_carry_no_colour_codes() {
     assert!(!err.contains('\u{1b}'), "ANSI codes in {err:?}");
 }
 
-/// A profile folder that cannot be written is warned about once, not at
-/// every save that fails the same way (it was printed twice: after the run
-/// and at shutdown).
+/// A profile folder that is a regular file (or lies under one) is named in
+/// one warning that says so, and the process learns in memory (before, each
+/// save warned "File exists (os error 17)" or "Not a directory"). By hand:
+/// `touch f; coexec run synthetic --profile-dir f`.
 #[test]
-fn a_profile_that_cannot_be_saved_is_warned_about_once() {
-    let blocker =
-        std::env::temp_dir().join(format!("coexec-hardening-nodir-{}", std::process::id()));
+fn a_profile_folder_that_is_a_file_is_named_once() {
+    let d = scratch("folder-is-a-file");
+    let blocker = d.join("blocker");
     std::fs::write(&blocker, b"a file, not a folder").unwrap();
-    let dir = blocker.join("profiles");
-    let (code, _, err) = coexec(&[
-        "run",
-        "synthetic",
-        "--size",
-        "100000",
-        "--devices",
-        "cpu:1,sim:1@0.5",
-        "--profile-dir",
-        dir.to_str().unwrap(),
-    ]);
-    let _ = std::fs::remove_file(&blocker);
+    for dir in [blocker.clone(), blocker.join("profiles")] {
+        let (code, _, err) = run_with_profiles(dir.to_str().unwrap());
+        assert_eq!(code, 0, "{err}");
+        let says = format!("{} is a file, not a folder", blocker.display());
+        assert_eq!(err.matches(&says).count(), 1, "{err}");
+        assert!(!err.contains("os error"), "{err}");
+        assert!(!err.contains("could not save"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A kernel's name in a profile is text from a file: a line break in it is
+/// escaped in the log, never a forged log line. By hand: add a kernel named
+/// `"x\n2026-01-01T00:00:00Z  WARN forged"` with a split `{"cpu": 7}` to a
+/// profile, then `coexec run synthetic`.
+#[test]
+fn names_read_from_a_profile_cannot_forge_log_lines() {
+    let d = scratch("forged");
+    let dir = d.to_str().unwrap().to_string();
+    let (code, _, err) = run_with_profiles(&dir);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        err.matches("could not save the profile").count(),
-        1,
-        "{err}"
+    let profile = file_ending(&d, "json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    let kernels = json["kernels"].as_object_mut().unwrap();
+    let mut forged = kernels.values().next().unwrap().clone();
+    forged["split"] = serde_json::json!({ "cpu": 7.0 });
+    let name = "x\n2026-01-01T00:00:00.000000Z  WARN forged\r\u{7}";
+    kernels.insert(name.into(), forged);
+    std::fs::write(&profile, serde_json::to_vec(&json).unwrap()).unwrap();
+    let (code, _, err) = run_with_profiles(&dir);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("not believed"), "{err}");
+    assert!(err.contains(r"x\n2026"), "the break is escaped: {err}");
+    assert!(
+        err.lines().all(|l| !l.starts_with("2026-01-01")),
+        "a forged line: {err}"
     );
+    assert!(!err.contains(['\r', '\u{7}']), "{err:?}");
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// The process reading stderr goes away (a log shipper restarting), then a

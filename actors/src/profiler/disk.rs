@@ -126,6 +126,42 @@ fn move_aside(path: &Path, kind: &str) -> std::io::Result<PathBuf> {
     Ok(aside)
 }
 
+/// Where a save of `path` writes: a symlink to a regular file is followed,
+/// so that the rename replaces the file it points to and the link stays (a
+/// profile kept on a shared volume and linked into place). Anything else,
+/// a dangling link or one to a device included, is replaced itself.
+fn link_target(path: &Path) -> PathBuf {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let follow = is_link && std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    follow
+        .then(|| std::fs::canonicalize(path).ok())
+        .flatten()
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
+/// Why profiles cannot live in folder `dir`: it, or the nearest of its
+/// parents that exists, is not a folder. `None` where a save can create it.
+pub(super) fn folder_problem(dir: &Path) -> Option<String> {
+    let existing = dir
+        .ancestors()
+        .find(|a| std::fs::symlink_metadata(a).is_ok())?;
+    if std::fs::metadata(existing).is_ok_and(|m| m.is_dir()) {
+        return None;
+    }
+    Some(if existing == dir {
+        format!(
+            "the profile folder {} is a file, not a folder",
+            dir.display()
+        )
+    } else {
+        format!(
+            "the profile folder {} cannot be made: {} is a file, not a folder",
+            dir.display(),
+            existing.display()
+        )
+    })
+}
+
 /// Longest a save waits for the profile's lock: a process holding it longer
 /// is stopped or stuck mid-save, and this one's save fails with a warning
 /// (what it learned stays in memory for the next save) instead of holding
@@ -312,8 +348,11 @@ impl SaveJob {
     }
 
     fn write_merged(&self) -> Result<ProfileFile, NotWritten> {
-        let path = &self.path;
+        let path = &link_target(&self.path);
         if let Some(dir) = path.parent() {
+            if let Some(why) = folder_problem(dir) {
+                return Err(std::io::Error::new(std::io::ErrorKind::NotADirectory, why).into());
+            }
             std::fs::create_dir_all(dir)?;
         }
         let _lock = Locked::take(path, SAVE_LOCK_WAIT)?;

@@ -189,6 +189,10 @@ impl ProfileStore {
     pub fn open(dir: &Path, fingerprint: Fingerprint) -> Self {
         let path = dir.join(format!("coexec-profile-{}.json", fingerprint.id()));
         let mut store = Self::in_memory(fingerprint);
+        if let Some(why) = super::disk::folder_problem(dir) {
+            tracing::warn!("{why}: this process learns in memory");
+            return store;
+        }
         if path.parent().is_some_and(Path::exists) {
             match Locked::take(&path, OPEN_LOCK_WAIT) {
                 Ok(_lock) => remove_orphans(&path),

@@ -81,7 +81,7 @@ pub(super) fn sanitize(file: &mut ProfileFile) -> Vec<String> {
     for (kernel, k) in &mut file.kernels {
         k.models.retain(|class, m| match implausible(m) {
             Some(why) => {
-                dropped.push(format!("{kernel}/{class}: {why}"));
+                dropped.push(format!("{kernel:?}/{class:?}: {why}"));
                 false
             }
             None => {
@@ -96,7 +96,7 @@ pub(super) fn sanitize(file: &mut ProfileFile) -> Vec<String> {
             && k.split.values().sum::<f64>() <= 1.0 + 1e-6;
         if !shares_ok {
             dropped.push(format!(
-                "{kernel}: stored split {:?} is not shares",
+                "{kernel:?}: stored split {:?} is not shares",
                 k.split
             ));
             k.split.clear();

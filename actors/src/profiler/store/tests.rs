@@ -149,10 +149,12 @@ fn implausible_models_and_long_windows_are_dropped_on_load() {
 fn a_failed_save_names_the_file_and_waits_before_trying_again() {
     let dir = tempdir("unwritable");
     std::fs::create_dir_all(&dir).unwrap();
-    // A regular file where the profile folder should be.
+    // A regular file where the profile folder should be, put there after
+    // the start (a folder that is a file at the start keeps the store in
+    // memory).
     let blocker = dir.join("not-a-dir");
-    std::fs::write(&blocker, b"x").unwrap();
     let mut s = ProfileStore::open(&blocker.join("profiles"), fp());
+    std::fs::write(&blocker, b"x").unwrap();
     run_of(&mut s, "k", 0.01);
     let every = std::time::Duration::from_secs(1);
     assert_eq!(s.save_wait(every), std::time::Duration::ZERO);
@@ -309,4 +311,46 @@ fn reading_keeps_only_the_most_recently_run_kernels() {
     assert_eq!(f.kernels.len(), MAX_KERNELS);
     let oldest_kept = f.kernels.values().map(|k| k.last_run_ms).min();
     assert_eq!(oldest_kept, Some(88), "the 88 least recently run went");
+}
+
+/// A profile linked into place (kept on a shared volume) stays a link: a
+/// save replaces the file it points to (before, the rename replaced the
+/// link with a regular file, silently).
+#[test]
+fn a_symlinked_profile_is_saved_through_its_link() {
+    let dir = tempdir("link");
+    let shared = tempdir("link-target");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    let mut first = ProfileStore::open(&shared, fp());
+    run_of(&mut first, "k", 0.01);
+    first.save().unwrap();
+    let target = first.path().unwrap().to_path_buf();
+    let link = dir.join(target.file_name().unwrap());
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut s = ProfileStore::open(&dir, fp());
+    assert_eq!(s.file().kernels["k"].runs, 1, "read through the link");
+    run_of(&mut s, "k", 0.01);
+    s.save().unwrap();
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link is kept");
+    let behind = ProfileStore::open(&shared, fp());
+    assert_eq!(behind.file().kernels["k"].runs, 2, "the target is saved");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
+/// A profile folder that is a regular file leaves the store in memory:
+/// nothing to save, no error at each save.
+#[test]
+fn a_profile_folder_that_is_a_file_keeps_the_store_in_memory() {
+    let dir = tempdir("file-folder");
+    std::fs::write(&dir, b"not a folder").unwrap();
+    let problem = super::super::disk::folder_problem(&dir.join("sub"));
+    assert!(problem.is_some_and(|p| p.contains("is a file, not a folder")));
+    let mut s = ProfileStore::open(&dir, fp());
+    assert!(s.path().is_none());
+    run_of(&mut s, "k", 0.01);
+    s.save().unwrap();
+    let _ = std::fs::remove_file(&dir);
 }
