@@ -33,9 +33,15 @@ impl Policy for Hybrid {
         } else {
             None
         };
-        match single {
+        // Both rules send runs to one class: off if either is.
+        let due = if th.hold_off && th.single_class {
+            alone_due(ctx)
+        } else {
+            None
+        };
+        match (single, due) {
             // Co-executing is not forecast to pay: the best class alone.
-            Some((c, t))
+            (Some((c, t)), _)
                 if fc.classes > 1
                     && !pays(ctx.history, th.hold_off, fc.predicted_s, fc.plan_s, t) =>
             {
@@ -52,11 +58,26 @@ impl Policy for Hybrid {
             // class forecast to be fastest alone, its residual counted, which
             // the plan does not know; the broker re-measures the others now
             // and then.
-            Some((c, t)) if fc.classes < 2 => {
+            (Some((c, t)), _) if fc.classes < 2 => {
                 let mut a = hybrid_among(ctx, |k| k.index == c);
                 a.standby = true;
                 if let Some(f) = &mut a.forecast {
                     f.single = Some((c, t));
+                }
+                a
+            }
+            // Co-executing, but an accelerator never ran this kernel alone
+            // (or not for a long while): it runs alone this once, so that
+            // co-executing is judged against its measured time, not
+            // against models that co-executed runs taught (on a shared
+            // memory bus, the contended speeds).
+            (_, Some((c, t))) => {
+                let mut a = hybrid_among(ctx, |k| k.index == c);
+                a.remeasure = false;
+                a.standby = true;
+                if let Some(f) = &mut a.forecast {
+                    f.single = Some((c, t));
+                    f.coexec_s = Some(fc.predicted_s);
                 }
                 a
             }
@@ -118,8 +139,9 @@ fn trial_gap(losses: u32, predicted: f64, single: f64) -> u32 {
 }
 
 /// The class that alone is forecast to end the job first, with its
-/// forecast; `None` unless at least two classes could run it and each has a
-/// model.
+/// forecast: its run alone as measured at about this size where there is
+/// one ([`RunHistory::alone`]), else from its model; `None` unless at least
+/// two classes could run it and each has a model.
 fn best_single(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
     let able: Vec<usize> = (0..ctx.speeds.len())
         .filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
@@ -128,6 +150,47 @@ fn best_single(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
         return None;
     }
     able.into_iter()
+        .filter_map(|c| {
+            let measured = ctx.history.alone.get(&ctx.classes[c].profile_key);
+            if let Some(t) = measured.and_then(|a| a.secs_for(ctx.items)) {
+                return Some((c, t));
+            }
+            let mut shares = vec![0.0; ctx.speeds.len()];
+            shares[c] = 1.0;
+            ctx.forecast(ctx.speeds, &shares)
+                .map(|f| (c, f.predicted_s))
+        })
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+}
+
+/// Co-executed runs after which an accelerator that is fastest alone runs
+/// alone again, so that what co-executing must beat stays measured: one run
+/// in 256 at most.
+const ALONE_REFRESH: u32 = 256;
+
+/// The accelerator to run alone before co-executing, with its forecast
+/// alone: the one forecast fastest among those that never ran this kernel
+/// alone, or, after [`ALONE_REFRESH`] co-executed runs, among all; none
+/// before a warm co-executed run ([`RunHistory::coexecuted`]). Only
+/// accelerators: their transfers are what a shared memory bus slows, so
+/// theirs are the models that co-executed runs understate (on the H200's
+/// pathfinder, modelled, the GPU's forecast alone is about 3 times its
+/// time: slower than the CPU, where alone it is 1.5 times faster).
+fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
+    let h = ctx.history;
+    // Only once a warm co-executed run has been learned from: a stored
+    // model that is wrong (a stale profile's) meets co-executing first,
+    // where a chunk far past its prediction is taken back by another class
+    // and the model corrected; alone, the others only stand by and the job
+    // waits on the slow class.
+    if !h.coexecuted() {
+        return None;
+    }
+    let refresh = h.since_alone >= ALONE_REFRESH;
+    (0..ctx.speeds.len())
+        .filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
+        .filter(|&c| ctx.classes[c].is_accel())
+        .filter(|&c| refresh || !h.alone.contains_key(&ctx.classes[c].profile_key))
         .filter_map(|c| {
             let mut shares = vec![0.0; ctx.speeds.len()];
             shares[c] = 1.0;

@@ -76,6 +76,41 @@ pub struct RunHistory {
     /// again only as a trial.
     #[serde(default)]
     pub held_off: bool,
+    /// Per class (its profile key): this kernel's runs on that class
+    /// alone, measured. What co-executing must beat, where the speed models
+    /// are learned from co-executed runs too: on a shared memory bus those
+    /// hold the contended speeds, and forecast each class alone too slow.
+    #[serde(default)]
+    pub alone: BTreeMap<String, RunTime>,
+    /// Co-executed runs since a class last ran alone.
+    #[serde(default)]
+    pub since_alone: u32,
+    /// The last co-executed run: judged again when a class's run alone is
+    /// measured after it.
+    #[serde(default)]
+    pub last_coexec: Option<RunTime>,
+}
+
+/// A run of `items` that takes `secs` (for runs alone, smoothed over the
+/// runs of about that size).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunTime {
+    /// Items in the last such run.
+    pub items: usize,
+    /// Seconds a run of `items` takes, smoothed.
+    pub secs: f64,
+}
+
+impl RunTime {
+    /// A run of `items` alone, scaled from the measured one where the sizes
+    /// are within a factor of two of each other (further apart, a fixed
+    /// cost per run would make the scaling wrong); `None` otherwise, or
+    /// where the stored run is not one (a hand-edited profile).
+    pub fn secs_for(&self, items: usize) -> Option<f64> {
+        let ratio = items as f64 / self.items as f64;
+        let plausible = self.items > 0 && self.secs.is_finite() && self.secs > 0.0;
+        (plausible && (0.5..=2.0).contains(&ratio)).then_some(self.secs * ratio)
+    }
 }
 
 impl RunHistory {
@@ -95,13 +130,24 @@ impl RunHistory {
         64 << losses.min(2)
     }
 
-    /// Learns from a finished run: its forecast, its makespan, and how far
-    /// its classes strayed from their models (`None`: not measured, e.g. a
-    /// cold start). `mu` is the seed's μ.
+    /// The fastest class alone on a run of `items`, as measured
+    /// ([`RunHistory::alone`]); `None` where no class ran alone at about
+    /// that size.
+    pub fn best_alone(&self, items: usize) -> Option<f64> {
+        self.alone
+            .values()
+            .filter_map(|a| a.secs_for(items))
+            .min_by(f64::total_cmp)
+    }
+
+    /// Learns from a finished run of `items`: its forecast, its makespan,
+    /// and how far its classes strayed from their models (`None`: not
+    /// measured, e.g. a cold start). `mu` is the seed's μ.
     pub(crate) fn learn(
         &mut self,
         forecast: &Forecast,
         makespan: f64,
+        items: usize,
         prediction_imbalance: Option<f64>,
         mu: f64,
     ) {
@@ -131,6 +177,7 @@ impl RunHistory {
             *r = (*r + RESIDUAL_WEIGHT * step).max(MIN_RESIDUAL);
         }
         if forecast.classes < 2 {
+            self.learn_alone(&forecast.config, items, makespan);
             // Only runs `hybrid` kept to one class where it could have
             // co-executed count: a run the caller limited to one class
             // (a bench's class-alone jobs between the hybrid ones) neither
@@ -142,8 +189,18 @@ impl RunHistory {
             return;
         }
         self.since_coexec = 0;
+        self.since_alone = self.since_alone.saturating_add(1);
+        self.last_coexec = Some(RunTime {
+            items,
+            secs: makespan,
+        });
         self.trusted = prediction_imbalance.is_some_and(|d| d <= mu);
-        let single = forecast.single.map(|s| s.1);
+        // The best single class: as forecast, or as measured alone where
+        // that is faster (the forecast's models may hold contended speeds).
+        let single = match (forecast.single.map(|s| s.1), self.best_alone(items)) {
+            (Some(f), Some(m)) => Some(f.min(m)),
+            (f, m) => f.or(m),
+        };
         let lost = single.is_some_and(|single| makespan > single);
         // Lost beyond the noise: the next run goes to the single class, and
         // co-executing comes back only as a trial (`policy::hybrid`).
@@ -173,6 +230,36 @@ impl RunHistory {
             }
         } else {
             self.losses = 0;
+        }
+    }
+
+    /// Whether a warm co-executed run of the kernel has been learned from
+    /// (a configuration of two classes or more has a residual).
+    pub fn coexecuted(&self) -> bool {
+        self.residuals.keys().any(|config| config.contains('+'))
+    }
+
+    /// Records a run of `items` on class `key` alone that took `secs`:
+    /// smoothed into the one stored where the sizes are near, else in its
+    /// place.
+    /// The last co-executed run, if of about this size, is judged against
+    /// it: one that took longer by more than [`LOSS_MARGIN`] holds
+    /// co-executing off, as if it had been judged so when it ended.
+    fn learn_alone(&mut self, key: &str, items: usize, secs: f64) {
+        self.since_alone = 0;
+        let now = RunTime { items, secs };
+        let a = self.alone.entry(key.to_string()).or_insert(now);
+        *a = match a.secs_for(items) {
+            Some(before) => RunTime {
+                items,
+                secs: before + RESIDUAL_WEIGHT * (secs - before),
+            },
+            None => now,
+        };
+        let co = self.last_coexec.and_then(|c| c.secs_for(items));
+        if co.is_some_and(|co| co > (1.0 + LOSS_MARGIN) * a.secs) {
+            self.held_off = true;
+            self.last_coexec_won = false;
         }
     }
 
@@ -209,10 +296,10 @@ mod tests {
         let mut h = RunHistory::default();
         // Runs `hybrid` kept to the GPU (the best single class).
         let f = forecast(1, 1.0, Some(1.0));
-        h.learn(&f, 1.2, None, 0.1);
+        h.learn(&f, 1.2, 1000, None, 0.1);
         assert!((h.residual("gpu") - 0.2).abs() < 1e-12);
         // A run ten times its plan moves it by a quarter times the weight.
-        h.learn(&f, 10.0, None, 0.1);
+        h.learn(&f, 10.0, 1000, None, 0.1);
         assert!((h.residual("gpu") - (0.2 + RESIDUAL_WEIGHT * MAX_STEP)).abs() < 1e-12);
         assert_eq!(h.since_coexec, 2);
     }
@@ -223,15 +310,15 @@ mod tests {
     #[test]
     fn a_plan_far_too_slow_teaches_no_residual() {
         let mut h = RunHistory::default();
-        h.learn(&forecast(1, 66.0, Some(66.0)), 0.0357, None, 0.1);
+        h.learn(&forecast(1, 66.0, Some(66.0)), 0.0357, 1000, None, 0.1);
         assert_eq!(h.residual("gpu"), 0.0);
         assert_eq!(h.since_coexec, 1);
         h.residuals.insert("gpu".into(), -0.9995); // a profile saved before
         assert_eq!(h.residual("gpu"), MIN_RESIDUAL);
         // Runs slower than their plans raise it from there.
-        h.learn(&forecast(1, 0.01, None), 0.015, None, 0.1);
+        h.learn(&forecast(1, 0.01, None), 0.015, 1000, None, 0.1);
         assert_eq!(h.residual("gpu"), MIN_RESIDUAL);
-        h.learn(&forecast(1, 0.01, None), 0.015, None, 0.1);
+        h.learn(&forecast(1, 0.01, None), 0.015, 1000, None, 0.1);
         assert!(h.residual("gpu") > MIN_RESIDUAL, "{}", h.residual("gpu"));
     }
 
@@ -240,25 +327,25 @@ mod tests {
         let mut h = RunHistory::default();
         let f = forecast(2, 1.0, Some(1.1));
         // An isolated loss: the residual moves, no run is owed.
-        h.learn(&f, 1.2, Some(0.05), 0.1);
+        h.learn(&f, 1.2, 1000, Some(0.05), 0.1);
         assert_eq!((h.losses, h.cooling), (1, 0));
         assert!(h.trusted && !h.last_coexec_won);
         // Losses in a row: one single run owed, then two.
-        h.learn(&f, 1.3, Some(0.2), 0.1);
-        h.learn(&f, 1.3, Some(0.2), 0.1);
+        h.learn(&f, 1.3, 1000, Some(0.2), 0.1);
+        h.learn(&f, 1.3, 1000, Some(0.2), 0.1);
         assert!(h.loss_rate > 0.5 && !h.trusted);
         assert_eq!((h.losses, h.cooling), (3, 4));
         // Runs the caller limited to one class do not pay it off.
         for _ in 0..4 {
-            h.learn(&forecast(1, 1.0, None), 1.0, None, 0.1);
+            h.learn(&forecast(1, 1.0, None), 1.0, 1000, None, 0.1);
         }
         assert_eq!((h.cooling, h.since_coexec), (4, 0));
         // Single-class runs of `hybrid`'s choosing do; a win resets the streak.
         for _ in 0..4 {
-            h.learn(&forecast(1, 1.0, Some(1.0)), 1.0, None, 0.1);
+            h.learn(&forecast(1, 1.0, Some(1.0)), 1.0, 1000, None, 0.1);
         }
         assert_eq!((h.cooling, h.since_coexec), (0, 4));
-        h.learn(&f, 0.9, Some(0.01), 0.1);
+        h.learn(&f, 0.9, 1000, Some(0.01), 0.1);
         assert_eq!((h.losses, h.since_coexec), (0, 0));
         assert!(h.last_coexec_won && h.trusted);
     }
@@ -270,15 +357,15 @@ mod tests {
     fn a_clear_loss_holds_co_executing_off() {
         let mut h = RunHistory::default();
         let f = forecast(2, 0.8, Some(1.0));
-        h.learn(&f, 1.03, None, 0.1);
+        h.learn(&f, 1.03, 1000, None, 0.1);
         assert!(!h.held_off, "3% behind is within the 5% margin");
-        h.learn(&f, 1.2, None, 0.1);
+        h.learn(&f, 1.2, 1000, None, 0.1);
         assert!(h.held_off);
-        h.learn(&f, 0.9, None, 0.1);
+        h.learn(&f, 0.9, 1000, None, 0.1);
         assert!(!h.held_off && h.last_coexec_won);
         // A forecast without a plan judges the loss, teaches no residual.
         let mut cold = RunHistory::default();
-        cold.learn(&forecast(2, 0.0, Some(1.0)), 1.5, None, 0.1);
+        cold.learn(&forecast(2, 0.0, Some(1.0)), 1.5, 1000, None, 0.1);
         assert!(cold.held_off);
         assert!(cold.residuals.is_empty() && cold.deviations.is_empty());
     }
@@ -292,15 +379,53 @@ mod tests {
         let f = forecast(2, 0.8, Some(1.0));
         for k in 0..12 {
             let t = if k % 2 == 0 { 0.5 } else { 0.9 };
-            h.learn(&f, t, None, 0.1);
+            h.learn(&f, t, 1000, None, 0.1);
         }
         let d = h.deviation("cpu+gpu");
         assert!(d > 0.15, "deviation {d}");
-        h.learn(&f, 1.2, None, 0.1);
+        h.learn(&f, 1.2, 1000, None, 0.1);
         assert!(!h.held_off, "20% behind is inside 2 x {d:.3}");
         h.deviations.insert("cpu+gpu".into(), f64::NAN);
         assert_eq!(h.deviation("cpu+gpu"), 0.0);
         h.deviations.insert("cpu+gpu".into(), 7.0);
         assert_eq!(h.deviation("cpu+gpu"), 1.0);
+    }
+
+    /// A co-executed run is judged against the class's run alone where one
+    /// was measured at about its size, not only the forecast: models learned
+    /// while co-executing (a shared memory bus) can forecast the class alone
+    /// three times too slow, and the loss would never show.
+    #[test]
+    fn a_measured_run_alone_judges_co_executing() {
+        let mut h = RunHistory::default();
+        // The GPU alone, measured: 1000 items in 0.4 s.
+        h.learn(&forecast(1, 0.4, None), 0.4, 1000, None, 0.1);
+        assert_eq!(h.best_alone(1000), Some(0.4));
+        let scaled = h.best_alone(1500).unwrap();
+        assert!((scaled - 0.6).abs() < 1e-12, "scaled within 2x: {scaled}");
+        assert_eq!(h.best_alone(5000), None, "too far to scale");
+        // Co-executed in 0.7 s, against a forecast of 1.0 s alone: lost.
+        h.learn(&forecast(2, 0.6, Some(1.0)), 0.7, 1000, None, 0.1);
+        assert!(h.held_off && !h.last_coexec_won);
+        assert_eq!(h.since_alone, 1);
+        // Without the measurement the same run wins.
+        let mut blind = RunHistory::default();
+        blind.learn(&forecast(2, 0.6, Some(1.0)), 0.7, 1000, None, 0.1);
+        assert!(!blind.held_off && blind.last_coexec_won);
+        // Measured after a co-executed run that it beats: held off at once.
+        let mut late = RunHistory::default();
+        late.learn(&forecast(2, 0.6, Some(1.0)), 0.7, 1000, None, 0.1);
+        assert!(!late.held_off);
+        late.learn(&forecast(1, 0.4, None), 0.4, 1000, None, 0.1);
+        assert!(late.held_off && !late.last_coexec_won);
+        // A stored run that is not one is ignored.
+        h.alone.insert(
+            "gpu".into(),
+            RunTime {
+                items: 0,
+                secs: f64::NAN,
+            },
+        );
+        assert_eq!(h.best_alone(1000), None);
     }
 }

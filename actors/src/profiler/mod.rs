@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
 
-pub use history::RunHistory;
+pub use history::{RunHistory, RunTime};
 pub(crate) use store::RunOutcome;
 pub use store::{
     Fingerprint, KernelProfile, Learned, MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, PROFILE_VERSION,
@@ -186,6 +186,7 @@ impl Observe {
             outcome: RunOutcome {
                 starts: report.classes.iter().map(|c| c.start_s).collect(),
                 makespan: report.makespan_s,
+                items: report.items,
                 forecast,
                 prediction_imbalance: report.prediction_imbalance,
             },

@@ -130,6 +130,8 @@ pub(crate) struct RunOutcome {
     /// after admission; `None` where it ran none).
     pub(crate) starts: Vec<Option<f64>>,
     pub(crate) makespan: f64,
+    /// Items in the run.
+    pub(crate) items: usize,
     pub(crate) forecast: Option<Forecast>,
     /// δ′ of the whole run: the spread of each class's time over what its
     /// models predicted for its chunks.
@@ -281,7 +283,7 @@ impl ProfileStore {
         }
         if let Some(f) = &run.forecast {
             k.history
-                .learn(f, run.makespan, run.prediction_imbalance, mu);
+                .learn(f, run.makespan, run.items, run.prediction_imbalance, mu);
             pending.history = Some(k.history.clone());
         }
         self.dirty = true;

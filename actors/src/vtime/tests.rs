@@ -192,9 +192,12 @@ fn long_runs_reach_e_090_where_the_classes_do_not_slow_each_other() {
 /// hybrid keeps co-executing, which pays on average, without flapping; where
 /// every co-executed run loses, it goes to the CPU alone and stays there but
 /// for rare trials. Three seeds, each of 200 runs: no seed flaps, and the
-/// seeds' total stays within 3% of the better of the two fixed choices. (One
-/// seed alone can lose more: a streak of losses keeps hybrid on the CPU
-/// until its next trial, up to 256 runs later.)
+/// seeds' total stays within 5% of the better of the two fixed choices:
+/// hybrid keeps to one class where co-executing is not forecast to gain
+/// 5% (`COEXEC_MARGIN`), and with the GPU slowed sixfold co-executing
+/// gains 3.5% over the CPU alone, whose runs are measured. (One seed alone
+/// can lose more: a streak of losses keeps hybrid on the CPU until its
+/// next trial, up to 256 runs later.)
 #[test]
 fn a_noisy_device_does_not_make_the_runs_flap() {
     let cal = h100();
@@ -242,7 +245,7 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
         }
         let best = sum_always.min(sum_alone);
         assert!(
-            sum <= 1.03 * best,
+            sum <= 1.05 * best,
             "slowdowns {slowdown:?}: hybrid {sum:.4} s, always co-executing {sum_always:.4} s, the CPU alone {sum_alone:.4} s (3 seeds)"
         );
         if mostly_co {

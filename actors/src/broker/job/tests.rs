@@ -40,6 +40,12 @@ struct Sim {
     spec: Vec<(usize, f64, f64, bool)>,
     /// Whether the stored profile knows each class.
     known: bool,
+    /// Whether, where the profile knows the classes, each accelerator's
+    /// run alone on this job is in it too (a kernel past its first warm
+    /// run: `hybrid` ran it there).
+    alone_measured: bool,
+    /// The one class the job may run on (`None`: any).
+    only: Option<usize>,
     /// Fail every chunk whose attempt is 0 and whose first item is divisible by this.
     fail_every: Option<usize>,
     /// The stored speed of each class as a multiple of its true one (a
@@ -71,6 +77,8 @@ impl Sim {
         Self {
             spec,
             known: false,
+            alone_measured: true,
+            only: None,
             fail_every: None,
             misjudged: None,
             broken: None,
@@ -88,6 +96,39 @@ impl Sim {
     fn known(mut self, known: bool) -> Self {
         self.known = known;
         self
+    }
+    fn never_alone(mut self) -> Self {
+        self.alone_measured = false;
+        self
+    }
+    /// The profile's run history: with the models known, a warm
+    /// co-executed run, and each accelerator's run alone on `items` as this
+    /// simulation runs it, unless [`Sim::never_alone`].
+    fn history(&self, items: usize, grain: usize) -> crate::profiler::RunHistory {
+        let mut h = crate::profiler::RunHistory::default();
+        if !self.known || self.only.is_some() {
+            return h;
+        }
+        // A warm co-executed run was learned from.
+        let all: Vec<String> = (0..self.spec.len()).map(|c| format!("k{c}")).collect();
+        h.residuals.insert(all.join("+"), 0.0);
+        if !self.alone_measured {
+            return h;
+        }
+        for c in (0..self.spec.len()).filter(|&c| self.spec[c].3) {
+            let alone = Sim {
+                only: Some(c),
+                misjudged: self.misjudged.clone(),
+                fill: self.fill.clone(),
+                ..Sim::new(self.spec.clone()).known(true)
+            };
+            if let Ok(out) = alone.run("hybrid", items, grain) {
+                let secs = out.makespan;
+                h.alone
+                    .insert(format!("k{c}"), crate::profiler::RunTime { items, secs });
+            }
+        }
+        h
     }
     fn failing(mut self, every: Option<usize>) -> Self {
         self.fail_every = every;
@@ -146,24 +187,26 @@ impl Sim {
             .spec
             .iter()
             .zip(&models)
-            .map(|(s, m)| ClassSpeed {
+            .enumerate()
+            .map(|(c, (s, m))| ClassSpeed {
                 workers: s.0,
                 a: m.a(),
                 b: m.is_known().then(|| m.b()),
-                eligible: true,
+                eligible: self.only.is_none_or(|o| o == c),
                 min_items: grain,
                 start: 0.0,
                 latency_chunks: LATENCY_CHUNKS,
             })
             .collect();
         let th = Thresholds::default();
+        let history = self.history(items, grain);
         let ctx = PlanContext {
             items,
             grain,
             classes: &cls,
             speeds: &speeds,
             thresholds: th,
-            history: &Default::default(),
+            history: &history,
         };
         let p = by_name(policy)?;
         let adm = p.admit(&ctx);
@@ -175,7 +218,9 @@ impl Sim {
             models,
             stored_split: vec![f64::NAN; cls.len()],
             learns_split: true,
-            eligible: vec![true; cls.len()],
+            eligible: (0..cls.len())
+                .map(|c| self.only.is_none_or(|o| o == c))
+                .collect(),
             in_service: self.spec.iter().map(|s| s.0).collect(),
             trace: true,
         };
@@ -310,6 +355,25 @@ fn warm_start_probe_is_balanced() {
     assert!(!probe.replanned);
     let e = sim.ideal(2_000_000) / out.makespan;
     assert!(e >= 0.97, "efficiency {e:.3}: {}", out.report.summary());
+}
+
+/// Known models, but the accelerator never ran this kernel alone: the
+/// first warm job runs on it alone (the CPU standing by), so that what
+/// co-executing must beat is measured; once it has, the job co-executes.
+#[test]
+fn an_accelerator_never_run_alone_runs_alone_once() {
+    let spec = vec![(2, 0.0, 1e6, false), (2, 20e-6, 3e6, true)];
+    let first = Sim::new(spec.clone()).known(true).never_alone();
+    let out = first.run("hybrid", 2_000_000, 1).unwrap();
+    let ran: Vec<usize> = out.report.classes.iter().map(|c| c.items).collect();
+    assert_eq!(ran, [0, 2_000_000], "{}", out.report.summary());
+    let then = Sim::new(spec).known(true);
+    let out = then.run("hybrid", 2_000_000, 1).unwrap();
+    assert!(
+        out.report.classes.iter().all(|c| c.items > 0),
+        "{}",
+        out.report.summary()
+    );
 }
 
 #[test]
