@@ -71,7 +71,7 @@ impl Policy for Hybrid {
             // co-executing is judged against its measured time, not
             // against models that co-executed runs taught (on a shared
             // memory bus, the contended speeds).
-            (_, Some((c, t))) => {
+            (_, Some((c, t))) if fc.classes > 1 => {
                 let mut a = hybrid_among(ctx, |k| k.index == c);
                 a.remeasure = false;
                 a.standby = true;

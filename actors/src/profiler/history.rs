@@ -242,9 +242,11 @@ impl RunHistory {
     /// Records a run of `items` on class `key` alone that took `secs`:
     /// smoothed into the one stored where the sizes are near, else in its
     /// place.
-    /// The last co-executed run, if of about this size, is judged against
-    /// it: one that took longer by more than [`LOSS_MARGIN`] holds
-    /// co-executing off, as if it had been judged so when it ended.
+    /// The last co-executed run, if of about this size, is judged again
+    /// against the best class alone as measured: longer by more than
+    /// [`LOSS_MARGIN`] holds co-executing off, as if it had been judged so
+    /// when it ended; not, releases a hold that a forecast of a class alone
+    /// too fast had set.
     fn learn_alone(&mut self, key: &str, items: usize, secs: f64) {
         self.since_alone = 0;
         let now = RunTime { items, secs };
@@ -257,9 +259,8 @@ impl RunHistory {
             None => now,
         };
         let co = self.last_coexec.and_then(|c| c.secs_for(items));
-        if co.is_some_and(|co| co > (1.0 + LOSS_MARGIN) * a.secs) {
-            self.held_off = true;
-            self.last_coexec_won = false;
+        if let (Some(co), Some(best)) = (co, self.best_alone(items)) {
+            self.held_off = co > (1.0 + LOSS_MARGIN) * best;
         }
     }
 
@@ -417,7 +418,13 @@ mod tests {
         late.learn(&forecast(2, 0.6, Some(1.0)), 0.7, 1000, None, 0.1);
         assert!(!late.held_off);
         late.learn(&forecast(1, 0.4, None), 0.4, 1000, None, 0.1);
-        assert!(late.held_off && !late.last_coexec_won);
+        assert!(late.held_off);
+        // Judged lost against a forecast too fast, released once measured.
+        let mut early = RunHistory::default();
+        early.learn(&forecast(2, 0.6, Some(0.5)), 0.7, 1000, None, 0.1);
+        assert!(early.held_off);
+        early.learn(&forecast(1, 0.8, None), 0.8, 1000, None, 0.1);
+        assert!(!early.held_off);
         // A stored run that is not one is ignored.
         h.alone.insert(
             "gpu".into(),
