@@ -45,14 +45,7 @@ impl Policy for Hybrid {
                 if fc.classes > 1
                     && !pays(ctx.history, th.hold_off, fc.predicted_s, fc.plan_s, t) =>
             {
-                let mut a = hybrid_among(ctx, |k| k.index == c);
-                a.remeasure = false;
-                a.standby = true;
-                if let Some(f) = &mut a.forecast {
-                    f.single = Some((c, t));
-                    f.coexec_s = Some(fc.predicted_s);
-                }
-                a
+                alone_on(ctx, c, t, fc.predicted_s)
             }
             // The plan itself leaves classes out (too slow to help): the
             // class forecast to be fastest alone, its residual counted, which
@@ -71,16 +64,7 @@ impl Policy for Hybrid {
             // co-executing is judged against its measured time, not
             // against models that co-executed runs taught (on a shared
             // memory bus, the contended speeds).
-            (_, Some((c, t))) if fc.classes > 1 => {
-                let mut a = hybrid_among(ctx, |k| k.index == c);
-                a.remeasure = false;
-                a.standby = true;
-                if let Some(f) = &mut a.forecast {
-                    f.single = Some((c, t));
-                    f.coexec_s = Some(fc.predicted_s);
-                }
-                a
-            }
+            (_, Some((c, t))) if fc.classes > 1 => alone_on(ctx, c, t, fc.predicted_s),
             _ => {
                 let mut a = co;
                 if th.warm_start && a.probe == Probe::Warm && ctx.history.trusted {
@@ -94,6 +78,20 @@ impl Policy for Hybrid {
             }
         }
     }
+}
+
+/// The job on class `c` alone, forecast at `t` where co-executing was at
+/// `coexec_s`: the others stand by (a chunk that fails or is taken back
+/// goes to them), and none is given a region to be measured again.
+fn alone_on(ctx: &PlanContext<'_>, c: usize, t: f64, coexec_s: f64) -> Admission {
+    let mut a = hybrid_among(ctx, |k| k.index == c);
+    a.remeasure = false;
+    a.standby = true;
+    if let Some(f) = &mut a.forecast {
+        f.single = Some((c, t));
+        f.coexec_s = Some(coexec_s);
+    }
+    a
 }
 
 /// Whether co-executing, forecast at `predicted` (its plan `plan` with its

@@ -21,6 +21,7 @@ macro_rules! errln {
 
 mod bench;
 mod embed;
+mod logging;
 mod plot;
 mod progress;
 mod report;
@@ -210,17 +211,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    // Colour codes only where a terminal will read them.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(move || LossyStderr { ansi })
-        .log_internal_errors(false)
-        .with_target(false)
-        .with_ansi(ansi)
-        .init();
+    logging::init();
     // The command owns its process: a kernel panicking on every chunk is
     // printed once, not once per chunk and retry.
     coexec::kernels::KernelError::print_each_panic_once();
@@ -300,52 +291,6 @@ pub(crate) fn host_pinning() -> Result<coexec::kernels::cuda::HostPinning, Failu
             .map_err(|why| Failure::Usage(format!("COEXEC_CUDA_PIN: {why}"))),
         None => Ok(Default::default()),
     }
-}
-
-/// The logger's stderr: a failed write is dropped, so that nothing logged
-/// can end the process or a thread (a log reader gone away: EPIPE).
-struct LossyStderr {
-    /// Colour codes are the formatter's own (terminals only): kept.
-    ansi: bool,
-}
-
-impl Write for LossyStderr {
-    /// Writes one event (the formatter writes each in one call), its line
-    /// breaks and control characters escaped but the last: a name read from
-    /// a file (a profile's kernel, a model's path) cannot forge a log line.
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(&one_line(buf, self.ansi));
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
-/// `event` with every control character but tab (and ESC where colours
-/// are on) escaped, `\n` for a line break and `\xNN` for the others, save
-/// one final line break.
-fn one_line(event: &[u8], ansi: bool) -> std::borrow::Cow<'_, [u8]> {
-    let body = event.strip_suffix(b"\n").unwrap_or(event);
-    let unsafe_byte = |b: u8| (b < 0x20 && b != b'\t' && !(ansi && b == 0x1b)) || b == 0x7f;
-    if !body.iter().copied().any(unsafe_byte) {
-        return event.into();
-    }
-    let mut out = Vec::with_capacity(event.len() + 16);
-    for &b in body {
-        match b {
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b if unsafe_byte(b) => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-            b => out.push(b),
-        }
-    }
-    if body.len() < event.len() {
-        out.push(b'\n');
-    }
-    out.into()
 }
 
 /// A runtime for `common`; `bench` defaults to in-memory profiles.
