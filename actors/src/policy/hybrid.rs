@@ -141,24 +141,29 @@ fn trial_gap(losses: u32, predicted: f64, single: f64) -> u32 {
 /// one ([`RunHistory::alone`]), else from its model; `None` unless at least
 /// two classes could run it and each has a model.
 fn best_single(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
-    let able: Vec<usize> = (0..ctx.speeds.len())
-        .filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
-        .collect();
+    let able: Vec<usize> = able(ctx).collect();
     if able.len() < 2 || !ctx.all_known() {
         return None;
     }
     able.into_iter()
         .filter_map(|c| {
             let measured = ctx.history.alone.get(&ctx.classes[c].profile_key);
-            if let Some(t) = measured.and_then(|a| a.secs_for(ctx.items)) {
-                return Some((c, t));
-            }
-            let mut shares = vec![0.0; ctx.speeds.len()];
-            shares[c] = 1.0;
-            ctx.forecast(ctx.speeds, &shares)
-                .map(|f| (c, f.predicted_s))
+            let t = measured.and_then(|a| a.secs_for(ctx.items));
+            t.or_else(|| modelled_alone(ctx, c)).map(|t| (c, t))
         })
         .min_by(|x, y| x.1.total_cmp(&y.1))
+}
+
+/// The classes that could run the job.
+fn able<'a>(ctx: &'a PlanContext<'_>) -> impl Iterator<Item = usize> + 'a {
+    (0..ctx.speeds.len()).filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
+}
+
+/// Class `c` alone on the job, forecast from its model.
+fn modelled_alone(ctx: &PlanContext<'_>, c: usize) -> Option<f64> {
+    let mut shares = vec![0.0; ctx.speeds.len()];
+    shares[c] = 1.0;
+    ctx.forecast(ctx.speeds, &shares).map(|f| f.predicted_s)
 }
 
 /// Co-executed runs after which an accelerator that is fastest alone runs
@@ -185,16 +190,10 @@ fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
         return None;
     }
     let refresh = h.since_alone >= ALONE_REFRESH;
-    (0..ctx.speeds.len())
-        .filter(|&c| ctx.speeds[c].eligible && ctx.speeds[c].workers > 0)
+    able(ctx)
         .filter(|&c| ctx.classes[c].is_accel())
         .filter(|&c| refresh || !h.alone.contains_key(&ctx.classes[c].profile_key))
-        .filter_map(|c| {
-            let mut shares = vec![0.0; ctx.speeds.len()];
-            shares[c] = 1.0;
-            ctx.forecast(ctx.speeds, &shares)
-                .map(|f| (c, f.predicted_s))
-        })
+        .filter_map(|c| modelled_alone(ctx, c).map(|t| (c, t)))
         .min_by(|x, y| x.1.total_cmp(&y.1))
 }
 

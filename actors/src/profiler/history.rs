@@ -242,6 +242,7 @@ impl RunHistory {
     /// Records a run of `items` on class `key` alone that took `secs`:
     /// smoothed into the one stored where the sizes are near, else in its
     /// place.
+    ///
     /// The last co-executed run, if of about this size, is judged again
     /// against the best class alone as measured: longer by more than
     /// [`LOSS_MARGIN`] holds co-executing off, as if it had been judged so
