@@ -64,11 +64,40 @@ pub enum KernelError {
     /// A CUDA call failed.
     #[error("CUDA error: {0}")]
     Cuda(String),
-    /// The device ran out of memory for this chunk; a smaller chunk may fit.
-    #[error("device out of memory for a chunk of {items} items")]
+    /// The device's memory cannot hold this chunk's buffers; a smaller
+    /// chunk may fit, and the runtime tries the halves. Refused before
+    /// CUDA is asked where the device's free memory is known to be short
+    /// (`need` and `free` say by how much), or CUDA's own out-of-memory
+    /// (both 0).
+    #[error(
+        "device out of memory for a chunk of {items} items{}",
+        if *need == 0 { String::new() } else { format!(": it needs {}, {} is free", bytes(*need), bytes(*free)) }
+    )]
     OutOfMemory {
         /// The chunk size that did not fit.
         items: usize,
+        /// Bytes the chunk's buffers needed (0: not known).
+        need: u64,
+        /// Bytes the device had free, less the headroom kept (0: not known).
+        free: u64,
+    },
+    /// A buffer of the whole run (an input every chunk reads) that the
+    /// device's free memory cannot hold, refused before CUDA is asked: no
+    /// chunk of this run can use the device, so its chunks run on another
+    /// kind of device.
+    #[error(
+        "{what} needs {} of device memory; {} of {} is free",
+        bytes(*need), bytes(*free), bytes(*total)
+    )]
+    DeviceMemory {
+        /// The buffer.
+        what: &'static str,
+        /// Its bytes.
+        need: u64,
+        /// Bytes the device had free, less the headroom kept.
+        free: u64,
+        /// The device's memory.
+        total: u64,
     },
     /// The kernel has no implementation for the device it was given.
     #[error("kernel `{kernel}` has no {device} implementation")]
@@ -96,6 +125,16 @@ pub enum KernelError {
     /// elsewhere first, as for any failure.
     #[error("{0}")]
     Failed(String),
+}
+
+/// `n` bytes for a person: "512 B", "3.0 MiB", "1.25 GiB".
+fn bytes(n: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    match n {
+        0..1024 => format!("{n} B"),
+        1024..0x4000_0000 => format!("{:.1} MiB", n as f64 / MIB),
+        _ => format!("{:.2} GiB", n as f64 / (MIB * 1024.0)),
+    }
 }
 
 impl KernelError {

@@ -155,6 +155,7 @@ fn kernel_kind(e: &KernelError) -> ErrorKind {
         KernelError::CudaUnavailable(_)
         | KernelError::Cuda(_)
         | KernelError::OutOfMemory { .. }
+        | KernelError::DeviceMemory { .. }
         | KernelError::Unsupported { .. } => ErrorKind::Device,
         KernelError::Panicked(_) | KernelError::TakenBack { .. } | KernelError::Failed(_) => {
             ErrorKind::Failed

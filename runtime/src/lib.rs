@@ -54,6 +54,8 @@ mod runtime;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod stream;
+#[cfg(feature = "telemetry")]
+mod telemetry;
 pub mod trace;
 
 pub use builder::Builder;
@@ -65,7 +67,6 @@ pub use coexec_actors::{
     JobOrder, Phase, ProbeReport, RunReport,
 };
 pub use error::{Error, ErrorKind};
-pub use profile::ProfileFile;
 pub use runtime::{Done, Runtime};
 
 /// What the profiler keeps per machine ([`Runtime::profile`]): per kernel,
@@ -153,16 +154,19 @@ pub mod machine {
 /// only when asked, here or by [`Builder::metrics`] (which also serves it).
 /// Without any recorder coexec's metrics cost nothing; with another
 /// recorder the application installed, they go to it.
-#[cfg(feature = "exporter")]
+#[cfg(any(feature = "exporter", feature = "telemetry"))]
 pub mod metrics {
+    #[cfg(feature = "exporter")]
     pub use crate::exporter::install;
+    #[cfg(feature = "telemetry")]
+    pub use crate::telemetry::GpuTelemetry;
 }
 
 /// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
     pub use coexec_actors::policy::{
         Admission, Chunking, ClassSpeed, LATENCY_CHUNKS, PlanContext, Policy, Probe, Steal,
-        Thresholds, by_name, plan_shares,
+        by_name, plan_shares,
     };
 
     /// The names of the built-in policies, in the order `coexec policies`
@@ -174,6 +178,8 @@ pub mod policy {
 
 /// The few names most programs need.
 pub mod prelude {
+    #[doc(no_inline)]
     pub use crate::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
+    #[doc(no_inline)]
     pub use crate::{Done, Error, JobOptions, RunReport, Runtime};
 }

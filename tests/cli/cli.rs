@@ -103,6 +103,34 @@ fn run_and_list() {
     assert!(out.starts_with("cpu"));
 }
 
+/// `coexec devices` uses the CPUs its affinity mask allows and the GPUs
+/// `CUDA_VISIBLE_DEVICES` leaves, and says so (Slurm's `--cpus-per-task`
+/// and `--gres` set those two).
+#[test]
+fn devices_are_those_the_fence_leaves_and_it_is_named() {
+    if !std::path::Path::new("/usr/bin/taskset").exists() {
+        eprintln!("skipped: no taskset");
+        return;
+    }
+    let out = std::process::Command::new("/usr/bin/taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_coexec"), "devices"])
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("COEXEC_DEVICES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("cpu        1 workers"), "{text}");
+    assert!(
+        text.contains("cpu: 1 usable of ") && text.contains("affinity allows 1 (0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gpu: CUDA_VISIBLE_DEVICES is empty: no GPU"),
+        "{text}"
+    );
+}
+
 /// A class whose warm-up model says it is far too slow to run alone is
 /// checked by a run alone (cut at 20x the fastest, at least 1 s) before its
 /// time is a prediction: a sim with 5 ms of latency was printed as "T alone

@@ -375,6 +375,54 @@ fn coexec_embed_writes_the_service_vectors_and_resumes() {
         rows[5 * 384..6 * 384].iter().all(|x| x.is_nan()),
         "the bad line's row is NaN"
     );
+    // In two shards, merged: the same rows in the same order.
+    let mut parts = Vec::new();
+    for i in 0..2 {
+        let part = tmp.join(format!("part-{i}.npy"));
+        let mut a = args(false);
+        a[6] = part.to_str().unwrap().into();
+        a.extend(["--shard".into(), format!("{i}/2")]);
+        let (code, stdout, stderr) = run(a);
+        assert_eq!(code, 0, "{stderr}");
+        // 41 lines: 20 and 21; the bad line is the first shard's, by its
+        // corpus line number.
+        assert!(
+            stdout.contains(&format!("rows of 384 in {}", part.display())),
+            "{stdout}"
+        );
+        assert_eq!(
+            stderr.contains("corpus.jsonl:6: not JSON"),
+            i == 0,
+            "{stderr}"
+        );
+        parts.push(part.to_str().unwrap().to_string());
+    }
+    let merged = tmp.join("merged.npy");
+    let (code, stdout, stderr) = run(vec![
+        "merge".into(),
+        "--input".into(),
+        input.to_str().unwrap().into(),
+        "--output".into(),
+        merged.to_str().unwrap().into(),
+        parts[0].clone(),
+        parts[1].clone(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("merged 2 shards, 41 rows"), "{stdout}");
+    let merged = std::fs::read(&merged).unwrap();
+    assert_eq!(merged[..header], again[..header], "the same header");
+    let merged: Vec<f32> = merged[header..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(merged.len(), rows.len());
+    for (k, (a, b)) in rows.iter().zip(&merged).enumerate() {
+        assert!(
+            (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-6,
+            "row {}: {a} in one run, {b} merged",
+            k / 384
+        );
+    }
     // The service's vectors for the same texts.
     let srv = Server::start(&["--model", &dir, "--devices", "cpu:1"]);
     let body = serde_json::json!({ "inputs": texts[..16] }).to_string();

@@ -10,5 +10,6 @@ mod compare_servers;
 mod embed_model;
 mod hardening;
 mod load_generator;
+mod merge;
 mod profile_sharing;
 mod serve;

@@ -196,6 +196,16 @@ fn every_answer_good_and_bad() {
     ] {
         assert!(m.body.contains(name), "{name} missing from /metrics");
     }
+    // GPU telemetry: without NVML no GPU series at all, and the reason.
+    if !std::path::Path::new("/dev/nvidiactl").exists() {
+        assert!(!m.body.contains("coexec_gpu_"), "{}", m.body);
+        let up = m
+            .body
+            .lines()
+            .find(|l| l.starts_with("coexec_telemetry_up{source=\"nvml\""))
+            .unwrap_or_else(|| panic!("no coexec_telemetry_up in {}", m.body));
+        assert!(up.ends_with(" 0") && up.contains("reason=\"NVML"), "{up}");
+    }
     let value = |line_start: &str| -> f64 {
         m.body
             .lines()

@@ -90,7 +90,11 @@ pub(super) fn error(e: DriverError) -> KernelError {
 /// A driver error met while running a chunk of `items` items.
 pub(super) fn error_for(items: usize) -> impl Fn(DriverError) -> KernelError {
     move |e| match e.0 {
-        CUresult::CUDA_ERROR_OUT_OF_MEMORY => KernelError::OutOfMemory { items },
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => KernelError::OutOfMemory {
+            items,
+            need: 0,
+            free: 0,
+        },
         _ => error(e),
     }
 }

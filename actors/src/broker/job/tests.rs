@@ -643,10 +643,39 @@ fn a_retry_that_only_its_last_failer_could_take_is_still_taken() {
         &gpu.info,
         KernelError::OutOfMemory {
             items: gpu.info.range.len(),
+            need: 0,
+            free: 0,
         },
     );
     let out = sim.drive(&mut job, &wc, 1000).unwrap();
     assert!(out.counts.iter().all(|&c| c == 1));
+}
+
+#[test]
+fn a_chunk_refused_for_device_memory_runs_on_the_other_class() {
+    // Two cores and one stream. The stream refuses its first chunk: an
+    // input of the whole run does not fit in its free memory. The chunk
+    // runs on a core, once, and the job completes.
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 0.0, 4e6, true)]).known(true);
+    let (mut job, wc) = sim.job("hybrid", 1000, 1).unwrap();
+    let gpu = job.claim(2, 1, 0.0).unwrap();
+    let refused = gpu.info.range.clone();
+    job.fail(
+        2,
+        &gpu.info,
+        KernelError::DeviceMemory {
+            what: "an input of the whole run",
+            need: 90 << 30,
+            free: 70 << 30,
+            total: 80 << 30,
+        },
+    );
+    let out = sim.drive(&mut job, &wc, 1000).unwrap();
+    assert!(out.counts.iter().all(|&c| c == 1));
+    for i in refused {
+        let by = out.report.chunks.iter().find(|r| r.lo <= i && i < r.hi);
+        assert!(by.is_some_and(|r| r.worker < 2), "item {i}: {by:?}");
+    }
 }
 
 #[test]

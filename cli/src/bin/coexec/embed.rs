@@ -9,6 +9,10 @@
 //! of NaN (`.npy`) or `{"line": n, "error": …}` (JSONL). An output that
 //! exists is refused, or continued with `--resume` from its last whole
 //! row.
+//!
+//! `--shard i/n` embeds only the `i`-th of `n` contiguous slices of the
+//! corpus (a Slurm job array's task, say); `coexec merge` joins the shards'
+//! outputs in order and checks their counts.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
@@ -46,6 +50,11 @@ pub(crate) struct EmbedArgs {
     /// Continue an output that exists from its last whole row.
     #[arg(long)]
     resume: bool,
+    /// Only the I-th (from 0) of N contiguous slices of the corpus: lines
+    /// I·L/N + 1 to (I+1)·L/N of L. Row numbers and errors keep the
+    /// corpus's line numbers.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<Shard>,
     /// Write the pooled vectors as they are, not scaled to unit length.
     #[arg(long)]
     no_normalize: bool,
@@ -68,6 +77,47 @@ pub(crate) struct EmbedArgs {
 
 /// One input line: its text, or why it has none.
 type Line = Result<String, String>;
+
+/// The `index`-th of `count` contiguous slices of a corpus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shard {
+    index: usize,
+    count: usize,
+}
+
+impl Shard {
+    pub(crate) fn new(index: usize, count: usize) -> Result<Self, String> {
+        if count == 0 || index >= count {
+            return Err(format!(
+                "shard {index}/{count}: I must be below N, and N at least 1"
+            ));
+        }
+        Ok(Self { index, count })
+    }
+
+    /// Its lines (0-based) of a corpus of `lines`: every line in exactly
+    /// one shard, the shards in order, their sizes at most one apart.
+    pub(crate) fn range(self, lines: usize) -> std::ops::Range<usize> {
+        let at = |i: usize| (i as u128 * lines as u128 / self.count as u128) as usize;
+        at(self.index)..at(self.index + 1)
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("`{s}`: expected I/N, e.g. 0/3"))?;
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("`{s}`: `{t}` {e}"))
+        };
+        Shard::new(num(i)?, num(n)?)
+    }
+}
 
 /// Reads the texts of `path`'s lines (JSON Lines by extension, else plain).
 fn read_lines(path: &Path, field: &str) -> Result<Vec<Line>, Failure> {
@@ -113,7 +163,7 @@ enum Sink {
 }
 
 /// The `.npy` header of a `rows × dim` float32 array, padded to 64 bytes.
-fn npy_header(rows: usize, dim: usize) -> Vec<u8> {
+pub(crate) fn npy_header(rows: usize, dim: usize) -> Vec<u8> {
     let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
     let mut h = b"\x93NUMPY\x01\x00".to_vec();
     let unpadded = 10 + dict.len() + 1;
@@ -230,7 +280,17 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
         ));
     }
     let model = Embedder::load(&a.model)?;
-    let lines = read_lines(&a.input, &a.field)?;
+    let mut lines = read_lines(&a.input, &a.field)?;
+    // Line `first + 1` of the corpus is this run's first.
+    let first = match a.shard {
+        Some(shard) => {
+            let r = shard.range(lines.len());
+            lines.truncate(r.end);
+            lines.drain(..r.start);
+            r.start
+        }
+        None => 0,
+    };
     let (mut sink, done) = Sink::open(&a.output, lines.len(), model.dim(), a.resume)?;
     let mut b = Runtime::builder();
     if let Some(d) = &a.devices {
@@ -316,7 +376,7 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
             break;
         };
         for p in pending {
-            let line = at + 1;
+            let line = first + at + 1;
             match p {
                 Ok(h) => {
                     let mut v = h
@@ -363,4 +423,33 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
         a.output.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_cover_every_line_once_in_order() {
+        for lines in [0, 1, 2, 7, 30_000, 30_001] {
+            for count in 1..=5 {
+                let mut next = 0;
+                for index in 0..count {
+                    let r = Shard::new(index, count).unwrap().range(lines);
+                    assert_eq!(r.start, next, "{index}/{count} of {lines}");
+                    assert!(r.len() <= lines / count + 1);
+                    next = r.end;
+                }
+                assert_eq!(next, lines);
+            }
+        }
+    }
+
+    #[test]
+    fn a_shard_is_read_as_i_of_n() {
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard::new(2, 3).unwrap()));
+        for bad in ["3/3", "0/0", "1", "a/3", "-1/3", "1/3/4"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
 }

@@ -20,8 +20,10 @@ macro_rules! errln {
 }
 
 mod bench;
+mod devices;
 mod embed;
 mod logging;
+mod merge;
 mod plot;
 mod progress;
 mod report;
@@ -127,6 +129,9 @@ enum Cmd {
     /// Embed a corpus (one text per line, or JSON Lines) with a sentence
     /// embedding model into a .npy or .jsonl file, on every device.
     Embed(embed::EmbedArgs),
+    /// Join the outputs of `embed --shard I/N` in shard order, checking
+    /// that each holds exactly its shard's rows.
+    Merge(merge::MergeArgs),
 }
 
 /// Settings shared by `run` and `bench`.
@@ -343,7 +348,7 @@ pub(crate) async fn linger(common: &Common, rt: &Runtime) {
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
-        Cmd::Devices { json } => devices(json),
+        Cmd::Devices { json } => devices::devices(json),
         Cmd::Policies => {
             for name in coexec::policy::names() {
                 let p = coexec::policy::by_name(name).map_err(|e| Failure::Run(e.to_string()))?;
@@ -386,37 +391,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Serve(args) => serve::serve(args).await,
         Cmd::Embed(args) => embed::embed(args).await,
+        Cmd::Merge(args) => merge::merge(args),
     }
-}
-
-fn devices(json: bool) -> Result<(), Failure> {
-    let (classes, gpus) =
-        coexec::machine::default_classes().map_err(|e| Failure::Run(e.to_string()))?;
-    let why_no_gpu = coexec::machine::gpus().err().map(|e| e.to_string());
-    if json {
-        let v =
-            serde_json::json!({ "classes": classes, "gpus": gpus, "no_gpu_reason": why_no_gpu });
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return Ok(());
-    }
-    for c in &classes {
-        outln!("{:<8} {:>3} workers  {}", c.name, c.workers, c.model);
-    }
-    for g in &gpus {
-        outln!(
-            "cuda:{}   {}  {:.1} GiB  {} SMs  compute {}.{}",
-            g.id,
-            g.name,
-            g.memory_bytes as f64 / (1u64 << 30) as f64,
-            g.sm_count,
-            g.compute_capability.0,
-            g.compute_capability.1
-        );
-    }
-    if let Some(why) = why_no_gpu {
-        outln!("no CUDA device ({why})");
-    }
-    Ok(())
 }
 
 async fn run(

@@ -112,9 +112,20 @@ pub(crate) struct ServeArgs {
     /// (handlers, sim and GPU workers, actors) to the cores left (Linux).
     #[arg(long)]
     bind_workers: bool,
+    /// Seconds between GPU telemetry samples (`coexec_gpu_*` on /metrics:
+    /// utilisation, memory, power, temperature, SM clock, through NVML);
+    /// 0: none.
+    #[arg(long, default_value_t = 5.0)]
+    gpu_telemetry_s: f64,
 }
 
 pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
+    if !(a.gpu_telemetry_s.is_finite() && a.gpu_telemetry_s >= 0.0) {
+        return Err(Failure::Usage(format!(
+            "--gpu-telemetry-s must be 0 or more seconds, not {}",
+            a.gpu_telemetry_s
+        )));
+    }
     if let Some(dir) = a.model.as_ref().filter(|p| p.is_dir()) {
         let mut model = Embedder::load(dir)?;
         if let Some(id) = &a.model_id {
@@ -229,6 +240,10 @@ async fn run<M: ServeModel>(
     // The application installs the process's recorder; the service only
     // records into it and serves it.
     let prometheus = coexec::metrics::install()?;
+    // Sampled until the service ends.
+    let _telemetry = (a.gpu_telemetry_s > 0.0).then(|| {
+        coexec::metrics::GpuTelemetry::start(Duration::from_secs_f64(a.gpu_telemetry_s.min(3600.0)))
+    });
     let cfg = cfg
         .deadline(a.deadline_ms.map(Duration::from_millis))
         .max_inputs(max_inputs)

@@ -101,14 +101,15 @@ impl StreamWorker {
     pub(super) fn reserve_dev(&mut self, slot: usize, bytes: usize) -> Result<DevPtr, KernelError> {
         let err = self.err();
         let stream = self.stream.clone();
-        let s = self.slot(slot);
-        if s.dev.as_ref().is_none_or(|d| d.len() < bytes) {
-            let n = Self::grown(bytes, s.dev.as_ref().map_or(0, |d| d.len()));
-            s.dev = None; // free before allocating the larger one
+        let have = self.slot(slot).dev.as_ref().map(|d| d.len());
+        if have.is_none_or(|h| h < bytes) {
+            self.slots[slot].dev = None; // free before allocating the larger one
+            let n = self.slot_bytes(bytes, have.unwrap_or(0))?;
             // SAFETY: the memory is uninitialised; every use writes before it
             // reads (a copy in, or a kernel's output).
-            s.dev = Some(unsafe { stream.alloc::<u8>(n) }.map_err(&err)?);
+            self.slots[slot].dev = Some(unsafe { stream.alloc::<u8>(n) }.map_err(&err)?);
         }
+        let s = &self.slots[slot];
         let (ptr, _record) = s.dev.as_ref().expect("reserved").device_ptr(&stream);
         Ok(ptr)
     }
@@ -465,6 +466,7 @@ impl StreamWorker {
             return Ok(buf.clone());
         }
         let err = self.err();
+        self.check_run_buffer(bytes.len())?;
         // SAFETY: uninitialised until the copy below fills all of it.
         let mut buf = unsafe { self.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(&err)?;
         if !bytes.is_empty() {

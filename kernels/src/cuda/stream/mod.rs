@@ -40,6 +40,7 @@ use crate::{Chunk, KernelError};
 
 #[cfg(any(feature = "workloads", feature = "embed"))]
 mod blas;
+mod fit;
 mod memory;
 mod run_cache;
 
