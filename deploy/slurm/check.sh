@@ -87,8 +87,9 @@ done
 for _ in $(seq 6000); do
     state=$(scontrol show job "$merge" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
     case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | OUT_OF_MEMORY | NODE_FAIL) break ;; esac
-    # A requeued task waits for a begin time Slurm sets; start it now.
-    scontrol update jobid="${array}_1" begintime=now >/dev/null 2>&1 || true
+    # A requeued task waits out the begin time Slurm gives it (about two
+    # minutes); moving it earlier (`scontrol update StartTime=now`) made
+    # Slurm cancel the dependent merge here.
     sleep 0.2
 done
 echo "array and merge: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s, merge $state"

@@ -147,7 +147,8 @@ pub mod machine {
     }
 }
 
-/// coexec's Prometheus recorder, for the application to install.
+/// coexec's Prometheus recorder, for the application to install, and the
+/// GPUs' telemetry ([`GpuTelemetry`](metrics::GpuTelemetry)).
 ///
 /// The `metrics` crate has one global recorder per process, and a library
 /// must not take it behind the application's back: coexec installs its own
