@@ -27,7 +27,7 @@ pub(crate) struct Fence {
 }
 
 /// How many CPUs a kernel CPU list (`0-3,8,10-11`) names.
-pub(crate) fn count_cpu_list(list: &str) -> Option<usize> {
+fn count_cpu_list(list: &str) -> Option<usize> {
     let mut n = 0;
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
         n += match part.split_once('-') {
@@ -45,7 +45,7 @@ pub(crate) fn count_cpu_list(list: &str) -> Option<usize> {
 }
 
 /// A cgroup v2 `cpu.max` (`"200000 100000"`, `"max 100000"`) as CPUs.
-pub(crate) fn quota_v2(cpu_max: &str) -> Option<f64> {
+fn quota_v2(cpu_max: &str) -> Option<f64> {
     let mut it = cpu_max.split_whitespace();
     let quota = it.next()?.parse::<f64>().ok()?;
     let period = it

@@ -121,14 +121,13 @@ impl std::str::FromStr for Shard {
 
 /// Reads the texts of `path`'s lines (JSON Lines by extension, else plain).
 fn read_lines(path: &Path, field: &str) -> Result<Vec<Line>, Failure> {
-    let file = File::open(path).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
     let json = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("jsonl" | "ndjson")
     );
     let mut lines = Vec::new();
-    for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
-        let line = line.map_err(|e| Failure::Run(format!("{}: {e}", path.display())))?;
+    for line in corpus_lines(path)? {
+        let line = line?;
         let line = line.strip_suffix(b"\r").unwrap_or(&line);
         let text = match std::str::from_utf8(line) {
             Err(e) => Err(format!("not UTF-8: {e}")),
@@ -151,9 +150,20 @@ fn read_lines(path: &Path, field: &str) -> Result<Vec<Line>, Failure> {
                 Ok(t)
             }
         }));
-        let _ = n;
     }
     Ok(lines)
+}
+
+/// A corpus file's lines, as `embed` numbers them and `merge` counts them:
+/// split at `\n`, the last one with or without its line break.
+pub(crate) fn corpus_lines(
+    path: &Path,
+) -> Result<impl Iterator<Item = Result<Vec<u8>, Failure>>, Failure> {
+    let file = File::open(path).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+    let path = path.to_path_buf();
+    Ok(BufReader::new(file)
+        .split(b'\n')
+        .map(move |l| l.map_err(|e| Failure::Run(format!("{}: {e}", path.display())))))
 }
 
 /// Where rows go: `.npy` or JSON Lines, appended in order.

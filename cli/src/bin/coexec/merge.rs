@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::Failure;
-use crate::embed::{Shard, npy_header};
+use crate::embed::{Shard, corpus_lines, npy_header};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct MergeArgs {
@@ -76,16 +76,9 @@ fn npy_shape(path: &Path) -> Result<NpyShard, Failure> {
     Ok(NpyShard { rows, dim, data_at })
 }
 
-/// The lines `coexec embed` reads from `path` (the last one may lack its
-/// line break).
+/// The lines `coexec embed` reads from `path`.
 fn count_lines(path: &Path) -> Result<usize, Failure> {
-    let f = File::open(path).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-    let mut n = 0;
-    for line in BufReader::new(f).split(b'\n') {
-        line.map_err(|e| Failure::Run(format!("{}: {e}", path.display())))?;
-        n += 1;
-    }
-    Ok(n)
+    corpus_lines(path)?.try_fold(0, |n, line| line.map(|_| n + 1))
 }
 
 pub(crate) fn merge(a: MergeArgs) -> Result<(), Failure> {
