@@ -138,10 +138,29 @@ impl JobCore {
             .collect()
     }
 
-    /// Per class, whether its workers stand by for this job's retries
-    /// ([`Admission::standby`]): rung when a chunk goes back, not polled.
-    pub(crate) fn standby(&self) -> Box<[bool]> {
-        self.st.iter().map(|s| s.standby).collect()
+    /// The classes rung for this job: those that can claim from it, the
+    /// one whose worker carries the largest planned share first, then those
+    /// that stand by for its retries ([`Admission::standby`]; rung when a
+    /// chunk goes back, not polled). A ring wakes more threads than there
+    /// may be idle cores (a CPU class has a worker per core), and the last
+    /// woken can wait a scheduler's time slice for one: the fastest worker
+    /// should not be that one. With no plan yet, accelerators first.
+    pub(crate) fn wake_order(&self) -> Box<[usize]> {
+        let claims = |c: usize| self.st[c].eligible && self.st[c].workers > 0;
+        let per_worker = |c: usize| match self.planned.get(c) {
+            Some(&share) if share.is_finite() && claims(c) => share / self.st[c].workers as f64,
+            _ => 0.0,
+        };
+        let mut order: Vec<usize> = (0..self.st.len())
+            .filter(|&c| claims(c) || self.st[c].standby)
+            .collect();
+        order.sort_by(|&x, &y| {
+            claims(y)
+                .cmp(&claims(x))
+                .then(per_worker(y).total_cmp(&per_worker(x)))
+                .then(self.classes[y].is_accel().cmp(&self.classes[x].is_accel()))
+        });
+        order.into()
     }
 
     /// Whether no worker needs to look at this job again.

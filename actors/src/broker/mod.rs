@@ -219,7 +219,7 @@ impl Broker {
         .with_take_back(self.reg.take_back.clone());
         self.next_id += 1;
         let claimable = core.claimable();
-        let standby = core.standby();
+        let wake = core.wake_order();
         let job = Arc::new(Job {
             id: self.next_id,
             priority: m.opts.priority,
@@ -232,7 +232,7 @@ impl Broker {
             service_ns: Default::default(),
             closed: Default::default(),
             claimable,
-            standby,
+            wake,
         });
         self.reg.admit(job);
     }

@@ -50,10 +50,10 @@ pub(crate) struct Job {
     /// Per class, whether its workers can ever claim from this job (fixed at
     /// admission, `JobCore::claimable`): only they are rung for it.
     pub(crate) claimable: Box<[bool]>,
-    /// Per class, whether its workers stand by for the job's retries
-    /// (`JobCore::standby`): rung for it too, but it does not keep them
-    /// polling.
-    pub(crate) standby: Box<[bool]>,
+    /// The classes rung for it, in order (`JobCore::wake_order`): those that
+    /// can claim, then those that stand by for its retries (rung, but not
+    /// kept polling).
+    pub(crate) wake: Box<[usize]>,
 }
 
 impl Job {
@@ -428,13 +428,9 @@ impl Registry {
     }
 
     /// Wakes the idle workers of the classes that can claim from `job`, and
-    /// of those that stand by for its retries.
+    /// of those that stand by for its retries, in the job's wake order.
     pub(crate) fn ring_for(&self, job: &Job) {
-        self.bells
-            .iter()
-            .zip(job.claimable.iter().zip(&job.standby[..]))
-            .filter(|&(_, (&can, &by))| can || by)
-            .for_each(|(bell, _)| bell.ring());
+        job.wake.iter().for_each(|&c| self.bells[c].ring());
     }
 
     /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`.
@@ -522,7 +518,7 @@ mod tests {
             reg.classes.clone(),
             reg.worker_class.clone(),
         );
-        let standby = core.standby();
+        let wake = core.wake_order();
         let claimable = core.claimable();
         Arc::new(Job {
             id,
@@ -536,7 +532,7 @@ mod tests {
             service_ns: Default::default(),
             closed: Default::default(),
             claimable,
-            standby,
+            wake,
         })
     }
 

@@ -774,3 +774,26 @@ fn a_gpu_s_least_work_is_its_fill_until_small_chunks_measure_it() {
     // A class whose chunks fill it at a grain has no least work to learn.
     assert_eq!(super::guard::least_work(&m, 1, 1), (1, false));
 }
+
+#[test]
+fn the_worker_with_the_largest_planned_share_is_woken_first() {
+    // Four cores and an accelerator ten times one core: the accelerator's
+    // one worker carries 10/14 of the plan, each core 1/14.
+    let fast = Sim::new(vec![(4, 0.0, 1e6, false), (1, 0.0, 1e7, true)]).known(true);
+    let (job, _) = fast.job("static", 100_000, 1).unwrap();
+    assert_eq!(&*job.wake_order(), &[1, 0]);
+    // An accelerator at half a core: each core carries more than it.
+    let slow = Sim::new(vec![(4, 0.0, 1e6, false), (1, 0.0, 5e5, true)]).known(true);
+    let (job, _) = slow.job("static", 100_000, 1).unwrap();
+    assert_eq!(&*job.wake_order(), &[0, 1]);
+    // Nothing known: accelerators first.
+    let cold = Sim::new(vec![(4, 0.0, 1e6, false), (1, 0.0, 5e5, true)]);
+    let (job, _) = cold.job("hybrid", 100_000, 1).unwrap();
+    assert_eq!(&*job.wake_order(), &[1, 0]);
+    // A job on one class wakes it, then those standing by for its retries.
+    let mut only = Sim::new(vec![(4, 0.0, 1e6, false), (1, 0.0, 1e7, true)]).known(true);
+    only.only = Some(1);
+    let (job, _) = only.job("hybrid", 100_000, 1).unwrap();
+    assert_eq!(job.wake_order()[0], 1);
+    assert!(job.wake_order().len() <= 2);
+}
