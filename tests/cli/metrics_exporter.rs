@@ -446,6 +446,14 @@ fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::E
         if m.sum("coexec_jobs_completed_total") < 1.0 {
             return Err(format!("no finished job in the scrape:\n{body}"));
         }
+        // The GPUs' telemetry is on the same exporter: it says whether NVML
+        // reads, and without it no `coexec_gpu_*` sample stands for a GPU.
+        if !body.contains("coexec_telemetry_up{") {
+            return Err(format!("no telemetry status in the scrape:\n{body}"));
+        }
+        if m.sum("coexec_telemetry_up") == 0.0 && body.contains("\ncoexec_gpu_") {
+            return Err(format!("GPU samples without NVML:\n{body}"));
+        }
         Ok(())
     });
     let killed = Command::new("kill")

@@ -147,7 +147,8 @@ struct Common {
     /// `bench` keeps them in memory unless this is given).
     #[arg(long)]
     profile_dir: Option<PathBuf>,
-    /// Serve Prometheus metrics at this address while running (`/metrics`).
+    /// Serve Prometheus metrics at this address while running (`/metrics`),
+    /// the GPUs' telemetry (`coexec_gpu_*`, through NVML) among them.
     #[arg(long)]
     metrics: Option<std::net::SocketAddr>,
     /// With --metrics: keep serving them this many seconds after the work
@@ -334,6 +335,15 @@ pub(crate) fn build(
     Ok(rt)
 }
 
+/// With --metrics: the GPUs' telemetry (`coexec_gpu_*`) on the same
+/// exporter, sampled every second while the command lives (a run is short;
+/// `serve` has its own interval).
+pub(crate) fn gpu_telemetry(common: &Common) -> Option<coexec::metrics::GpuTelemetry> {
+    common
+        .metrics
+        .map(|_| coexec::metrics::GpuTelemetry::start(std::time::Duration::from_secs(1)))
+}
+
 /// Keeps `rt`'s exporter up for `--metrics-linger` seconds after the work.
 pub(crate) async fn linger(common: &Common, rt: &Runtime) {
     let (Some(secs), Some(addr)) = (common.metrics_linger, rt.metrics_addr()) else {
@@ -407,6 +417,7 @@ async fn run(
         check_output("--trace", p)?;
     }
     let rt = std::sync::Arc::new(build(common, None, false)?);
+    let _telemetry = gpu_telemetry(common);
     let speeds = class_speeds(&rt);
     let t = std::time::Instant::now();
     let w = Prepared::new(name, args, false, &speeds)?;

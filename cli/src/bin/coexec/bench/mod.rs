@@ -19,7 +19,7 @@ use crate::report::{
 };
 use crate::stats::{MIN_CI_SAMPLES, median_ci95, rel_half_width};
 use crate::workload::{BENCHMARKS, NAMES, Prepared, WorkloadArgs};
-use crate::{Common, Failure, build, class_speeds};
+use crate::{Common, Failure, build, class_speeds, gpu_telemetry};
 
 /// A class slower alone than this many times the fastest is predicted, not
 /// run, once a run alone cut at [`slow_cap`] confirms it.
@@ -123,6 +123,7 @@ pub(crate) async fn bench(
         coexec::policy::by_name(p).map_err(|e| Failure::Usage(e.to_string()))?;
     }
     let rt = std::sync::Arc::new(build(common, None, true)?);
+    let _telemetry = gpu_telemetry(common);
     // A policy narrowed to a kind of device this machine lacks has nothing
     // to run on (accel-only without a GPU, in CI): say so and go on.
     let has = |accel: bool| rt.classes().iter().any(|c| c.is_accel() == accel);
