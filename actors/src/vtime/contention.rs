@@ -204,3 +204,43 @@ fn calibrate() {
         }
     }
 }
+
+/// Near 1 ms of the GPU alone, item count by item count: each class alone
+/// (warm, the mean of 20 runs), hybrid's runs 2 to 100 over the better of
+/// them, how many co-executed, and the chunks of a GPU-alone run. For the
+/// docs (`docs/results/vtime-h200-pathfinder-bus.md`); all modelled.
+/// `cargo test -p coexec-actors --release --lib vtime::contention::near_a_millisecond -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn near_a_millisecond() {
+    let (w, m) = h200();
+    let alone = |c: usize, items: usize| {
+        let mut s = Series::new(&w.name, 7);
+        let opts = JobOptions::new().classes([c]);
+        m.job(&mut s, &opts, items, 3); // learn
+        let (t, reports) = m.job(&mut s, &opts, items, 20);
+        (t / 20.0, reports[0].classes[c].chunks)
+    };
+    println!(
+        "| items | GPU alone | its chunks | CPU alone | hybrid's runs 2.. / the better | co-executed of 2.. |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for k in 0..16 {
+        let items = 800_000 + k * 50_000;
+        let mut s = Series::new(&w.name, 8);
+        let (_, reports) = m.job(&mut s, &JobOptions::new(), items, 100);
+        let rest = &reports[1..];
+        let hybrid = rest.iter().map(|r| r.makespan_s).sum::<f64>() / rest.len() as f64;
+        let co = rest
+            .iter()
+            .filter(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
+            .count();
+        let ((gpu, chunks), (cpu, _)) = (alone(GPU, items), alone(CPU, items));
+        println!(
+            "| {items} | {:.3} ms | {chunks} | {:.3} ms | {:.3} | {co} |",
+            gpu * 1e3,
+            cpu * 1e3,
+            hybrid / gpu.min(cpu)
+        );
+    }
+}
