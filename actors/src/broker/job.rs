@@ -132,10 +132,11 @@ impl JobCore {
     /// run the kernel, the plan gives it a share, and it has workers.
     /// Eligibility is fixed at admission, so this is too.
     pub(crate) fn claimable(&self) -> Box<[bool]> {
-        self.st
-            .iter()
-            .map(|s| s.eligible && s.workers > 0)
-            .collect()
+        (0..self.st.len()).map(|c| self.can_claim(c)).collect()
+    }
+
+    fn can_claim(&self, c: usize) -> bool {
+        self.st[c].eligible && self.st[c].workers > 0
     }
 
     /// The classes rung for this job: those that can claim from it, the
@@ -146,17 +147,18 @@ impl JobCore {
     /// woken can wait a scheduler's time slice for one: the fastest worker
     /// should not be that one. With no plan yet, accelerators first.
     pub(crate) fn wake_order(&self) -> Box<[usize]> {
-        let claims = |c: usize| self.st[c].eligible && self.st[c].workers > 0;
         let per_worker = |c: usize| match self.planned.get(c) {
-            Some(&share) if share.is_finite() && claims(c) => share / self.st[c].workers as f64,
+            Some(&share) if share.is_finite() && self.can_claim(c) => {
+                share / self.st[c].workers as f64
+            }
             _ => 0.0,
         };
         let mut order: Vec<usize> = (0..self.st.len())
-            .filter(|&c| claims(c) || self.st[c].standby)
+            .filter(|&c| self.can_claim(c) || self.st[c].standby)
             .collect();
         order.sort_by(|&x, &y| {
-            claims(y)
-                .cmp(&claims(x))
+            self.can_claim(y)
+                .cmp(&self.can_claim(x))
                 .then(per_worker(y).total_cmp(&per_worker(x)))
                 .then(self.classes[y].is_accel().cmp(&self.classes[x].is_accel()))
         });

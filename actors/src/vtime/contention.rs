@@ -39,19 +39,33 @@ impl Point {
     }
 }
 
+/// Class `c` alone on `items`, warm (three runs learn first): its mean run
+/// over `runs` runs, and the first of their reports.
+fn alone(
+    w: &Workload,
+    m: &Machine,
+    c: usize,
+    items: usize,
+    runs: usize,
+    seed: u64,
+) -> (f64, RunReport) {
+    let mut s = Series::new(&w.name, seed);
+    let opts = JobOptions::new().classes([c]);
+    m.job(&mut s, &opts, items, 3); // learn
+    let (t, mut reports) = m.job(&mut s, &opts, items, runs);
+    (t / runs as f64, reports.swap_remove(0))
+}
+
 fn point(w: &Workload, m: &Machine, run_s: f64, runs: usize, seed: u64, th: Thresholds) -> Point {
     let per_run = w.measured.t_gpu_s / w.runs as f64;
     let items = ((w.items as f64 * run_s / per_run).round() as usize).max(1);
-    let mut gpu = Series::new(&w.name, seed);
-    let alone = JobOptions::new().classes([GPU]);
-    m.job(&mut gpu, &alone, items, 3); // learn
-    let (t, _) = m.job(&mut gpu, &alone, items, runs);
+    let (gpu_alone, _) = alone(w, m, GPU, items, runs, seed);
     let mut s = Series::new(&w.name, seed + 1);
     s.thresholds = th;
     let (_, reports) = m.job(&mut s, &JobOptions::new(), items, runs);
     Point {
         items,
-        gpu_alone: t / runs as f64,
+        gpu_alone,
         hybrid: reports.iter().map(|r| r.makespan_s).collect(),
         coexecuted: reports
             .iter()
@@ -214,13 +228,6 @@ fn calibrate() {
 #[ignore]
 fn near_a_millisecond() {
     let (w, m) = h200();
-    let alone = |c: usize, items: usize| {
-        let mut s = Series::new(&w.name, 7);
-        let opts = JobOptions::new().classes([c]);
-        m.job(&mut s, &opts, items, 3); // learn
-        let (t, reports) = m.job(&mut s, &opts, items, 20);
-        (t / 20.0, reports[0].classes[c].chunks)
-    };
     println!(
         "| items | GPU alone | its chunks | CPU alone | hybrid's runs 2.. / the better | co-executed of 2.. |"
     );
@@ -235,7 +242,9 @@ fn near_a_millisecond() {
             .iter()
             .filter(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
             .count();
-        let ((gpu, chunks), (cpu, _)) = (alone(GPU, items), alone(CPU, items));
+        let (gpu, first) = alone(&w, &m, GPU, items, 20, 7);
+        let (cpu, _) = alone(&w, &m, CPU, items, 20, 7);
+        let chunks = first.classes[GPU].chunks;
         println!(
             "| {items} | {:.3} ms | {chunks} | {:.3} ms | {:.3} | {co} |",
             gpu * 1e3,
