@@ -321,6 +321,13 @@ impl ClassInfo {
         !matches!(self.kind, DeviceKind::Cpu)
     }
 
+    /// Whether its workers are streams of one GPU (one whose fill,
+    /// [`ClassInfo::fill_threads`], is known), alike and sharing the
+    /// device; CPU cores and simulated units are workers of their own.
+    pub fn streams_share_a_device(&self) -> bool {
+        self.fill_threads > 0
+    }
+
     /// The smallest chunk of `kernel` worth giving this class: on a GPU the
     /// items that occupy [`ClassInfo::fill_threads`] threads (at most the
     /// kernel's items), elsewhere one grain.

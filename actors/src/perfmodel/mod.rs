@@ -169,12 +169,17 @@ impl SpeedModel {
 }
 
 /// Samples whose time is within 3 median absolute deviations (of the
-/// per-item residual) of the current model's prediction; all of them while
-/// the model is unknown or the window is small.
+/// per-item residual) of the window's own fit; a young window's without its
+/// few worst ([`drop_worst_few`]). Judged against the window's fit, not the
+/// model's: a model that has seen chunks of one size only (a class alone
+/// cuts its static phase into equal chunks) holds no fixed cost, and the
+/// tail's first small chunk, the one that shows it, would look like an
+/// outlier to it and be dropped for as long as the model lives.
 fn drop_outliers(samples: &[Sample], a: f64, b: f64) -> Vec<Sample> {
     if samples.len() < 8 || !(b.is_finite() && b > 0.0) {
         return drop_worst_few(samples, a);
     }
+    let (a, b) = fit(samples, a).unwrap_or((a, b));
     let resid: Vec<f64> = samples
         .iter()
         .map(|s| (s.secs - (a + s.items / b)) / s.secs)
@@ -382,6 +387,23 @@ mod tests {
         }
         assert!((5e5..1e6).contains(&m.b()), "b = {}", m.b());
         assert!(m.a() < 5e-4, "a = {}", m.a());
+    }
+
+    #[test]
+    fn a_fixed_cost_is_learned_after_chunks_of_one_size() {
+        // A class alone: ten equal static chunks (which cannot show a
+        // fixed cost), then the tail's small ones: 97 us a chunk.
+        let mut m = SpeedModel::default();
+        let t = |n: f64| 97e-6 + n / 1e9;
+        for _ in 0..10 {
+            m.observe(140_000.0, t(140_000.0));
+        }
+        assert_eq!(m.a(), 0.0);
+        for n in [14_496.0, 30_000.0, 8_000.0] {
+            m.observe(n, t(n));
+        }
+        assert!((m.a() - 97e-6).abs() < 5e-6, "a = {}", m.a());
+        assert!((m.b() - 1e9).abs() / 1e9 < 0.05, "b = {}", m.b());
     }
 
     #[test]

@@ -226,12 +226,25 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
             .collect()
     };
     let forecast = narrowed.forecast(&speeds, &shares);
+    // A device's streams alone: one static chunk each. They are alike and
+    // share the device, so more chunks buy no balance between them, only
+    // more fixed costs (which the tail's chunks, not the static ones,
+    // measure); the dynamic tail evens their ends.
+    let one_device = active == 1
+        && speeds
+            .iter()
+            .zip(ctx.classes)
+            .any(|(s, c)| s.eligible && s.workers > 0 && c.streams_share_a_device());
     Admission {
         shares,
         pool: false,
         probe,
         static_fraction: ctx.thresholds.static_fraction,
-        static_chunks_per_worker: ctx.thresholds.static_chunks_per_worker,
+        static_chunks_per_worker: if one_device {
+            1
+        } else {
+            ctx.thresholds.static_chunks_per_worker
+        },
         chunking: Chunking::TimeGuided,
         steal: Steal::Always,
         guard: true,
@@ -245,6 +258,67 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::{DeviceKind, End};
+
+    /// A CPU of four cores, a GPU of two streams and a simulated unit, each
+    /// with a model.
+    fn three_classes() -> (Vec<ClassInfo>, Vec<ClassSpeed>) {
+        let class =
+            |index: usize, kind: DeviceKind, workers: usize, fill_threads: usize| ClassInfo {
+                index,
+                name: format!("c{index}"),
+                profile_key: format!("c{index}"),
+                kind,
+                workers,
+                end: if index == 0 { End::Head } else { End::Tail },
+                model: String::new(),
+                fill_threads,
+            };
+        let sim = DeviceKind::Sim {
+            speed: 10.0,
+            latency: std::time::Duration::ZERO,
+        };
+        let classes = vec![
+            class(0, DeviceKind::Cpu, 4, 0),
+            class(1, DeviceKind::Cuda { id: 0 }, 2, 135_168),
+            class(2, sim, 1, 0),
+        ];
+        let speeds = classes
+            .iter()
+            .map(|c| ClassSpeed {
+                workers: c.workers,
+                a: 1e-4,
+                b: Some(1e8),
+                eligible: true,
+                min_items: 1,
+                start: 0.0,
+                latency_chunks: LATENCY_CHUNKS,
+            })
+            .collect();
+        (classes, speeds)
+    }
+
+    #[test]
+    fn a_gpu_s_streams_alone_take_one_static_chunk_each() {
+        let (classes, speeds) = three_classes();
+        let history = RunHistory::default();
+        let ctx = PlanContext {
+            items: 1_000_000,
+            grain: 1,
+            classes: &classes,
+            speeds: &speeds,
+            thresholds: Thresholds::default(),
+            history: &history,
+        };
+        let per =
+            |keep: &dyn Fn(&ClassInfo) -> bool| hybrid_among(&ctx, keep).static_chunks_per_worker;
+        let default = Thresholds::default().static_chunks_per_worker;
+        assert!(default > 1);
+        assert_eq!(per(&|c| c.index == 1), 1, "the GPU alone");
+        assert_eq!(per(&|c| c.index == 0), default, "the CPU alone");
+        assert_eq!(per(&|c| c.index == 2), default, "a simulated unit alone");
+        assert_eq!(per(&|c| c.index < 2), default, "CPU and GPU");
+    }
 
     #[test]
     fn names_are_unique_and_described() {
