@@ -67,8 +67,24 @@ impl PlanContext<'_> {
         plan_shares(
             self.items,
             speeds,
-            1.0 + self.thresholds.static_chunks_per_worker as f64,
+            1.0 + self.static_chunks_per_worker(speeds) as f64,
         )
+    }
+
+    /// Static chunks per worker among the classes `speeds` leaves eligible:
+    /// one where they are a single GPU's streams, which are alike and share
+    /// the device, so that more chunks buy no balance between them, only
+    /// more fixed costs (the dynamic tail evens their ends); else the
+    /// thresholds'.
+    pub fn static_chunks_per_worker(&self, speeds: &[ClassSpeed]) -> usize {
+        let mut active = speeds
+            .iter()
+            .zip(self.classes)
+            .filter(|(s, _)| s.eligible && s.workers > 0);
+        match (active.next(), active.next()) {
+            (Some((_, c)), None) if c.streams_share_a_device() => 1,
+            _ => self.thresholds.static_chunks_per_worker,
+        }
     }
 
     /// The forecast of a run given `shares` over `speeds`: the plan's
@@ -226,25 +242,12 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
             .collect()
     };
     let forecast = narrowed.forecast(&speeds, &shares);
-    // A device's streams alone: one static chunk each. They are alike and
-    // share the device, so more chunks buy no balance between them, only
-    // more fixed costs (which the tail's chunks, not the static ones,
-    // measure); the dynamic tail evens their ends.
-    let one_device = active == 1
-        && speeds
-            .iter()
-            .zip(ctx.classes)
-            .any(|(s, c)| s.eligible && s.workers > 0 && c.streams_share_a_device());
     Admission {
         shares,
         pool: false,
         probe,
         static_fraction: ctx.thresholds.static_fraction,
-        static_chunks_per_worker: if one_device {
-            1
-        } else {
-            ctx.thresholds.static_chunks_per_worker
-        },
+        static_chunks_per_worker: ctx.static_chunks_per_worker(&speeds),
         chunking: Chunking::TimeGuided,
         steal: Steal::Always,
         guard: true,
@@ -310,8 +313,15 @@ mod tests {
             thresholds: Thresholds::default(),
             history: &history,
         };
-        let per =
-            |keep: &dyn Fn(&ClassInfo) -> bool| hybrid_among(&ctx, keep).static_chunks_per_worker;
+        let per = |keep: &dyn Fn(&ClassInfo) -> bool| {
+            let a = hybrid_among(&ctx, keep);
+            assert_eq!(
+                a.static_chunks_per_worker,
+                ctx.static_chunks_per_worker(&ctx.only(keep)),
+                "the plan counts the chunks the run takes"
+            );
+            a.static_chunks_per_worker
+        };
         let default = Thresholds::default().static_chunks_per_worker;
         assert!(default > 1);
         assert_eq!(per(&|c| c.index == 1), 1, "the GPU alone");
