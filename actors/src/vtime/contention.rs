@@ -67,10 +67,7 @@ fn point(w: &Workload, m: &Machine, run_s: f64, runs: usize, seed: u64, th: Thre
         items,
         gpu_alone,
         hybrid: reports.iter().map(|r| r.makespan_s).collect(),
-        coexecuted: reports
-            .iter()
-            .map(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
-            .collect(),
+        coexecuted: reports.iter().map(coexecuted).collect(),
     }
 }
 
@@ -239,10 +236,7 @@ impl Near {
         let (cpu, _) = alone(w, m, CPU, items, 100, seed + 1);
         Self {
             hybrid: rest.iter().map(|r| r.makespan_s).sum::<f64>() / rest.len() as f64,
-            coexecuted: rest
-                .iter()
-                .filter(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
-                .count(),
+            coexecuted: rest.iter().filter(|r| coexecuted(r)).count(),
             gpu,
             cpu,
             gpu_chunks: first.classes[GPU].chunks,

@@ -51,6 +51,11 @@ pub(crate) use bench::*;
 pub(crate) use calibration::*;
 use chunk::Running;
 
+/// Whether run `r` gave items to more than one class.
+pub(crate) fn coexecuted(r: &RunReport) -> bool {
+    r.classes.iter().filter(|c| c.items > 0).count() > 1
+}
+
 /// splitmix64: a small, seedable generator (the tests need no crate for it).
 #[derive(Debug, Clone)]
 pub(crate) struct Rng(u64);

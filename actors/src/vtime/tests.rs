@@ -126,10 +126,7 @@ fn warm_runs_skip_the_probe_while_the_models_hold() {
     let items = w.items * 10;
     // Co-executed runs that probed, and co-executed runs.
     let probed = |reports: &[RunReport]| {
-        let co: Vec<&RunReport> = reports
-            .iter()
-            .filter(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
-            .collect();
+        let co: Vec<&RunReport> = reports.iter().filter(|r| coexecuted(r)).collect();
         (co.iter().filter(|r| r.probe.is_some()).count(), co.len())
     };
     let mut s = Series::new(&w.name, 5);
@@ -160,7 +157,7 @@ fn warm_runs_skip_the_probe_while_the_models_hold() {
     assert!(missed > 0.1, "δ′ of the run after the change {missed:.3}");
     let next = reports[1..]
         .iter()
-        .find(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
+        .find(|r| coexecuted(r))
         .expect("a co-executed run after the change");
     assert!(next.probe.is_some(), "{}", next.summary());
 }
@@ -210,12 +207,8 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
         m.job(&mut s, opts, items, 20); // learn
         m.job(&mut s, opts, items, runs)
     };
-    let coexecuted = |reports: &[RunReport]| -> Vec<bool> {
-        reports
-            .iter()
-            .map(|r| r.classes.iter().filter(|c| c.items > 0).count() > 1)
-            .collect()
-    };
+    let coexecuted =
+        |reports: &[RunReport]| -> Vec<bool> { reports.iter().map(coexecuted).collect() };
     let cpu = JobOptions::new().classes([CPU]);
     let hybrid = JobOptions::new();
     for (slowdown, mostly_co) in [(vec![1.0, 1.0, 6.0], true), (vec![6.0], false)] {
