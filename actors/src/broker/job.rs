@@ -236,8 +236,16 @@ impl JobCore {
                 // dynamic one would be here (with `keep_static`, once others
                 // have eaten into this class's region): a class planned too
                 // large must not commit to a quarter of its old share at the
-                // end.
-                Phase::Static if self.adm.guard && (!self.adm.keep_static || self.eaten(c)) => {
+                // end. Not a device's streams alone: they are alike, and
+                // cutting their one static chunk each into guided ones buys
+                // no balance, only fixed costs (sized from a model that
+                // co-executed runs slowed, a GPU's first run alone took
+                // seven chunks and 1.24 times its time).
+                Phase::Static
+                    if self.adm.guard
+                        && !self.one_device_alone(c)
+                        && (!self.adm.keep_static || self.eaten(c)) =>
+                {
                     let n = n.min(self.dynamic_size(c));
                     self.limit(w, c, n, now)?
                 }
@@ -263,6 +271,17 @@ impl JobCore {
         };
         let got = self.space.take(victim, far, n)?;
         Some((got, Phase::Dynamic))
+    }
+
+    /// Whether class `c` is the only one the job runs on and its workers
+    /// are one device's streams.
+    fn one_device_alone(&self, c: usize) -> bool {
+        self.classes[c].streams_share_a_device()
+            && self
+                .st
+                .iter()
+                .enumerate()
+                .all(|(k, s)| k == c || !s.eligible || s.workers == 0)
     }
 
     /// Whether others have taken items from class `c`'s region since the

@@ -225,9 +225,13 @@ fn drop_worst_few(samples: &[Sample], prev_a: f64) -> Vec<Sample> {
 
 /// Least squares for `t = a + n·c` with `a ≥ 0`, `c > 0`; weighted by `1/t²`
 /// so that small chunks constrain `a` as much as large ones constrain `c`.
-/// With sizes within 1.5× of each other, `a` is the previous estimate (if
-/// every sample took longer than it, else 0); with spread sizes whose fit
-/// would need `a < 0`, `a` is 0; `c` then fits `t − a` through the origin.
+/// Where the sizes cannot separate the two — within 1.5× of each other, or
+/// spread but with a slope that does not stand out of the samples' noise
+/// (under twice its standard error: fifteen equal chunks with worker-to-worker
+/// spread and one of twice the size fitted a CPU at 4× its speed) — `a` is
+/// the previous estimate (if every sample took longer than it, else 0); with
+/// separable sizes whose fit would need `a < 0`, `a` is 0; `c` then fits
+/// `t − a` through the origin.
 fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
     if s.is_empty() {
         return None;
@@ -245,25 +249,41 @@ fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
         nmax = nmax.max(p.items);
     }
     let det = sw * sxx - sx * sx;
-    let spread = nmax > 1.5 * nmin && det > 0.0;
-    if spread {
+    let mut separable = nmax > 1.5 * nmin && det > 0.0;
+    if separable {
         let c = (sw * sxy - sx * sy) / det;
         let a = (sy - c * sx) / sw;
-        if c > 0.0 && a >= 0.0 && c.is_finite() && a.is_finite() {
+        separable = slope_stands_out(s, a, c, sw / det);
+        if separable && c > 0.0 && a >= 0.0 && c.is_finite() && a.is_finite() {
             return Some((a, 1.0 / c));
         }
     }
-    // Throughput only. With sizes too close to separate the two, keep the
+    // Throughput only. With sizes that cannot separate the two, keep the
     // fixed cost already known (if every sample took longer than it); with
-    // spread sizes that asked for a < 0, the fixed cost is 0. Then c
+    // separable sizes that asked for a < 0, the fixed cost is 0. Then c
     // minimises Σ w (t − a − n·c)².
-    let a = if !spread && prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
+    let a = if !separable && prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
         prev_a.max(0.0)
     } else {
         0.0
     };
     let c = (sxy - a * sx) / sxx;
     (c.is_finite() && c > 0.0).then(|| (a, 1.0 / c))
+}
+
+/// Whether the fitted slope `c` (intercept `a`) is at least twice its
+/// standard error, `var_scale` being `Σw / det` of the weighted fit; two
+/// samples fit exactly and pass.
+fn slope_stands_out(s: &[Sample], a: f64, c: f64, var_scale: f64) -> bool {
+    if s.len() <= 2 {
+        return true;
+    }
+    let rss: f64 = s
+        .iter()
+        .map(|p| (p.secs - a - c * p.items).powi(2) / (p.secs * p.secs))
+        .sum();
+    let var_c = rss / (s.len() - 2) as f64 * var_scale;
+    c * c >= 4.0 * var_c
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -415,5 +435,30 @@ mod tests {
         }
         assert!((m.a() - 0.004).abs() < 1e-4, "a = {}", m.a());
         assert!((m.b() - 8e5).abs() / 8e5 < 0.01, "b = {}", m.b());
+    }
+
+    #[test]
+    fn sizes_that_do_not_stand_out_of_the_noise_keep_the_fixed_cost() {
+        // A warm probe on 15 CPU workers (chunk times spread by the workers'
+        // own speeds) and one worker's second chunk of twice the size: the
+        // slope between the two sizes is within the noise.
+        let mut samples: Vec<Sample> = [
+            375.0, 541.0, 566.0, 532.0, 617.0, 455.0, 463.0, 670.0, 553.0, 591.0, 759.0, 562.0,
+            698.0, 679.0, 993.0,
+        ]
+        .iter()
+        .map(|us| Sample {
+            items: 5605.0,
+            secs: us * 1e-6,
+        })
+        .collect();
+        samples.push(Sample {
+            items: 11209.0,
+            secs: 689e-6,
+        });
+        let mut m = SpeedModel::with_params(1.165e-4, 1.157e7);
+        m.reset_to(&samples);
+        assert_eq!(m.a(), 1.165e-4);
+        assert!((0.8e7..1.5e7).contains(&m.b()), "b = {:e}", m.b());
     }
 }

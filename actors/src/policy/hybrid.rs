@@ -166,19 +166,27 @@ fn modelled_alone(ctx: &PlanContext<'_>, c: usize) -> Option<f64> {
     ctx.forecast(ctx.speeds, &shares).map(|f| f.predicted_s)
 }
 
-/// Co-executed runs after which an accelerator that is fastest alone runs
-/// alone again, so that what co-executing must beat stays measured: one run
-/// in 256 at most.
+/// Co-executed runs after which an accelerator runs alone again, so that
+/// what co-executing must beat stays measured: 4 after its first run
+/// alone, 16 after its second, 64 after its third, then every 256. The first
+/// run alone is planned from models that co-executed runs taught and may be
+/// slow; the next few make the measurement a mean, at a cost of a few runs
+/// in hundreds.
+fn refresh_after(runs_alone: u32) -> u32 {
+    (4u32 << (2 * runs_alone.saturating_sub(1).min(3))).min(ALONE_REFRESH)
+}
+
+/// The most co-executed runs between two runs of an accelerator alone.
 const ALONE_REFRESH: u32 = 256;
 
 /// The accelerator to run alone before co-executing, with its forecast
 /// alone: the one forecast fastest among those that never ran this kernel
-/// alone, or, after [`ALONE_REFRESH`] co-executed runs, among all; none
-/// before a warm co-executed run ([`RunHistory::coexecuted`]). Only
-/// accelerators: their transfers are what a shared memory bus slows, so
-/// theirs are the models that co-executed runs understate (on the H200's
-/// pathfinder, modelled, the GPU's forecast alone is about 3 times its
-/// time: slower than the CPU, where alone it is 1.5 times faster).
+/// alone or are due again ([`refresh_after`]); none before a warm
+/// co-executed run ([`RunHistory::coexecuted`]). Only accelerators: their
+/// transfers are what a shared memory bus slows, so theirs are the models
+/// that co-executed runs understate (on the H200's pathfinder, modelled,
+/// the GPU's forecast alone is about 3 times its time: slower than the CPU,
+/// where alone it is 1.5 times faster).
 fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
     let h = ctx.history;
     // Only once a warm co-executed run has been learned from: a stored
@@ -189,10 +197,13 @@ fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
     if !h.coexecuted() {
         return None;
     }
-    let refresh = h.since_alone >= ALONE_REFRESH;
+    let due = |c: usize| match h.alone.get(&ctx.classes[c].profile_key) {
+        None => true,
+        Some(a) => h.since_alone >= refresh_after(a.runs),
+    };
     able(ctx)
         .filter(|&c| ctx.classes[c].is_accel())
-        .filter(|&c| refresh || !h.alone.contains_key(&ctx.classes[c].profile_key))
+        .filter(|&c| due(c))
         .filter_map(|c| modelled_alone(ctx, c).map(|t| (c, t)))
         .min_by(|x, y| x.1.total_cmp(&y.1))
 }
@@ -200,6 +211,12 @@ fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_accelerator_runs_alone_again_sooner_while_measured_little() {
+        let after: Vec<u32> = (0..7).map(refresh_after).collect();
+        assert_eq!(after, [4, 4, 16, 64, 256, 256, 256]);
+    }
 
     #[test]
     fn a_trial_costs_at_most_half_a_percent_of_the_runs_between() {

@@ -99,6 +99,10 @@ pub struct RunTime {
     pub items: usize,
     /// Seconds a run of `items` takes, smoothed.
     pub secs: f64,
+    /// Runs of about this size that `secs` smooths (0 in a profile written
+    /// before they were counted).
+    #[serde(default)]
+    pub runs: u32,
 }
 
 impl RunTime {
@@ -193,6 +197,7 @@ impl RunHistory {
         self.last_coexec = Some(RunTime {
             items,
             secs: makespan,
+            runs: 1,
         });
         self.trusted = prediction_imbalance.is_some_and(|d| d <= mu);
         // The best single class: as forecast, or as measured alone where
@@ -250,14 +255,30 @@ impl RunHistory {
     /// too fast had set.
     fn learn_alone(&mut self, key: &str, items: usize, secs: f64) {
         self.since_alone = 0;
-        let now = RunTime { items, secs };
-        let a = self.alone.entry(key.to_string()).or_insert(now);
+        let a = self.alone.entry(key.to_string()).or_insert(RunTime {
+            items,
+            secs,
+            runs: 0,
+        });
+        // The mean of the first runs, then smoothed: one run of a device
+        // whose runs vary by a tenth, or one planned from models that
+        // co-executed runs slowed, does not stand for the class for a
+        // hundred runs.
         *a = match a.secs_for(items) {
-            Some(before) => RunTime {
+            Some(before) => {
+                let runs = a.runs.saturating_add(1);
+                let weight = (1.0 / f64::from(runs)).max(RESIDUAL_WEIGHT);
+                RunTime {
+                    items,
+                    secs: before + weight * (secs - before),
+                    runs,
+                }
+            }
+            None => RunTime {
                 items,
-                secs: before + RESIDUAL_WEIGHT * (secs - before),
+                secs,
+                runs: 1,
             },
-            None => now,
         };
         let co = self.last_coexec.and_then(|c| c.secs_for(items));
         if let (Some(co), Some(best)) = (co, self.best_alone(items)) {
@@ -393,6 +414,27 @@ mod tests {
         assert_eq!(h.deviation("cpu+gpu"), 1.0);
     }
 
+    /// A class's runs alone are averaged while few, then smoothed: a slow
+    /// first run weighs as one of the first few, not for many runs.
+    #[test]
+    fn runs_alone_are_a_mean_while_few() {
+        let mut h = RunHistory::default();
+        let alone = forecast(1, 1.0, None);
+        let mut secs = Vec::new();
+        for t in [1.24, 1.0, 1.0, 1.0, 1.0] {
+            h.learn(&alone, t, 1000, None, 0.1);
+            secs.push(h.alone["gpu"].secs);
+        }
+        let want = [1.24, 1.12, 1.08, 1.056, 1.0392];
+        for (got, want) in secs.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{secs:?}");
+        }
+        assert_eq!(h.alone["gpu"].runs, 5);
+        // Far from its size, a run starts the count again.
+        h.learn(&alone, 5.0, 5000, None, 0.1);
+        assert_eq!((h.alone["gpu"].runs, h.alone["gpu"].secs), (1, 5.0));
+    }
+
     /// A co-executed run is judged against the class's run alone where one
     /// was measured at about its size, not only the forecast: models learned
     /// while co-executing (a shared memory bus) can forecast the class alone
@@ -432,6 +474,7 @@ mod tests {
             RunTime {
                 items: 0,
                 secs: f64::NAN,
+                runs: 1,
             },
         );
         assert_eq!(h.best_alone(1000), None);

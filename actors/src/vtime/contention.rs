@@ -9,7 +9,7 @@ use super::*;
 
 /// The H200 pathfinder machine: each class alone fitted to the lease's
 /// times, then the bus.
-fn h200() -> (Workload, Machine) {
+pub(super) fn h200() -> (Workload, Machine) {
     let (w, bus) = h200_pathfinder();
     let mut m = Machine::fitted(&w);
     m.bus = Some(bus);
@@ -68,22 +68,6 @@ fn point(w: &Workload, m: &Machine, run_s: f64, runs: usize, seed: u64, th: Thre
         gpu_alone,
         hybrid: reports.iter().map(|r| r.makespan_s).collect(),
         coexecuted: reports.iter().map(coexecuted).collect(),
-    }
-}
-
-/// A fixed split: this share of the items to the CPU, the rest to the GPU,
-/// one region each.
-struct Split(f64);
-
-impl Policy for Split {
-    fn name(&self) -> &'static str {
-        "split"
-    }
-    fn describe(&self) -> &'static str {
-        "a fixed split"
-    }
-    fn admit(&self, _: &crate::policy::PlanContext<'_>) -> crate::policy::Admission {
-        crate::policy::Admission::split(vec![self.0, 1.0 - self.0])
     }
 }
 

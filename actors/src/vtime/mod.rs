@@ -32,6 +32,7 @@ mod bench;
 mod calibration;
 mod chunk;
 mod contention;
+mod oracle;
 mod tests;
 
 use std::collections::BTreeMap;
@@ -467,5 +468,23 @@ impl Kernel for Virtual {
     }
     fn run_cpu(&self, _: &Chunk) -> Result<(), KernelError> {
         Ok(())
+    }
+}
+
+/// A fixed split: this share of the items to the CPU, the rest to the GPU,
+/// one region each.
+#[cfg(test)]
+pub(crate) struct Split(pub(crate) f64);
+
+#[cfg(test)]
+impl Policy for Split {
+    fn name(&self) -> &'static str {
+        "split"
+    }
+    fn describe(&self) -> &'static str {
+        "a fixed split"
+    }
+    fn admit(&self, _: &crate::policy::PlanContext<'_>) -> crate::policy::Admission {
+        crate::policy::Admission::split(vec![self.0, 1.0 - self.0])
     }
 }

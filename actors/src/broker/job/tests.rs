@@ -124,8 +124,14 @@ impl Sim {
             };
             if let Ok(out) = alone.run("hybrid", items, grain) {
                 let secs = out.makespan;
-                h.alone
-                    .insert(format!("k{c}"), crate::profiler::RunTime { items, secs });
+                h.alone.insert(
+                    format!("k{c}"),
+                    crate::profiler::RunTime {
+                        items,
+                        secs,
+                        runs: 1,
+                    },
+                );
             }
         }
         h
@@ -796,4 +802,37 @@ fn the_worker_with_the_largest_planned_share_is_woken_first() {
     let (job, _) = only.job("hybrid", 100_000, 1).unwrap();
     assert_eq!(job.wake_order()[0], 1);
     assert!(job.wake_order().len() <= 2);
+}
+
+/// A GPU's streams alone take one static chunk each, however slow its
+/// model says it is: they are alike, so cutting the static part into
+/// guided chunks buys no balance, only fixed costs. (A model that
+/// co-executed runs slowed had a GPU's run alone cut into seven chunks.)
+#[test]
+fn a_gpu_alone_takes_one_static_chunk_a_stream_whatever_its_model() {
+    let spec = vec![(4, 0.0, 1e6, false), (2, 1e-4, 1e8, true)];
+    let items = 1_000_000;
+    for scale in [1.0, 0.25] {
+        let sim = Sim {
+            only: Some(1),
+            ..Sim::new(spec.clone())
+                .fill(1, 1000)
+                .known(true)
+                .misjudged(vec![1.0, scale])
+        };
+        let out = sim.run("hybrid", items, 1).unwrap();
+        let stat: Vec<usize> = out
+            .report
+            .chunks
+            .iter()
+            .filter(|r| r.worker >= 4 && r.phase == Phase::Static)
+            .map(|r| r.hi - r.lo)
+            .collect();
+        assert_eq!(stat.len(), 2, "model at {scale}x: static chunks {stat:?}");
+        let want = Thresholds::default().static_fraction * items as f64 / 2.0;
+        assert!(
+            stat.iter().all(|&n| (n as f64 - want).abs() <= 1.0),
+            "model at {scale}x: {stat:?}, want {want}"
+        );
+    }
 }

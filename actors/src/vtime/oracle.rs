@@ -1,0 +1,88 @@
+//! The bench's oracle in virtual time: the best fixed split of each
+//! modelled machine beside hybrid, so that "hybrid within 5% of the best
+//! fixed split" can be read before a GPU runs it. Every figure here is
+//! modelled.
+#![cfg(test)]
+
+use super::*;
+
+/// The median job time of a fixed split giving the CPU `share`, over
+/// `rounds` jobs of `runs` runs of `items` items.
+fn split_time(
+    m: &Machine,
+    w: &Workload,
+    items: usize,
+    share: f64,
+    rounds: usize,
+    seed: u64,
+) -> f64 {
+    let policy: Arc<dyn Policy> = Arc::new(Split(share));
+    let opts = JobOptions::new().policy(policy);
+    let mut s = Series::new(&w.name, seed);
+    let mut t: Vec<f64> = (0..rounds)
+        .map(|_| m.job(&mut s, &opts, items, w.runs).0)
+        .collect();
+    median(&mut t)
+}
+
+/// The best fixed split as `coexec bench --oracle` searches it, on a finer
+/// grid: CPU shares 2.5% to 97.5% in steps of 2.5%, then ±1.25% around the
+/// best; its job time and share.
+fn oracle(m: &Machine, w: &Workload, items: usize, rounds: usize, seed: u64) -> (f64, f64) {
+    let mut tried: Vec<(f64, f64)> = (1..40)
+        .map(|k| {
+            let x = 0.025 * k as f64;
+            (split_time(m, w, items, x, rounds, seed), x)
+        })
+        .collect();
+    let best = tried
+        .iter()
+        .cloned()
+        .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a });
+    for x in [best.1 - 0.0125, best.1 + 0.0125] {
+        tried.push((split_time(m, w, items, x, rounds, seed), x));
+    }
+    tried
+        .into_iter()
+        .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
+}
+
+/// Per workload, machine and job length: each class alone, hybrid and the
+/// best fixed split (one run's time), hybrid over the best class alone and
+/// T_oracle over hybrid's T.
+/// `cargo test -p coexec-actors --release --lib vtime::oracle::table -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn table() {
+    let cal = h100();
+    println!(
+        "| workload | machine | run (best alone) | T cpu | T gpu | hybrid | best split (CPU share) | hybrid / best alone | T_oracle / T hybrid |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut machines: Vec<(String, &'static str, Workload, Machine)> = Vec::new();
+    for w in &cal.workloads {
+        machines.push((w.name.clone(), "lease", w.clone(), Machine::fitted(w)));
+        machines.push((w.name.clone(), "calm", w.clone(), tests::calm(w)));
+    }
+    let (w, m) = contention::h200();
+    machines.push(("pathfinder".into(), "H200 bus", w, m));
+    for (name, label, w, m) in &machines {
+        let rounds = (60 / w.runs).clamp(5, 31);
+        for run_s in [1e-3, 1e-2, 1e-1] {
+            let p = sweep_point(m, w, run_s, rounds, 11, Thresholds::default());
+            let (t_oracle, share) = oracle(m, w, p.items, rounds, 12);
+            let t_oracle = (t_oracle / w.runs as f64).min(p.alone[CPU].min(p.alone[GPU]));
+            println!(
+                "| {name} | {label} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms ({:.1}%) | {:.3} | {:.3} |",
+                p.run_s * 1e3,
+                p.alone[CPU] * 1e3,
+                p.alone[GPU] * 1e3,
+                p.hybrid * 1e3,
+                t_oracle * 1e3,
+                100.0 * share,
+                p.vs_best(),
+                t_oracle / p.hybrid,
+            );
+        }
+    }
+}
