@@ -168,10 +168,10 @@ fn modelled_alone(ctx: &PlanContext<'_>, c: usize) -> Option<f64> {
 
 /// Co-executed runs after which an accelerator runs alone again, so that
 /// what co-executing must beat stays measured: 4 after its first run
-/// alone, 16 after its second, 64 after its third, then every 256. The first
-/// run alone is planned from models that co-executed runs taught and may be
-/// slow; the next few make the measurement a mean, at a cost of a few runs
-/// in hundreds.
+/// alone, 16 after its second, 64 after its third, then every 256. One run
+/// alone can be a slow one (a device whose runs vary by a tenth, or one
+/// planned from models that co-executed runs slowed); the next few make
+/// the measurement a mean, at a cost of a few runs in hundreds.
 fn refresh_after(runs_alone: u32) -> u32 {
     (4u32 << (2 * runs_alone.saturating_sub(1).min(3))).min(ALONE_REFRESH)
 }
