@@ -238,9 +238,9 @@ impl JobCore {
                 // large must not commit to a quarter of its old share at the
                 // end. Not a device's streams alone: they are alike, and
                 // cutting their one static chunk each into guided ones buys
-                // no balance, only fixed costs (sized from a model that
-                // co-executed runs slowed, a GPU's first run alone took
-                // seven chunks and 1.24 times its time).
+                // no balance, only fixed costs, the more chunks the slower
+                // the model that sizes them (one that co-executed runs
+                // slowed, on a shared memory bus).
                 Phase::Static
                     if self.adm.guard
                         && !self.one_device_alone(c)

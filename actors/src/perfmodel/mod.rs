@@ -225,13 +225,14 @@ fn drop_worst_few(samples: &[Sample], prev_a: f64) -> Vec<Sample> {
 
 /// Least squares for `t = a + n·c` with `a ≥ 0`, `c > 0`; weighted by `1/t²`
 /// so that small chunks constrain `a` as much as large ones constrain `c`.
-/// Where the sizes cannot separate the two — within 1.5× of each other, or
-/// spread but with a slope that does not stand out of the samples' noise
-/// (under twice its standard error: fifteen equal chunks with worker-to-worker
-/// spread and one of twice the size fitted a CPU at 4× its speed) — `a` is
-/// the previous estimate (if every sample took longer than it, else 0); with
-/// separable sizes whose fit would need `a < 0`, `a` is 0; `c` then fits
-/// `t − a` through the origin.
+/// Where the sizes cannot separate the two, `a` is the previous estimate:
+/// with sizes within 1.5× of each other if every sample took longer than it
+/// (else 0); with spread sizes whose slope does not stand out of the
+/// samples' noise (under twice its standard error: fifteen equal chunks
+/// with worker-to-worker spread and one of twice the size fitted a CPU at
+/// 4× its speed), at most the fastest sample's time. With separable sizes
+/// whose fit would need `a < 0`, `a` is 0. `c` then fits `t − a` through
+/// the origin.
 fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
     if s.is_empty() {
         return None;
@@ -249,8 +250,9 @@ fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
         nmax = nmax.max(p.items);
     }
     let det = sw * sxx - sx * sx;
-    let mut separable = nmax > 1.5 * nmin && det > 0.0;
-    if separable {
+    let spread = nmax > 1.5 * nmin && det > 0.0;
+    let mut separable = spread;
+    if spread {
         let c = (sw * sxy - sx * sy) / det;
         let a = (sy - c * sx) / sw;
         separable = slope_stands_out(s, a, c, sw / det);
@@ -258,12 +260,19 @@ fn fit(s: &[Sample], prev_a: f64) -> Option<(f64, f64)> {
             return Some((a, 1.0 / c));
         }
     }
-    // Throughput only. With sizes that cannot separate the two, keep the
+    // Throughput only. With sizes too close to separate the two, keep the
     // fixed cost already known (if every sample took longer than it); with
-    // separable sizes that asked for a < 0, the fixed cost is 0. Then c
-    // minimises Σ w (t − a − n·c)².
-    let a = if !separable && prev_a.is_finite() && s.iter().all(|p| p.secs > prev_a) {
-        prev_a.max(0.0)
+    // spread sizes whose slope is within the noise, keep it too, at most the
+    // fastest sample's time (dropped to 0, a noisy GPU's model would
+    // predict its large chunks several times too slow); with separable
+    // sizes that asked for a < 0, the fixed cost is 0. Then c minimises
+    // Σ w (t − a − n·c)².
+    let known = prev_a.is_finite() && prev_a > 0.0;
+    let fastest = s.iter().map(|p| p.secs).fold(f64::INFINITY, f64::min);
+    let a = if !spread && known && s.iter().all(|p| p.secs > prev_a) {
+        prev_a
+    } else if spread && !separable && known {
+        prev_a.min(fastest)
     } else {
         0.0
     };
@@ -460,5 +469,27 @@ mod tests {
         m.reset_to(&samples);
         assert_eq!(m.a(), 1.165e-4);
         assert!((0.8e7..1.5e7).contains(&m.b()), "b = {:e}", m.b());
+    }
+
+    #[test]
+    fn a_noisy_slope_keeps_a_fixed_cost_below_the_fastest_chunk() {
+        // A GPU of 100 us per chunk and 1e8 items/s: chunks of 1000 and
+        // 4000 items, one of them faster than the known fixed cost. The
+        // slope is within the noise: fitted anyway it predicts a million
+        // items at a few ms, and with a fixed cost of 0 at 50 ms and more,
+        // against 10.1 ms.
+        let samples: Vec<Sample> = [
+            (1000.0, 90e-6),
+            (1000.0, 170e-6),
+            (4000.0, 120e-6),
+            (4000.0, 160e-6),
+        ]
+        .iter()
+        .map(|&(items, secs)| Sample { items, secs })
+        .collect();
+        let (a, b) = fit(&samples, 1e-4).unwrap();
+        assert_eq!(a, 90e-6, "the fastest chunk's time");
+        let t = a + 1e6 / b;
+        assert!((5e-3..20e-3).contains(&t), "a million items in {t} s");
     }
 }

@@ -21,6 +21,10 @@ pub(crate) const LOSS_MARGIN: f64 = 0.05;
 /// the loss margin.
 const NOISE_DEVIATIONS: f64 = 2.0;
 
+/// Runs alone an entry of a profile that did not count them is taken to
+/// smooth: past the mean of the first few.
+const SETTLED_RUNS: u32 = 4;
+
 /// The lowest residual learned: a run more than twice as fast as its plan
 /// was planned from models it has just corrected (a probe's stall, a fixed
 /// cost fitted as a speed), not by a method that overestimates. Learned,
@@ -99,8 +103,8 @@ pub struct RunTime {
     pub items: usize,
     /// Seconds a run of `items` takes, smoothed.
     pub secs: f64,
-    /// Runs of about this size that `secs` smooths (0 in a profile written
-    /// before they were counted).
+    /// Runs alone of the class this entry has seen, at any size (0 in a
+    /// profile written before they were counted).
     #[serde(default)]
     pub runs: u32,
 }
@@ -255,24 +259,23 @@ impl RunHistory {
     /// too fast had set.
     fn learn_alone(&mut self, key: &str, items: usize, secs: f64) {
         self.since_alone = 0;
-        let a = self.alone.entry(key.to_string()).or_insert(RunTime {
-            items,
-            secs,
-            runs: 0,
-        });
-        // The mean of the first runs, then smoothed: one run of a device
-        // whose runs vary by a tenth, or one planned from models that
-        // co-executed runs slowed, does not stand for the class for a
-        // hundred runs.
-        *a = match a.secs_for(items) {
-            Some(before) => {
-                let runs = a.runs.saturating_add(1);
-                let weight = (1.0 / f64::from(runs)).max(RESIDUAL_WEIGHT);
-                RunTime {
-                    items,
-                    secs: before + weight * (secs - before),
-                    runs,
-                }
+        // The mean of the first three runs, then smoothed: one run of a
+        // device whose runs vary by a tenth does not stand for the class
+        // for a hundred runs. A run far from the stored size stands for its
+        // own size alone, and the count goes on (jobs of varied sizes do not
+        // make the class run alone every few runs, `refresh_after`); an
+        // entry of a profile that did not count its runs stands for several.
+        let next = match self.alone.get(key) {
+            Some(a) => {
+                let runs = if a.runs == 0 { SETTLED_RUNS } else { a.runs }.saturating_add(1);
+                let secs = match a.secs_for(items) {
+                    Some(before) => {
+                        let weight = (1.0 / f64::from(runs)).max(RESIDUAL_WEIGHT);
+                        before + weight * (secs - before)
+                    }
+                    None => secs,
+                };
+                RunTime { items, secs, runs }
             }
             None => RunTime {
                 items,
@@ -280,6 +283,7 @@ impl RunHistory {
                 runs: 1,
             },
         };
+        self.alone.insert(key.to_string(), next);
         let co = self.last_coexec.and_then(|c| c.secs_for(items));
         if let (Some(co), Some(best)) = (co, self.best_alone(items)) {
             self.held_off = co > (1.0 + LOSS_MARGIN) * best;
@@ -415,7 +419,7 @@ mod tests {
     }
 
     /// A class's runs alone are averaged while few, then smoothed: a slow
-    /// first run weighs as one of the first few, not for many runs.
+    /// first run weighs as one of the first three, not for many runs.
     #[test]
     fn runs_alone_are_a_mean_while_few() {
         let mut h = RunHistory::default();
@@ -430,9 +434,14 @@ mod tests {
             assert!((got - want).abs() < 1e-9, "{secs:?}");
         }
         assert_eq!(h.alone["gpu"].runs, 5);
-        // Far from its size, a run starts the count again.
+        // Far from its size, a run stands for its own size; the count goes on.
         h.learn(&alone, 5.0, 5000, None, 0.1);
-        assert_eq!((h.alone["gpu"].runs, h.alone["gpu"].secs), (1, 5.0));
+        assert_eq!((h.alone["gpu"].runs, h.alone["gpu"].secs), (6, 5.0));
+        // An entry that did not count its runs is smoothed, not replaced.
+        h.alone.get_mut("gpu").unwrap().runs = 0;
+        h.learn(&alone, 4.0, 5000, None, 0.1);
+        assert!((h.alone["gpu"].secs - 4.7).abs() < 1e-9);
+        assert_eq!(h.alone["gpu"].runs, SETTLED_RUNS + 1);
     }
 
     /// A co-executed run is judged against the class's run alone where one

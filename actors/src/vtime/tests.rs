@@ -14,8 +14,8 @@ const POLICIES: &[&str] = &[
 
 /// Jobs per configuration at a sweep point: enough that the median's noise
 /// stays under 1% (a job of few runs, nbody's 4 or matmul's 1, varies more:
-/// hybrid over the GPU alone on nbody at 0.1 s came out 1.013 from 25 jobs,
-/// where 121 jobs give 0.996–1.003 over four seeds).
+/// on nbody at 0.1 s, medians of 121 jobs put hybrid over the GPU alone at
+/// 0.996–1.003 over four seeds, one median of 25 at 1.013).
 fn rounds(w: &Workload) -> usize {
     (400 / w.runs).clamp(9, 121)
 }

@@ -806,8 +806,7 @@ fn the_worker_with_the_largest_planned_share_is_woken_first() {
 
 /// A GPU's streams alone take one static chunk each, however slow its
 /// model says it is: they are alike, so cutting the static part into
-/// guided chunks buys no balance, only fixed costs. (A model that
-/// co-executed runs slowed had a GPU's run alone cut into seven chunks.)
+/// guided chunks buys no balance, only fixed costs.
 #[test]
 fn a_gpu_alone_takes_one_static_chunk_a_stream_whatever_its_model() {
     let spec = vec![(4, 0.0, 1e6, false), (2, 1e-4, 1e8, true)];
