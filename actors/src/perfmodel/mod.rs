@@ -475,9 +475,8 @@ mod tests {
     fn a_noisy_slope_keeps_a_fixed_cost_below_the_fastest_chunk() {
         // A GPU of 100 us per chunk and 1e8 items/s: chunks of 1000 and
         // 4000 items, one of them faster than the known fixed cost. The
-        // slope is within the noise: fitted anyway it predicts a million
-        // items at a few ms, and with a fixed cost of 0 at 50 ms and more,
-        // against 10.1 ms.
+        // slope is within the noise, and with a fixed cost of 0 the model
+        // would predict a million items at 40 ms against 10.1 ms.
         let samples: Vec<Sample> = [
             (1000.0, 90e-6),
             (1000.0, 170e-6),
