@@ -209,8 +209,6 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
         m.job(&mut s, opts, items, 20); // learn
         m.job(&mut s, opts, items, runs)
     };
-    let coexecuted =
-        |reports: &[RunReport]| -> Vec<bool> { reports.iter().map(coexecuted).collect() };
     let cpu = JobOptions::new().classes([CPU]);
     let hybrid = JobOptions::new();
     for (slowdown, mostly_co) in [(vec![1.0, 1.0, 6.0], true), (vec![6.0], false)] {
@@ -219,7 +217,7 @@ fn a_noisy_device_does_not_make_the_runs_flap() {
         let (mut sum, mut sum_always, mut sum_alone, mut sum_co) = (0.0, 0.0, 0.0, 0);
         for seed in [9, 10, 11] {
             let (t, reports) = job(&m, &hybrid, Thresholds::default(), seed);
-            let co = coexecuted(&reports);
+            let co: Vec<bool> = reports.iter().map(coexecuted).collect();
             let switches = co.windows(2).filter(|p| p[0] != p[1]).count();
             let n_co = co.iter().filter(|&&c| c).count();
             let (always, _) = job(&m, &hybrid, lease_thresholds(), seed);
