@@ -186,10 +186,8 @@ impl JobCore {
         self.take_back_overdue(now);
         if let Some(r) = self.take_retry(w, c, now) {
             self.in_flight += 1;
-            self.worker[w].busy_until = now + self.predict(c, r.range.len());
-            self.worker[w].running = true;
+            self.start_chunk(w, c, r.range.len(), now);
             self.worker[w].declined = false;
-            self.watch_start(w, r.range.len(), now);
             let info = ChunkInfo {
                 cpu_secs: self.cpu_secs(r.range.len()),
                 range: r.range,
@@ -208,9 +206,7 @@ impl JobCore {
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
         self.in_flight += 1;
-        self.worker[w].busy_until = now + self.predict(c, range.len());
-        self.worker[w].running = true;
-        self.watch_start(w, range.len(), now);
+        self.start_chunk(w, c, range.len(), now);
         Some(Claimed {
             info: ChunkInfo {
                 cpu_secs: self.cpu_secs(range.len()),

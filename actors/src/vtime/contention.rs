@@ -98,7 +98,8 @@ fn the_bus_slows_only_what_runs_beside_the_other_class() {
 
 /// On the shared bus, hybrid keeps up with the GPU alone from its second
 /// run on at every length from 1 ms to 1 s (mean of runs 2 to 200 within
-/// 1/0.99 of the GPU alone's mean run): the first warm run co-executes and
+/// 1/0.99 of the GPU alone's mean run, over three seeds: one seed's mean
+/// moves by ±0.004 from seed to seed): the first warm run co-executes and
 /// keeps to its models, the next measures the GPU alone, the co-executed
 /// run after it is judged against that and loses, and the runs after it
 /// keep to the GPU. Without the rule (models
@@ -108,12 +109,14 @@ fn the_bus_slows_only_what_runs_beside_the_other_class() {
 fn hybrid_keeps_up_with_the_gpu_alone_on_a_shared_bus() {
     let (w, m) = h200();
     for run_s in run_lengths() {
-        let p = point(&w, &m, run_s, 200, 7, Thresholds::default());
+        let p: Vec<Point> = (7..10)
+            .map(|seed| point(&w, &m, run_s, 200, seed, Thresholds::default()))
+            .collect();
+        let mean = p.iter().map(Point::after_first).sum::<f64>() / p.len() as f64;
         assert!(
-            p.after_first() <= 1.0 / 0.99,
-            "GPU alone {:.3} ms: hybrid's runs 2.. take {:.4}x its time (modelled)",
-            p.gpu_alone * 1e3,
-            p.after_first()
+            mean <= 1.0 / 0.99,
+            "GPU alone {:.3} ms: hybrid's runs 2.. take {mean:.4}x its time (modelled)",
+            p[0].gpu_alone * 1e3,
         );
     }
     let q = point(&w, &m, 0.1, 100, 7, Thresholds::default().hold_off(false));

@@ -363,6 +363,44 @@ fn small_chunks_what_if() {
     }
 }
 
+/// kmeans at 1 ms a run on the calm machine (the H200's kdd_cup step is
+/// 0.8 ms), every run co-executed (the single-class rule off): a CPU chunk
+/// pays a 0.1 ms fixed cost, so a tail cut into slivers ends the CPU long
+/// after the GPU. Its workers take a static chunk and about one more each,
+/// not a cascade of ever smaller ones: at most two chunks of under 1000
+/// items a run besides the probe's (the median run).
+#[test]
+fn a_short_co_executed_run_does_not_cut_the_cpu_s_tail_into_slivers() {
+    use crate::report::Phase;
+    let cal = h100();
+    let w = cal.workload("kmeans");
+    let m = calm(w);
+    let best_run = w.measured.t_cpu_s.min(w.measured.t_gpu_s) / w.runs as f64;
+    let items = (w.items as f64 * 1e-3 / best_run).round() as usize;
+    let mut s = Series::new(&w.name, 5);
+    s.thresholds = s.thresholds.single_class(false);
+    s.trace = true;
+    for _ in 0..3 {
+        m.run(&mut s, &JobOptions::new(), items);
+    }
+    let mut slivers: Vec<usize> = (0..20)
+        .map(|_| {
+            let r = m.run(&mut s, &JobOptions::new(), items);
+            assert!(coexecuted(&r), "every run co-executes here");
+            r.chunks
+                .iter()
+                .filter(|k| k.worker < m.cpu.workers && k.phase != Phase::Probe)
+                .filter(|k| k.hi - k.lo < 1000)
+                .count()
+        })
+        .collect();
+    slivers.sort_unstable();
+    assert!(
+        slivers[slivers.len() / 2] <= 2,
+        "CPU chunks of under 1000 items outside the probe, per run: {slivers:?}"
+    );
+}
+
 /// Where kmeans' 10 ms point on the calm machine loses its E: 20 traced
 /// warm hybrid runs, each with when the GPU's and the CPU's last chunks
 /// ended, the CPU's chunks and those of under 1000 items (each pays the

@@ -70,10 +70,24 @@ impl JobCore {
             // A worker that has not started on this job yet starts when its
             // class does (a thread's wake-up, a stream's upload of the
             // run's inputs), not now.
-            let free = if self.worker[v].first_start.is_nan() && !self.worker[v].running {
+            //
+            // A running worker's end is predicted again by its class's
+            // current model (every chunk that ends updates it); one past
+            // even that is not about to be free: it is counted free after
+            // as long again as it has overrun. Counted free now, a tail's
+            // overdue workers would each be left a share they take a fixed
+            // cost later, and every worker that comes back would leave the
+            // rest to them again: a tail of ever smaller chunks, each paying
+            // the fixed cost once more.
+            let ws = &self.worker[v];
+            let free = if ws.running {
+                let (begun, items) = ws.in_flight;
+                let end = begun + self.predict(cv, items);
+                if end < now { now + (now - end) } else { end }
+            } else if ws.first_start.is_nan() {
                 self.st[cv].model.start()
             } else {
-                self.worker[v].busy_until
+                ws.busy_until
             };
             let start = (free - now).max(0.0) + self.st[cv].model.a();
             // Fewer items than its least work take a GPU as long as that.
@@ -103,9 +117,16 @@ impl JobCore {
         // takes as long.
         let least = self.least_of(c);
         let fair_floor = if least > self.grain { least } else { need };
-        let max = ((t_others - a) * b)
+        let mut max = ((t_others - a) * b)
             .floor()
             .min(fair.max(fair_floor as f64));
+        // A CPU worker that takes a chunk takes at least its fixed cost's
+        // worth, or the rest: a smaller cut ends it at most one fixed cost
+        // sooner, and the items it leaves cost another worker a fixed cost.
+        // (It still declines where the guard says so.)
+        if !self.classes[c].is_accel() && max >= need as f64 {
+            max = max.max((a * b).floor().min(left));
+        }
         if max >= n as f64 {
             Some(n)
         } else if self.may_try_small(c, max) && max >= need as f64 {
@@ -141,6 +162,30 @@ impl JobCore {
     fn may_try_small(&self, c: usize, max: f64) -> bool {
         let fill = self.st[c].min_chunk;
         fill > self.grain && max < fill as f64 && !self.st[c].least.1 && !self.st[c].tried_small
+    }
+
+    /// Worker `w` of class `c` claimed `n` items at `now` (seconds since the
+    /// job started): when it begins on them and when it should be done; the take-back
+    /// watch starts on it.
+    /// An accelerator's first chunk of the job waits for its class's start
+    /// (a stream's upload of the run's inputs, after the claim), which the
+    /// chunk's own time leaves out: predicted from the claim, a stream's
+    /// first chunk would look done while it still runs, and the guard would
+    /// count the stream as about to take the rest. The worker loop moves the
+    /// begin to the setup's real end ([`JobCore::watch_restart`]). A CPU
+    /// worker begins at its claim.
+    pub(super) fn start_chunk(&mut self, w: usize, c: usize, n: usize, now: f64) {
+        let begins = if self.classes[c].is_accel() && self.worker[w].first_start.is_nan() {
+            now.max(self.st[c].model.start())
+        } else {
+            now
+        };
+        let predicted = self.predict(c, n);
+        let ws = &mut self.worker[w];
+        ws.in_flight = (begins, n);
+        ws.busy_until = begins + predicted;
+        ws.running = true;
+        self.watch_start(w);
     }
 
     pub(super) fn predict(&self, c: usize, n: usize) -> f64 {

@@ -36,8 +36,6 @@ pub(super) struct Watch {
     flags: Option<Arc<[AtomicBool]>>,
     /// Workers whose executors honour the flag.
     watched: Vec<usize>,
-    /// When each worker's chunk in flight started, and its items.
-    started: Vec<(f64, usize)>,
     /// Whether each worker's chunk in flight was already taken back.
     flagged: Vec<bool>,
 }
@@ -55,30 +53,34 @@ impl JobCore {
                 )
             })
             .collect();
-        self.watch.started = vec![(0.0, 0); n];
         self.watch.flagged = vec![false; n];
         self.watch.flags = Some(flags);
         self
     }
 
-    /// Worker `w` starts a chunk of `items` at `now`: its flag is cleared.
-    pub(super) fn watch_start(&mut self, w: usize, items: usize, now: f64) {
+    /// Worker `w` starts a chunk: its flag is cleared. The chunk is watched
+    /// from its begin in [`WorkerState::in_flight`](super::state::WorkerState).
+    pub(super) fn watch_start(&mut self, w: usize) {
         let Some(flags) = &self.watch.flags else {
             return;
         };
-        self.watch.started[w] = (now, items);
         self.watch.flagged[w] = false;
         flags[w].store(false, Ordering::Release);
     }
 
-    /// Worker `w`'s chunk starts over at `now` (its setup is done): a flag
-    /// set meanwhile is cleared, and the chunk is watched from `now`.
+    /// Worker `w`'s chunk starts over at `now` (its setup is done): it
+    /// begins now, its predicted end moves with it, a flag set meanwhile is
+    /// cleared, and the chunk is watched from `now`.
     pub(crate) fn watch_restart(&mut self, w: usize, now: f64) {
-        if self.watch.flags.is_none() || !self.worker[w].running {
+        if !self.worker[w].running {
             return;
         }
-        let items = self.watch.started[w].1;
-        self.watch_start(w, items, now);
+        let items = self.worker[w].in_flight.1;
+        let predicted = self.predict(self.worker_class[w], items);
+        let ws = &mut self.worker[w];
+        ws.in_flight.0 = now;
+        ws.busy_until = now + predicted;
+        self.watch_start(w);
     }
 
     /// Sets the flag of every watched worker whose chunk is overdue at `now`.
@@ -97,7 +99,7 @@ impl JobCore {
             if !elsewhere {
                 continue;
             }
-            let (start, items) = self.watch.started[v];
+            let (start, items) = self.worker[v].in_flight;
             let own = self.st[cv]
                 .b()
                 .map(|_| self.st[cv].model.predict(items as f64));

@@ -62,6 +62,9 @@ pub(super) struct WorkerState {
     pub(super) busy_until: f64,
     /// Whether it has a chunk of this job in flight.
     pub(super) running: bool,
+    /// While it runs a chunk: when the chunk began (seconds since the job
+    /// started; an accelerator's first, when its setup ends) and its items.
+    pub(super) in_flight: (f64, usize),
     /// When it started its first chunk of this job (NaN: none yet).
     pub(super) first_start: f64,
     /// Whether its last look at this job was a refusal by the guard
@@ -74,6 +77,7 @@ impl Default for WorkerState {
         Self {
             busy_until: 0.0,
             running: false,
+            in_flight: (0.0, 0),
             first_start: f64::NAN,
             declined: false,
         }

@@ -835,3 +835,74 @@ fn a_gpu_alone_takes_one_static_chunk_a_stream_whatever_its_model() {
         );
     }
 }
+
+/// A CPU whose stored model is off by a constant factor (every worker as
+/// fast as the others, each slower or faster than the model says) ends its
+/// tail as it would on the right model: a sibling past its predicted end is
+/// predicted again by what this run's chunks took, so it is not counted
+/// busy for long when it is about to be free.
+#[test]
+fn a_cpu_misjudged_by_a_constant_factor_ends_its_tail_together() {
+    let spec = vec![(15, 1e-4, 1e7, false)];
+    let items = 75_000;
+    let exact = Sim::new(spec.clone()).known(true);
+    let want = exact.run("hybrid", items, 1).unwrap().makespan;
+    for scale in [0.8, 1.1, 1.25] {
+        let sim = Sim::new(spec.clone()).known(true).misjudged(vec![scale]);
+        let got = sim.run("hybrid", items, 1).unwrap().makespan;
+        assert!(
+            got <= want * 1.01,
+            "model at {scale}x: {:.3} ms, on the right model {:.3} ms",
+            got * 1e3,
+            want * 1e3
+        );
+    }
+}
+
+/// A stream's first chunk begins when its class starts (its upload of the
+/// run's inputs), not when it was claimed, and when the worker says its
+/// setup is done, from then: the engine predicts its end from there.
+#[test]
+fn a_stream_s_first_chunk_is_predicted_to_end_after_its_class_s_start() {
+    let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 1e-3, 1e7, true)]).known(true);
+    let (mut job, _) = sim.job("hybrid", 1_000_000, 1).unwrap();
+    job.st[1].model = job.st[1].model.clone().with_start(0.5);
+    let first = job.claim(2, 1, 0.0).expect("the stream gets a chunk");
+    let n = first.info.range.len();
+    let chunk = 1e-3 + n as f64 / 1e7;
+    assert_eq!(job.worker[2].in_flight, (0.5, n));
+    assert!(
+        (job.worker[2].busy_until - (0.5 + chunk)).abs() < 1e-9,
+        "predicted end {} s, want {} s",
+        job.worker[2].busy_until,
+        0.5 + chunk
+    );
+    // The upload took 0.7 s this time: the chunk begins then.
+    job.watch_restart(2, 0.7);
+    assert_eq!(job.worker[2].in_flight, (0.7, n));
+    assert!((job.worker[2].busy_until - (0.7 + chunk)).abs() < 1e-9);
+    // Its next chunk begins when claimed.
+    job.complete(2, 1, &first.info, 0.7, 0.8);
+    let next = job.claim(2, 1, 0.8).expect("a second chunk");
+    let want = 0.8 + job.predict(1, next.info.range.len());
+    assert!((job.worker[2].busy_until - want).abs() < 1e-9);
+}
+
+/// A CPU whose chunks pay a fixed cost still leaves the rest to a far
+/// faster accelerator where the guard says so: its floor of a fixed cost's
+/// worth of items applies only to a chunk it takes.
+#[test]
+fn a_cpu_with_a_fixed_cost_leaves_the_rest_to_a_far_faster_accelerator() {
+    // Two cores that pay 1 ms a chunk (a fixed cost's worth: 1000 items)
+    // and an accelerator that does the whole job in 20 µs.
+    let sim = Sim::new(vec![(2, 1e-3, 1e6, false), (1, 0.0, 1e8, true)]).known(true);
+    let (mut job, _) = sim.job("hybrid", 2000, 1).unwrap();
+    let gpu = job.claim(2, 1, 0.0).expect("the accelerator gets a chunk");
+    let left = 2000 - gpu.info.range.len();
+    assert!(left > 0, "the accelerator's first chunk leaves a rest");
+    assert_eq!(
+        job.limit(0, 0, left, 0.0),
+        None,
+        "a core would end {left} items after 1 ms; the accelerator, in microseconds"
+    );
+}
