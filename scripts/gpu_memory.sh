@@ -8,8 +8,9 @@
 # complete. Then the same GPU-and-cores run with the memory released, for the
 # split it makes when the input fits. Run from the repository root with
 # .bin/ as scripts/README.md step 1 builds it; writes $OUT/gpu-memory.txt.
-# Each run has a fresh profile and its own timeout (7 minutes at most in
-# all; about 2 expected: 20 M points take tens of seconds on 4 cores).
+# Each run has a fresh profile and its own timeout (RUN_S, default 120: 7
+# minutes at most in all; about 2 expected: 20 M points take tens of
+# seconds on 4 cores).
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -18,6 +19,7 @@ mkdir -p "$OUT"
 LEFT_MIB=${LEFT_MIB:-1536}
 POINTS=${POINTS:-20000000}
 GPU=${GPU:-cuda:0x2}
+RUN_S=${RUN_S:-120}
 TMP=$(mktemp -d)
 LOG="$OUT/gpu-memory.txt"
 : >"$LOG"
@@ -41,14 +43,16 @@ for i in sorted({0, 1, 2, len(runs) - 1} & set(range(len(runs)))):
 PY
 }
 
-python3 - "$LEFT_MIB" >"$TMP/hold.txt" 2>&1 <<'PY' &
+# The holder lets go by itself after the runs' timeouts, should this script
+# be stopped before it kills it.
+python3 - "$LEFT_MIB" $((2 * RUN_S + 60)) >"$TMP/hold.txt" 2>&1 <<'PY' &
 import sys, time, torch
 free, total = torch.cuda.mem_get_info()
 left = int(sys.argv[1]) << 20
 held = torch.empty(max(free - left, 0), dtype=torch.uint8, device="cuda")
 free2, _ = torch.cuda.mem_get_info()
 print(f"held {held.numel() >> 20} MiB; free now {free2 >> 20} MiB of {total >> 20} MiB", flush=True)
-time.sleep(300)
+time.sleep(int(sys.argv[2]))
 PY
 hold=$!
 for _ in $(seq 120); do
@@ -60,10 +64,10 @@ done
   echo "== holder: $(cat "$TMP/hold.txt")"
   nvidia-smi --query-gpu=memory.used,memory.free,memory.total --format=csv
   echo "== $GPU alone, kmeans --points $POINTS (expect a device-memory error naming the sizes)"
-  timeout 120 .bin/coexec run kmeans --points "$POINTS" --devices "$GPU" --quiet --profile-dir "$TMP/p1"
+  timeout "$RUN_S" .bin/coexec run kmeans --points "$POINTS" --devices "$GPU" --quiet --profile-dir "$TMP/p1"
   echo "== rc=$?"
   echo "== $GPU and 4 cores (expect the refused chunks on the cores, the run complete)"
-  timeout 120 .bin/coexec run kmeans --points "$POINTS" --devices "$GPU,cpu:4" --quiet --profile-dir "$TMP/p2" --json >"$TMP/held.json"
+  timeout "$RUN_S" .bin/coexec run kmeans --points "$POINTS" --devices "$GPU,cpu:4" --quiet --profile-dir "$TMP/p2" --json >"$TMP/held.json"
   echo "== rc=$?"
   summary "$TMP/held.json"
 } >>"$LOG" 2>&1
@@ -72,7 +76,7 @@ wait $hold 2>/dev/null
 {
   echo "== memory released: $GPU and 4 cores"
   nvidia-smi --query-gpu=memory.used,memory.free,memory.total --format=csv
-  timeout 120 .bin/coexec run kmeans --points "$POINTS" --devices "$GPU,cpu:4" --quiet --profile-dir "$TMP/p3" --json >"$TMP/free.json"
+  timeout "$RUN_S" .bin/coexec run kmeans --points "$POINTS" --devices "$GPU,cpu:4" --quiet --profile-dir "$TMP/p3" --json >"$TMP/free.json"
   echo "== rc=$?"
   summary "$TMP/free.json"
 } >>"$LOG" 2>&1
