@@ -13,6 +13,11 @@ use crate::policy::Forecast;
 const RESIDUAL_WEIGHT: f64 = 0.3;
 /// The most a run's residual counts beyond the smoothed one.
 const MAX_STEP: f64 = 0.25;
+/// Weight of a run in the co-executed runs' smoothed time, past the mean of
+/// the first ten: it must hold a device's run-to-run spread (on the H100
+/// lease a co-executed run took 0.8x or 1.3x the GPU alone by the GPU's
+/// draw, modelled), where a residual follows a changed machine.
+const COEXEC_WEIGHT: f64 = 0.1;
 /// The least margin by which a co-executed run must end later than the
 /// best single class's forecast to count as lost beyond the noise (the
 /// margin is twice the configuration's own deviation where that is more).
@@ -89,10 +94,12 @@ pub struct RunHistory {
     /// Co-executed runs since a class last ran alone.
     #[serde(default)]
     pub since_alone: u32,
-    /// The last co-executed run: judged again when a class's run alone is
-    /// measured after it.
-    #[serde(default)]
-    pub last_coexec: Option<RunTime>,
+    /// Co-executed runs: their time, the mean of the first runs of about
+    /// one size, then smoothed (as [`RunHistory::alone`]'s). A loss beyond
+    /// the noise holds co-executing off only where this is not below the
+    /// best class alone; judged again when a class's run alone is measured.
+    #[serde(default, alias = "last_coexec")]
+    pub coexec: Option<RunTime>,
 }
 
 /// A run of `items` that takes `secs` (for runs alone, smoothed over the
@@ -118,6 +125,30 @@ impl RunTime {
         let ratio = items as f64 / self.items as f64;
         let plausible = self.items > 0 && self.secs.is_finite() && self.secs > 0.0;
         (plausible && (0.5..=2.0).contains(&ratio)).then_some(self.secs * ratio)
+    }
+
+    /// `before` with a run of `items` that took `secs`: the mean of the
+    /// first runs, then smoothed with weight `least`, where `before` is of
+    /// about that size; else the run stands for its own size, and the
+    /// count of runs goes on (an entry of a profile that did not count its
+    /// runs stands for several).
+    fn with_run(before: Option<&Self>, items: usize, secs: f64, least: f64) -> Self {
+        let Some(b) = before else {
+            return RunTime {
+                items,
+                secs,
+                runs: 1,
+            };
+        };
+        let runs = if b.runs == 0 { SETTLED_RUNS } else { b.runs }.saturating_add(1);
+        let secs = match b.secs_for(items) {
+            Some(before) => {
+                let weight = (1.0 / f64::from(runs)).max(least);
+                before + weight * (secs - before)
+            }
+            None => secs,
+        };
+        RunTime { items, secs, runs }
     }
 }
 
@@ -198,11 +229,8 @@ impl RunHistory {
         }
         self.since_coexec = 0;
         self.since_alone = self.since_alone.saturating_add(1);
-        self.last_coexec = Some(RunTime {
-            items,
-            secs: makespan,
-            runs: 1,
-        });
+        let coexec = RunTime::with_run(self.coexec.as_ref(), items, makespan, COEXEC_WEIGHT);
+        self.coexec = Some(coexec);
         self.trusted = prediction_imbalance.is_some_and(|d| d <= mu);
         // The best single class: as forecast, or as measured alone where
         // that is faster (the forecast's models may hold contended speeds).
@@ -211,9 +239,14 @@ impl RunHistory {
             (f, m) => f.or(m),
         };
         let lost = single.is_some_and(|single| makespan > single);
+        // Co-executed runs of this size, this one included, do not beat the
+        // single class on average. Where they do, a loss is a draw of a
+        // device whose co-executed runs vary (on the H100 lease, a GPU
+        // slowed 1.0-2.2x run by run), not co-executing losing.
+        let losing = single.is_some_and(|single| coexec.secs > single);
         // Lost beyond the noise: the next run goes to the single class, and
         // co-executing comes back only as a trial (`policy::hybrid`).
-        self.held_off = single.is_some_and(|single| makespan > (1.0 + margin) * single);
+        self.held_off = losing && single.is_some_and(|single| makespan > (1.0 + margin) * single);
         self.loss_rate += RESIDUAL_WEIGHT * (f64::from(u8::from(lost)) - self.loss_rate);
         self.last_coexec_won = !lost;
         if lost {
@@ -225,7 +258,7 @@ impl RunHistory {
             // mostly wins, moves the residual instead: reacting to each
             // would make the runs flap. (One beyond the noise holds
             // co-executing off at once: `held_off`.)
-            if self.loss_rate > 0.5 {
+            if self.loss_rate > 0.5 && losing {
                 self.cooling = 1 << (self.losses - 1).min(6);
                 // And the residual holds the whole loss: co-executing waits
                 // until the models say otherwise (or a trial).
@@ -252,39 +285,20 @@ impl RunHistory {
     /// smoothed into the one stored where the sizes are near, else in its
     /// place.
     ///
-    /// The last co-executed run, if of about this size, is judged again
+    /// The co-executed runs' time, if of about this size, is judged again
     /// against the best class alone as measured: longer by more than
-    /// [`LOSS_MARGIN`] holds co-executing off, as if it had been judged so
-    /// when it ended; not, releases a hold that a forecast of a class alone
-    /// too fast had set.
+    /// [`LOSS_MARGIN`] holds co-executing off; not, releases a hold that a
+    /// forecast of a class alone too fast had set.
     fn learn_alone(&mut self, key: &str, items: usize, secs: f64) {
         self.since_alone = 0;
         // The mean of the first three runs, then smoothed: one run of a
         // device whose runs vary by a tenth does not stand for the class
-        // for a hundred runs. A run far from the stored size stands for its
-        // own size alone, and the count goes on (jobs of varied sizes do not
-        // make the class run alone every few runs, `refresh_after`); an
-        // entry of a profile that did not count its runs stands for several.
-        let next = match self.alone.get(key) {
-            Some(a) => {
-                let runs = if a.runs == 0 { SETTLED_RUNS } else { a.runs }.saturating_add(1);
-                let secs = match a.secs_for(items) {
-                    Some(before) => {
-                        let weight = (1.0 / f64::from(runs)).max(RESIDUAL_WEIGHT);
-                        before + weight * (secs - before)
-                    }
-                    None => secs,
-                };
-                RunTime { items, secs, runs }
-            }
-            None => RunTime {
-                items,
-                secs,
-                runs: 1,
-            },
-        };
+        // for a hundred runs. The count goes on across sizes: jobs of varied
+        // sizes do not make the class run alone every few runs
+        // (`refresh_after`).
+        let next = RunTime::with_run(self.alone.get(key), items, secs, RESIDUAL_WEIGHT);
         self.alone.insert(key.to_string(), next);
-        let co = self.last_coexec.and_then(|c| c.secs_for(items));
+        let co = self.coexec.and_then(|c| c.secs_for(items));
         if let (Some(co), Some(best)) = (co, self.best_alone(items)) {
             self.held_off = co > (1.0 + LOSS_MARGIN) * best;
         }
@@ -487,5 +501,36 @@ mod tests {
             },
         );
         assert_eq!(h.best_alone(1000), None);
+    }
+
+    #[test]
+    fn a_loss_among_co_executed_runs_that_win_on_average_holds_nothing_off() {
+        // The first co-executed run loses beyond the noise: held off at once.
+        let mut first = RunHistory::default();
+        first.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
+        assert!(first.held_off);
+        // Four that win by a fifth, then the same loss: a draw of a device
+        // whose co-executed runs vary, not co-executing losing.
+        let mut h = RunHistory::default();
+        for _ in 0..4 {
+            h.learn(&forecast(2, 0.8, Some(1.0)), 0.8, 1000, None, 0.1);
+        }
+        h.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
+        assert!(!h.held_off && !h.last_coexec_won && h.cooling == 0);
+        // Losses that go on bring the mean past the single class: held off,
+        // and the losing streak's cooling owed.
+        let mut runs = 1;
+        while !h.held_off {
+            h.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
+            runs += 1;
+            assert!(runs < 10, "still co-executing after {runs} losses");
+        }
+        assert!(h.cooling > 0 && h.coexec.unwrap().secs > 1.0);
+        // A profile that stored the last co-executed run reads it as the
+        // first of the mean.
+        let old: RunHistory =
+            serde_json::from_str(r#"{"last_coexec": {"items": 1000, "secs": 0.7, "runs": 1}}"#)
+                .expect("an older profile loads");
+        assert_eq!(old.coexec.map(|c| c.secs), Some(0.7));
     }
 }

@@ -143,3 +143,47 @@ fn table() {
         }
     }
 }
+
+/// kmeans on the lease's machine, whose GPU draws a slowdown each
+/// co-executed run: hybrid beside the rules that send runs to one class
+/// turned off (`hold_off(false)`; `single_class(false)`, every run
+/// co-executes), each as hybrid over the best class alone and T_oracle
+/// over its T, means of seeds 11, 13, 15.
+/// `cargo test -p coexec-actors --release --lib vtime::oracle::kmeans_lease_rules -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kmeans_lease_rules() {
+    let cal = h100();
+    let w = cal
+        .workloads
+        .iter()
+        .find(|w| w.name == "kmeans")
+        .expect("kmeans is calibrated");
+    let m = Machine::fitted(w);
+    println!("| run | rules | hybrid / best alone | T_oracle / T |");
+    println!("| ---: | --- | ---: | ---: |");
+    for run_s in [1e-3, 1e-2, 1e-1] {
+        let variants = [
+            ("default", Thresholds::default()),
+            ("hold_off(false)", Thresholds::default().hold_off(false)),
+            (
+                "single_class(false)",
+                Thresholds::default().single_class(false),
+            ),
+        ];
+        let mut split = None;
+        for (name, th) in variants {
+            let p: Vec<SweepPoint> = [11, 13, 15]
+                .map(|seed| sweep_point(&m, w, run_s, rounds(w), seed, th))
+                .into();
+            let split = *split.get_or_insert_with(|| best_split(&m, w, p[0].items));
+            let mean = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>() / 3.0;
+            println!(
+                "| {:.0} ms | {name} | {:.3} | {:.3} |",
+                run_s * 1e3,
+                mean(&|p| p.vs_best()),
+                mean(&|p| t_oracle(split, p.alone[CPU].min(p.alone[GPU])).0 / p.hybrid),
+            );
+        }
+    }
+}
