@@ -101,9 +101,10 @@ fn alone_on(ctx: &PlanContext<'_>, c: usize, t: f64, coexec_s: f64) -> Admission
 /// * not while the single-class runs owed to a lost co-execution last (one
 ///   after a loss, doubling with each loss in a row: a noisy device does not
 ///   make the runs flap);
-/// * not, after a co-executed run that lost beyond the noise
-///   ([`RunHistory::held_off`]), until enough single-class runs have
-///   passed for a trial (see [`trial_gap`]);
+/// * not, after a co-executed run that lost beyond the noise where the
+///   co-executed runs do not win on average ([`RunHistory::held_off`]),
+///   until enough single-class runs have passed for a trial (see
+///   [`trial_gap`]);
 /// * yes right after a co-executed run that beat the single class (a
 ///   streak that wins goes on whatever an older residual says);
 /// * yes where it is forecast clearly faster;

@@ -110,8 +110,9 @@ pub struct RunTime {
     pub items: usize,
     /// Seconds a run of `items` takes, smoothed.
     pub secs: f64,
-    /// Runs alone of the class this entry has seen, at any size (0 in a
-    /// profile written before they were counted).
+    /// Runs this entry has seen: for a class alone, at any size; for the
+    /// co-executed runs, at about this size (0 in a profile written before
+    /// they were counted).
     #[serde(default)]
     pub runs: u32,
 }
@@ -229,7 +230,10 @@ impl RunHistory {
         }
         self.since_coexec = 0;
         self.since_alone = self.since_alone.saturating_add(1);
-        let coexec = RunTime::with_run(self.coexec.as_ref(), items, makespan, COEXEC_WEIGHT);
+        // The mean's count restarts at a size far from the stored one (the
+        // runs alone keep counting for `refresh_after`; a mean does not).
+        let before = self.coexec.filter(|c| c.secs_for(items).is_some());
+        let coexec = RunTime::with_run(before.as_ref(), items, makespan, COEXEC_WEIGHT);
         self.coexec = Some(coexec);
         self.trusted = prediction_imbalance.is_some_and(|d| d <= mu);
         // The best single class: as forecast, or as measured alone where
@@ -517,15 +521,22 @@ mod tests {
         }
         h.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
         assert!(!h.held_off && !h.last_coexec_won && h.cooling == 0);
-        // Losses that go on bring the mean past the single class: held off,
-        // and the losing streak's cooling owed.
+        // Losses that go on bring the mean past the single class: by the
+        // third, the losing streak's cooling sends the next runs to the
+        // single class; held off once the loss stands out of the deviation
+        // the losses themselves widened.
         let mut runs = 1;
+        while h.cooling == 0 {
+            h.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
+            runs += 1;
+            assert!(runs <= 3, "still co-executing after {runs} losses");
+        }
+        assert!(h.coexec.unwrap().secs > 1.0);
         while !h.held_off {
             h.learn(&forecast(2, 0.8, Some(1.0)), 1.3, 1000, None, 0.1);
             runs += 1;
-            assert!(runs < 10, "still co-executing after {runs} losses");
+            assert!(runs < 10, "not held off after {runs} losses");
         }
-        assert!(h.cooling > 0 && h.coexec.unwrap().secs > 1.0);
         // A profile that stored the last co-executed run reads it as the
         // first of the mean.
         let old: RunHistory =
