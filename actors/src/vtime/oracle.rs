@@ -84,6 +84,23 @@ fn t_oracle((split, share): (f64, f64), alone: f64) -> (f64, String) {
     }
 }
 
+/// Hybrid on `w` at `run_s` a run under `th`, once per seed 11, 13, 15.
+fn three_seeds(m: &Machine, w: &Workload, run_s: f64, th: Thresholds) -> Vec<SweepPoint> {
+    [11, 13, 15]
+        .map(|seed| sweep_point(m, w, run_s, rounds(w), seed, th))
+        .into()
+}
+
+/// The means over `p` of hybrid over the best class alone and of T_oracle
+/// (`split` beside the class alone) over hybrid's T.
+fn means(p: &[SweepPoint], split: (f64, f64)) -> (f64, f64) {
+    let mean = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>() / p.len() as f64;
+    (
+        mean(&|p| p.vs_best()),
+        mean(&|p| t_oracle(split, p.alone[CPU].min(p.alone[GPU])).0 / p.hybrid),
+    )
+}
+
 /// [`table`]'s ratios as means over hybrid's seeds 11, 13 and 15 (one
 /// seed's point at 1 ms moves by up to 2% between builds that run it
 /// alike): per workload, machine and job length, hybrid over the best
@@ -98,16 +115,11 @@ fn table_three_seeds() {
     println!("| --- | --- | ---: | ---: | ---: |");
     for (name, label, w, m) in &machines() {
         for run_s in [1e-3, 1e-2, 1e-1] {
-            let p: Vec<SweepPoint> = [11, 13, 15]
-                .map(|seed| sweep_point(m, w, run_s, rounds(w), seed, Thresholds::default()))
-                .into();
-            let split = best_split(m, w, p[0].items);
-            let mean = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>() / 3.0;
+            let p = three_seeds(m, w, run_s, Thresholds::default());
+            let (vs_best, vs_oracle) = means(&p, best_split(m, w, p[0].items));
             println!(
-                "| {name} | {label} | {:.3} ms | {:.3} | {:.3} |",
+                "| {name} | {label} | {:.3} ms | {vs_best:.3} | {vs_oracle:.3} |",
                 p[0].run_s * 1e3,
-                mean(&|p| p.vs_best()),
-                mean(&|p| t_oracle(split, p.alone[CPU].min(p.alone[GPU])).0 / p.hybrid),
             );
         }
     }
@@ -173,16 +185,12 @@ fn kmeans_lease_rules() {
         ];
         let mut split = None;
         for (name, th) in variants {
-            let p: Vec<SweepPoint> = [11, 13, 15]
-                .map(|seed| sweep_point(&m, w, run_s, rounds(w), seed, th))
-                .into();
+            let p = three_seeds(&m, w, run_s, th);
             let split = *split.get_or_insert_with(|| best_split(&m, w, p[0].items));
-            let mean = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>() / 3.0;
+            let (vs_best, vs_oracle) = means(&p, split);
             println!(
-                "| {:.0} ms | {name} | {:.3} | {:.3} |",
-                run_s * 1e3,
-                mean(&|p| p.vs_best()),
-                mean(&|p| t_oracle(split, p.alone[CPU].min(p.alone[GPU])).0 / p.hybrid),
+                "| {:.0} ms | {name} | {vs_best:.3} | {vs_oracle:.3} |",
+                run_s * 1e3
             );
         }
     }
