@@ -43,7 +43,14 @@ impl Policy for Hybrid {
             // Co-executing is not forecast to pay: the best class alone.
             (Some((c, t)), _)
                 if fc.classes > 1
-                    && !pays(ctx.history, th.hold_off, fc.predicted_s, fc.plan_s, t) =>
+                    && !pays(
+                        ctx.history,
+                        th.hold_off,
+                        fc.predicted_s,
+                        fc.plan_s,
+                        t,
+                        ctx.items,
+                    ) =>
             {
                 alone_on(ctx, c, t, fc.predicted_s)
             }
@@ -108,19 +115,39 @@ fn alone_on(ctx: &PlanContext<'_>, c: usize, t: f64, coexec_s: f64) -> Admission
 /// * yes right after a co-executed run that beat the single class (a
 ///   streak that wins goes on whatever an older residual says);
 /// * yes where it is forecast clearly faster;
+/// * yes where the co-executed runs of about `items` items have been
+///   clearly faster on average ([`RunHistory::coexec`], at least
+///   [`MEASURED_RUNS`] of them): measured runs outweigh a forecast whose
+///   residual a few slow ones raised;
 /// * yes where it would be but for its residual (earlier co-executions that
 ///   came out slow) and enough single-class runs have passed to try again
 ///   (see [`trial_gap`]).
-fn pays(h: &RunHistory, hold_off: bool, predicted: f64, plan: f64, single: f64) -> bool {
+fn pays(
+    h: &RunHistory,
+    hold_off: bool,
+    predicted: f64,
+    plan: f64,
+    single: f64,
+    items: usize,
+) -> bool {
     let bar = (1.0 - COEXEC_MARGIN) * single;
     let held = hold_off && h.held_off && h.since_coexec < trial_gap(h.losses, predicted, single);
     if h.cooling > 0 || held {
         return false;
     }
+    let measured = h
+        .coexec
+        .filter(|c| c.runs >= MEASURED_RUNS)
+        .and_then(|c| c.secs_for(items));
     (h.last_coexec_won && h.since_coexec == 0)
         || predicted < bar
+        || measured.is_some_and(|t| t < bar)
         || (plan < bar && h.since_coexec >= trial_gap(h.losses, predicted, single))
 }
+
+/// Co-executed runs at about a size before their mean time decides
+/// whether co-executing pays.
+const MEASURED_RUNS: u32 = 3;
 
 /// Trials of co-executing where only its residual stands against it cost,
 /// on average, at most this share of the single class's time.
@@ -212,6 +239,7 @@ fn alone_due(ctx: &PlanContext<'_>) -> Option<(usize, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profiler::RunTime;
 
     #[test]
     fn an_accelerator_runs_alone_again_sooner_while_measured_little() {
@@ -232,11 +260,11 @@ mod tests {
         h.residuals.insert("cpu+gpu".into(), 2.0);
         h.since_coexec = 300;
         // The plan pays (0.5 against 1.0) but its residual does not.
-        assert!(!pays(&h, true, 3.0, 0.5, 1.0));
+        assert!(!pays(&h, true, 3.0, 0.5, 1.0, 1000));
         h.since_coexec = 400;
-        assert!(pays(&h, true, 3.0, 0.5, 1.0));
+        assert!(pays(&h, true, 3.0, 0.5, 1.0, 1000));
         assert!(
-            !pays(&h, true, 3.0, 1.0, 1.0),
+            !pays(&h, true, 3.0, 1.0, 1.0, 1000),
             "the plan itself does not pay"
         );
     }
@@ -250,9 +278,37 @@ mod tests {
             ..RunHistory::default()
         };
         // Forecast at half the single class's time: it would pay at once.
-        assert!(!pays(&h, true, 0.5, 0.5, 1.0));
-        assert!(pays(&h, false, 0.5, 0.5, 1.0));
+        assert!(!pays(&h, true, 0.5, 0.5, 1.0, 1000));
+        assert!(pays(&h, false, 0.5, 0.5, 1.0, 1000));
         h.since_coexec = trial_gap(0, 0.5, 1.0);
-        assert!(pays(&h, true, 0.5, 0.5, 1.0));
+        assert!(pays(&h, true, 0.5, 0.5, 1.0, 1000));
+    }
+
+    /// Co-executed runs measured clearly faster than the single class on
+    /// average pay, whatever the residual forecasts; fewer than three, a
+    /// mean within the margin, or one of a size more than 2× away do not.
+    #[test]
+    fn measured_co_executed_runs_outweigh_their_residual() {
+        let with = |secs: f64, runs: u32| RunHistory {
+            coexec: Some(RunTime {
+                items: 1000,
+                secs,
+                runs,
+            }),
+            ..RunHistory::default()
+        };
+        // The forecast with its residual: 1.05 against the single 1.0.
+        let pays_at = |h: &RunHistory, items| pays(h, true, 1.05, 0.9, 1.0, items);
+        assert!(!pays_at(&RunHistory::default(), 1000));
+        assert!(pays_at(&with(0.9, 3), 1000));
+        assert!(pays_at(&with(0.9, 3), 1040), "about the same size");
+        assert!(!pays_at(&with(0.9, 2), 1000), "too few runs");
+        assert!(!pays_at(&with(0.97, 10), 1000), "within the margin");
+        assert!(!pays_at(&with(0.9, 10), 2500), "another size");
+        let cooling = RunHistory {
+            cooling: 1,
+            ..with(0.9, 10)
+        };
+        assert!(!pays_at(&cooling, 1000), "a losing streak's cooling");
     }
 }

@@ -62,28 +62,61 @@ impl PlanContext<'_> {
     }
 
     /// [`plan_shares`] of this job's items over `speeds`, each worker
-    /// paying its fixed cost for a probe and its static chunks.
+    /// paying its fixed cost for a probe and its static chunks (a single
+    /// GPU's streams with no dynamic tail, once: one chunk each).
     pub fn plan(&self, speeds: &[ClassSpeed]) -> (Vec<f64>, f64) {
-        plan_shares(
-            self.items,
-            speeds,
-            1.0 + self.static_chunks_per_worker(speeds) as f64,
-        )
+        let chunks = if self.static_fraction(speeds) >= 1.0 {
+            1.0
+        } else {
+            1.0 + self.static_chunks_per_worker(speeds) as f64
+        };
+        plan_shares(self.items, speeds, chunks)
     }
 
-    /// Static chunks per worker among the classes `speeds` leaves eligible:
-    /// one where they are a single GPU's streams, which are alike and share
-    /// the device, so that more chunks buy no balance between them, only
-    /// more fixed costs (the dynamic tail evens their ends); else the
-    /// thresholds'.
-    pub fn static_chunks_per_worker(&self, speeds: &[ClassSpeed]) -> usize {
+    /// The one class `speeds` leaves eligible, where it is a single GPU's
+    /// streams: alike, and sharing the device, so that one stream's early
+    /// end leaves the device to the others. More chunks buy them no
+    /// balance, only more fixed costs.
+    fn one_device_alone<'s>(&self, speeds: &'s [ClassSpeed]) -> Option<&'s ClassSpeed> {
         let mut active = speeds
             .iter()
             .zip(self.classes)
             .filter(|(s, _)| s.eligible && s.workers > 0);
         match (active.next(), active.next()) {
-            (Some((_, c)), None) if c.streams_share_a_device() => 1,
-            _ => self.thresholds.static_chunks_per_worker,
+            (Some((s, c)), None) if c.streams_share_a_device() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Static chunks per worker among the classes `speeds` leaves eligible:
+    /// one for a single GPU's streams, else the thresholds'.
+    pub fn static_chunks_per_worker(&self, speeds: &[ClassSpeed]) -> usize {
+        if self.one_device_alone(speeds).is_some() {
+            1
+        } else {
+            self.thresholds.static_chunks_per_worker
+        }
+    }
+
+    /// The part of each class's region its static chunks take: the
+    /// thresholds', but all of it for a single GPU's streams whose dynamic
+    /// tail would be chunks shorter than its latency floor
+    /// (`latency_chunks·a·b` items, [`LATENCY_CHUNKS`]): there each stream
+    /// takes one chunk, and its fixed cost is paid once a run, not again
+    /// for the tail by every stream at once.
+    pub fn static_fraction(&self, speeds: &[ClassSpeed]) -> f64 {
+        let f = self.thresholds.static_fraction;
+        let Some(s) = self.one_device_alone(speeds) else {
+            return f;
+        };
+        let Some(b) = s.b else {
+            return f;
+        };
+        let tail = self.items as f64 * (1.0 - f) / s.workers as f64;
+        if tail < s.latency_chunks * s.a * b {
+            1.0
+        } else {
+            f
         }
     }
 
@@ -246,7 +279,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         shares,
         pool: false,
         probe,
-        static_fraction: ctx.thresholds.static_fraction,
+        static_fraction: ctx.static_fraction(&speeds),
         static_chunks_per_worker: ctx.static_chunks_per_worker(&speeds),
         chunking: Chunking::TimeGuided,
         steal: Steal::Always,

@@ -425,9 +425,11 @@ impl Machine {
         m
     }
 
-    /// Each class alone on `w`'s job, warm: the median of 3 jobs.
+    /// Each class alone on `w`'s job, warm, as the engine that measured
+    /// the calibration's times ran it ([`TracedAlone`]): the median of 3
+    /// jobs.
     fn alone_times(&self, w: &Workload, seed: u64) -> (f64, f64) {
-        let hybrid = by_name("hybrid").expect("hybrid exists");
+        let hybrid: Arc<dyn Policy> = Arc::new(TracedAlone);
         let mut t = [0.0; 2];
         for (c, t) in [CPU, GPU].into_iter().zip(&mut t) {
             let mut s = Series::new(&w.name, seed);
@@ -451,6 +453,27 @@ pub(crate) fn lease_thresholds() -> Thresholds {
         .warm_start(false)
         .single_class(false)
         .cpu_latency_chunks(crate::policy::LATENCY_CHUNKS)
+}
+
+/// Hybrid as it ran a class alone when the calibration's times were
+/// measured (the H100 lease, the H200's runs): a GPU's streams alone still
+/// took a dynamic tail after their static part. The fit replays it, so
+/// that a device's rate is the one its measured time implies, whatever the
+/// engine now does with a device alone.
+struct TracedAlone;
+
+impl Policy for TracedAlone {
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+    fn describe(&self) -> &'static str {
+        "hybrid, a device alone with a dynamic tail"
+    }
+    fn admit(&self, ctx: &crate::policy::PlanContext<'_>) -> crate::policy::Admission {
+        let adm = by_name("hybrid").expect("hybrid exists").admit(ctx);
+        let per = adm.static_chunks_per_worker;
+        adm.static_part(ctx.thresholds.static_fraction, per)
+    }
 }
 
 /// A kernel that does nothing: its time is the machine's model.

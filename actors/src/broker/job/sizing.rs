@@ -33,9 +33,16 @@ impl JobCore {
             let floor = s.b().map_or(0.0, |b| {
                 self.th.latency_chunks(&self.classes[c]) * s.model.a() * b
             }) as usize;
-            let n = (s.static_target / (w * per))
-                .max(floor)
-                .min(s.static_target.div_ceil(w));
+            // Where the static part is the whole region, rounded up: no
+            // dynamic tail takes the remainder, which would otherwise be a
+            // sliver of a chunk paying a whole fixed cost.
+            let chunks = w * per;
+            let n = if self.adm.static_fraction >= 1.0 {
+                s.static_target.div_ceil(chunks)
+            } else {
+                s.static_target / chunks
+            };
+            let n = n.max(floor).min(s.static_target.div_ceil(w));
             return (n.max(1), Phase::Static);
         }
         (self.dynamic_size(c), Phase::Dynamic)
