@@ -310,5 +310,10 @@ mod tests {
             ..with(0.9, 10)
         };
         assert!(!pays_at(&cooling, 1000), "a losing streak's cooling");
+        let held = RunHistory {
+            held_off: true,
+            ..with(0.9, 10)
+        };
+        assert!(!pays_at(&held, 1000), "a hold until its trial");
     }
 }

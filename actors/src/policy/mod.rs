@@ -65,7 +65,7 @@ impl PlanContext<'_> {
     /// paying its fixed cost for a probe and its static chunks (a single
     /// GPU's streams with no dynamic tail, once: one chunk each).
     pub fn plan(&self, speeds: &[ClassSpeed]) -> (Vec<f64>, f64) {
-        let chunks = if self.static_fraction(speeds) >= 1.0 {
+        let chunks = if self.no_tail(speeds) {
             1.0
         } else {
             1.0 + self.static_chunks_per_worker(speeds) as f64
@@ -105,19 +105,21 @@ impl PlanContext<'_> {
     /// takes one chunk, and its fixed cost is paid once a run, not again
     /// for the tail by every stream at once.
     pub fn static_fraction(&self, speeds: &[ClassSpeed]) -> f64 {
-        let f = self.thresholds.static_fraction;
-        let Some(s) = self.one_device_alone(speeds) else {
-            return f;
-        };
-        let Some(b) = s.b else {
-            return f;
-        };
-        let tail = self.items as f64 * (1.0 - f) / s.workers as f64;
-        if tail < s.latency_chunks * s.a * b {
+        if self.no_tail(speeds) {
             1.0
         } else {
-            f
+            self.thresholds.static_fraction
         }
+    }
+
+    /// Whether `speeds` leaves a single GPU's streams, with a model, whose
+    /// dynamic tail would be chunks under its latency floor.
+    fn no_tail(&self, speeds: &[ClassSpeed]) -> bool {
+        let Some(s) = self.one_device_alone(speeds) else {
+            return false;
+        };
+        let tail = self.items as f64 * (1.0 - self.thresholds.static_fraction) / s.workers as f64;
+        s.b.is_some_and(|b| tail < s.latency_chunks * s.a * b)
     }
 
     /// The forecast of a run given `shares` over `speeds`: the plan's
@@ -361,6 +363,43 @@ mod tests {
         assert_eq!(per(&|c| c.index == 0), default, "the CPU alone");
         assert_eq!(per(&|c| c.index == 2), default, "a simulated unit alone");
         assert_eq!(per(&|c| c.index < 2), default, "CPU and GPU");
+    }
+
+    /// A GPU's streams alone take the whole job in their static chunks
+    /// where its dynamic tail would be chunks under the latency floor
+    /// (here 19 × 1e-4 s × 1e8 items/s = 190 000 items a stream), and the
+    /// plan then counts one fixed cost a stream; a longer job, a GPU with
+    /// no model, and every other class keep the thresholds' fraction.
+    #[test]
+    fn a_gpu_alone_drops_a_tail_under_its_floor_and_the_plan_counts_it() {
+        let (classes, mut speeds) = three_classes();
+        let history = RunHistory::default();
+        let f = Thresholds::default().static_fraction;
+        let judge = |items: usize, speeds: &'_ [ClassSpeed]| -> (f64, Vec<f64>) {
+            let ctx = PlanContext {
+                items,
+                grain: 1,
+                classes: &classes,
+                speeds,
+                thresholds: Thresholds::default(),
+                history: &history,
+            };
+            let gpu = ctx.only(|c| c.index == 1);
+            let (_, t) = ctx.plan(&gpu);
+            let one = plan_shares(items, &gpu, 1.0).1;
+            let fractions = [0, 1, 2]
+                .map(|k| ctx.static_fraction(&ctx.only(|c| c.index == k)))
+                .into();
+            let both = ctx.static_fraction(&ctx.only(|c| c.index < 2));
+            assert_eq!(both, f, "CPU and GPU keep the tail");
+            (if t == one { 1.0 } else { 2.0 }, fractions)
+        };
+        // 1 000 000 items: a tail of 100 000 a stream.
+        assert_eq!(judge(1_000_000, &speeds), (1.0, vec![f, 1.0, f]));
+        // 10 000 000 items: a tail of 1 000 000 a stream.
+        assert_eq!(judge(10_000_000, &speeds), (2.0, vec![f, f, f]));
+        speeds[1].b = None;
+        assert_eq!(judge(1_000_000, &speeds).1, vec![f, f, f], "no model");
     }
 
     #[test]

@@ -249,7 +249,8 @@ fn near_items() -> impl Iterator<Item = usize> {
 /// alone's. (One seed's mean of 99 runs is off by up to 0.5% either way.)
 /// A device's streams alone take one static chunk each (and no tail of
 /// chunks under their latency floor), and its model learns the fixed cost
-/// from chunks of spread sizes; without either, a
+/// from chunks of spread sizes (a run alone's equal chunks keep the one it
+/// had); without either, a
 /// GPU alone was cut into up to 11 chunks, took up to 1.37 times as long,
 /// and hybrid co-executed against that and lost (1.164 times the GPU alone
 /// at one million items).

@@ -425,9 +425,8 @@ impl Machine {
         m
     }
 
-    /// Each class alone on `w`'s job, warm, as the engine that measured
-    /// the calibration's times ran it ([`TracedAlone`]): the median of 3
-    /// jobs.
+    /// Each class alone on `w`'s job, warm, under the fit's reference
+    /// ([`TracedAlone`]): the median of 3 jobs.
     fn alone_times(&self, w: &Workload, seed: u64) -> (f64, f64) {
         let hybrid: Arc<dyn Policy> = Arc::new(TracedAlone);
         let mut t = [0.0; 2];
@@ -455,11 +454,10 @@ pub(crate) fn lease_thresholds() -> Thresholds {
         .cpu_latency_chunks(crate::policy::LATENCY_CHUNKS)
 }
 
-/// Hybrid as it ran a class alone when the calibration's times were
-/// measured (the H100 lease, the H200's runs): a GPU's streams alone still
-/// took a dynamic tail after their static part. The fit replays it, so
-/// that a device's rate is the one its measured time implies, whatever the
-/// engine now does with a device alone.
+/// The fit's fixed reference: hybrid with a device alone keeping the
+/// thresholds' static fraction (a dynamic tail after its one static chunk
+/// a stream), so that how the engine now cuts a device's run alone does not
+/// move the fitted rates and engines can be compared on one machine.
 struct TracedAlone;
 
 impl Policy for TracedAlone {

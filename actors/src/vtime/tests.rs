@@ -29,7 +29,8 @@ pub(super) fn calm(w: &Workload) -> Machine {
 }
 
 /// The machine is fitted so that each class alone takes the lease's
-/// measured time (on the current engine). How the lease's own engine ran
+/// measured time (under the fit's reference, `TracedAlone`: the engine
+/// with a device alone keeping a dynamic tail). How the lease's own engine ran
 /// hybrid on it (E within 25% of the lease's) is on record in
 /// `docs/results/vtime-h100-2026-11-23.md`; the engine of that day is not
 /// kept in the code.

@@ -423,6 +423,18 @@ fn static_never_crosses_its_split() {
     assert_eq!(out.report.classes[0].chunks, 1);
 }
 
+/// Where the static part is a whole region its chunks round up: 1001
+/// items on four workers are four chunks, not four of 250 and one of a
+/// single item paying a fixed cost of its own. (A model with no fixed cost:
+/// a latency floor larger than a worker's part rounds up already.)
+#[test]
+fn a_whole_static_region_leaves_no_sliver() {
+    let sim = Sim::new(vec![(4, 0.0, 1e6, false)]).known(true);
+    let out = sim.run("static", 1001, 1).unwrap();
+    let cpu = &out.report.classes[0];
+    assert_eq!((cpu.items, cpu.chunks), (1001, 4));
+}
+
 #[test]
 fn every_policy_finishes_everything_once() {
     let sim = Sim::new(vec![(2, 0.0, 1e6, false), (2, 10e-6, 4e6, true)])
