@@ -103,13 +103,14 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
     if let Some(n) = opts.chunk {
         adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
     }
-    if adm.remeasure
-        && seen.is_multiple_of(REMEASURE_EVERY)
-        && remeasure(&mut adm, &speeds, ctx.items, grain)
-    {
-        // The run is no longer the one forecast: nothing to learn from it
-        // but the models' samples.
-        adm.forecast = None;
+    let mut remeasured = vec![false; classes.len()];
+    if adm.remeasure && seen.is_multiple_of(REMEASURE_EVERY) {
+        for c in remeasure(&mut adm, &speeds, ctx.items, grain) {
+            remeasured[c] = true;
+            // The run is no longer the one forecast: nothing to learn from
+            // it but the models' samples.
+            adm.forecast = None;
+        }
     }
     Admitted {
         policy: policy.name().to_string(),
@@ -120,6 +121,7 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         learns_split,
         eligible,
         in_service,
+        remeasured,
         trace: trace || opts.trace,
     }
 }
@@ -130,10 +132,11 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
 /// k/1000, and enough items for one measured chunk. Not a class whose start
 /// and fixed cost per chunk alone would take more than a quarter of the
 /// run's forecast: there the model is right that it does not pay, and a
-/// measurement would cost that much whatever its size. Whether it gave any.
-fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) -> bool {
+/// measurement would cost that much whatever its size. The classes it gave
+/// a region.
+fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: usize) -> Vec<usize> {
     if adm.pool || items == 0 {
-        return false;
+        return Vec::new();
     }
     let small = ((items / 1000).max(grain).min(items) as f64) / items as f64;
     let budget = adm
@@ -146,16 +149,16 @@ fn remeasure(adm: &mut Admission, speeds: &[ClassSpeed], items: usize, grain: us
         .collect();
     let given: f64 = adm.shares.iter().sum();
     if left_out.is_empty() || given <= 0.0 {
-        return false;
+        return Vec::new();
     }
     let taken = (small * left_out.len() as f64).min(0.5);
     for s in &mut adm.shares {
         *s *= (1.0 - taken) / given;
     }
     let each = taken / left_out.len() as f64;
-    for c in left_out {
+    for &c in &left_out {
         tracing::debug!(class = c, "re-measuring a class the plan left out");
         adm.shares[c] = each;
     }
-    true
+    left_out
 }

@@ -227,6 +227,12 @@ impl JobCore {
             let (n, phase) = self.own_size(c);
             let n = n.max(self.st[c].min_chunk);
             let n = match phase {
+                // A class given a small region only to be measured again
+                // takes it whatever its old model says: that model (one bad
+                // measurement, a profile from a bad day) loses every guard
+                // while another class has a chunk in flight, so on a busy
+                // machine the class would never be measured.
+                _ if self.remeasuring(c) => n,
                 Phase::Dynamic => self.limit(w, c, n, now)?,
                 // Under the guard a static chunk is never larger than a
                 // dynamic one would be here (with `keep_static`, once others
@@ -278,6 +284,12 @@ impl JobCore {
                 .iter()
                 .enumerate()
                 .all(|(k, s)| k == c || !s.eligible || s.workers == 0)
+    }
+
+    /// Whether class `c` is here only to be measured again and none of its
+    /// chunks has ended yet.
+    fn remeasuring(&self, c: usize) -> bool {
+        self.st[c].remeasured && self.st[c].chunks == 0
     }
 
     /// Whether others have taken items from class `c`'s region since the

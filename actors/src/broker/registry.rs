@@ -510,6 +510,7 @@ mod tests {
             learns_split: false,
             eligible: eligible.to_vec(),
             in_service: vec![1; eligible.len()],
+            remeasured: Vec::new(),
             trace: false,
         };
         let core = JobCore::new(

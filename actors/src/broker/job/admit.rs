@@ -24,6 +24,9 @@ pub(crate) struct Admitted {
     pub(crate) eligible: Vec<bool>,
     /// Per class, its workers in service.
     pub(crate) in_service: Vec<usize>,
+    /// Per class, whether the plan left it out and the broker gave it a
+    /// small region only to measure it again.
+    pub(crate) remeasured: Vec<bool>,
     /// Whether to keep a record of every chunk.
     pub(crate) trace: bool,
 }
@@ -46,6 +49,7 @@ impl JobCore {
             learns_split,
             eligible,
             in_service,
+            remeasured,
             trace,
         } = admitted;
         let items = kernel.items();
@@ -72,6 +76,7 @@ impl JobCore {
                 eligible: eligible[c] && adm.shares[c] > 0.0,
                 workers: in_service[c],
                 standby: adm.standby && eligible[c] && adm.shares[c] <= 0.0 && in_service[c] > 0,
+                remeasured: remeasured.get(c).copied().unwrap_or(false),
                 least: guard::least_work(&model, min_chunk[c], grain),
                 min_chunk: min_chunk[c],
                 model: model.clone(),

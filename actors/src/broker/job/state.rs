@@ -46,6 +46,10 @@ pub(super) struct ClassState {
     pub(super) least: (usize, bool),
     /// Whether this run tried a chunk below an unmeasured fill.
     pub(super) tried_small: bool,
+    /// Given a region only to be measured again (the plan left it out):
+    /// until one of its chunks ends, its own region's chunks are not
+    /// judged by the model they are there to replace.
+    pub(super) remeasured: bool,
 }
 
 impl ClassState {

@@ -228,6 +228,7 @@ impl Sim {
                 .map(|c| self.only.is_none_or(|o| o == c))
                 .collect(),
             in_service: self.spec.iter().map(|s| s.0).collect(),
+            remeasured: Vec::new(),
             trace: true,
         };
         let job = JobCore::new(kernel, admitted, cls.clone(), worker_class.clone());
@@ -480,6 +481,7 @@ fn a_chunk_that_always_fails_fails_the_job() {
         learns_split: true,
         eligible: vec![true],
         in_service: vec![1],
+        remeasured: Vec::new(),
         trace: false,
     };
     let mut job = JobCore::new(
@@ -937,4 +939,56 @@ fn a_cpu_with_a_fixed_cost_leaves_the_rest_to_a_far_faster_accelerator() {
         None,
         "a core would end {left} items after 1 ms; the accelerator, in microseconds"
     );
+}
+
+#[test]
+fn a_class_given_a_region_to_be_measured_again_takes_it_past_the_guard() {
+    // A CPU at 10^6 items/s and a sim whose stored model says 0.01 items/s
+    // (one bad measurement): the plan left the sim out, and the broker gave
+    // it a thousandth of the job to measure it again. With the CPU's chunk
+    // in flight, the guard judged by that model always declines; the
+    // region is taken anyway.
+    let cls = classes(&[(1, false), (1, true)]);
+    let th = Thresholds::default();
+    let plan = Admission::split(vec![0.999, 0.001])
+        .static_part(0.5, 1)
+        .chunking(Chunking::TimeGuided)
+        .steal(Steal::Always)
+        .guard(true);
+    let job = |remeasured: Vec<bool>| {
+        JobCore::new(
+            Arc::new(Empty::new(100_000)),
+            Admitted {
+                policy: "hybrid".into(),
+                plan: plan.clone(),
+                thresholds: th,
+                models: vec![
+                    SpeedModel::with_params(0.0, 1e6),
+                    SpeedModel::with_params(0.0, 0.01),
+                ],
+                stored_split: vec![f64::NAN; 2],
+                learns_split: true,
+                eligible: vec![true; 2],
+                in_service: vec![1; 2],
+                remeasured,
+                trace: false,
+            },
+            cls.clone(),
+            Arc::from(vec![0usize, 1]),
+        )
+    };
+    let mut old = job(vec![false; 2]);
+    assert!(old.claim(0, 0, 0.0).is_some());
+    assert!(old.claim(1, 1, 0.0).is_none(), "the guard, as before");
+
+    let mut job = job(vec![false, true]);
+    let cpu = job.claim(0, 0, 0.0).expect("the CPU's static chunk");
+    let sim = job.claim(1, 1, 0.0).expect("re-measured past the guard");
+    let n = sim.info.range.len();
+    assert!((1..=100).contains(&n), "{n} items");
+    assert!(job.remeasuring(1));
+    // Once a chunk has ended, its measurement is the model the guard uses.
+    job.complete(1, 1, &sim.info, 0.0, n as f64 / 100.0);
+    assert!(!job.remeasuring(1));
+    job.complete(0, 0, &cpu.info, 0.0, cpu.info.range.len() as f64 / 1e6);
 }
