@@ -104,6 +104,11 @@ pub struct Admission {
     /// so that a class planned too large does not commit to a long chunk at
     /// the end.
     pub keep_static: bool,
+    /// Per class, what the plan divided its speed by: its pace in
+    /// co-executed runs of this size
+    /// ([`RunHistory::pace`](crate::profiler::RunHistory::pace)); the guard
+    /// divides it alike. Empty: 1 for every class.
+    pub pace: Vec<f64>,
 }
 
 /// What a policy predicted for a run: the profiler learns each
@@ -145,6 +150,7 @@ impl Admission {
             remeasure: true,
             standby: false,
             keep_static: false,
+            pace: Vec::new(),
         }
     }
 
@@ -206,6 +212,7 @@ impl Admission {
             remeasure: true,
             standby: false,
             keep_static: false,
+            pace: Vec::new(),
         }
     }
 }

@@ -122,6 +122,22 @@ impl PlanContext<'_> {
         s.b.is_some_and(|b| tail < s.latency_chunks * s.a * b)
     }
 
+    /// Divides each class's speed in `speeds` by its pace in co-executed
+    /// runs of this size ([`RunHistory::pace`](crate::profiler::RunHistory::pace)):
+    /// a class that has ended such runs after the others is planned
+    /// fewer items. The paces, per class.
+    fn pace(&self, speeds: &mut [ClassSpeed]) -> Vec<f64> {
+        speeds
+            .iter_mut()
+            .zip(self.classes)
+            .map(|(s, c)| {
+                let pace = self.history.pace_for(&c.profile_key, self.items);
+                s.b = s.b.map(|b| b / pace);
+                pace
+            })
+            .collect()
+    }
+
     /// The forecast of a run given `shares` over `speeds`: the plan's
     /// makespan for the classes given items, with their configuration's
     /// residual; `None` unless every class given items has a model.
@@ -240,15 +256,20 @@ fn equal_chunk(ctx: &PlanContext<'_>, per_worker: usize) -> usize {
 /// itself and, narrowed to one kind of device, by `cpu-only` and
 /// `accel-only`.
 fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Admission {
-    let speeds = ctx.only(keep);
-    let narrowed = PlanContext {
-        speeds: &speeds,
-        ..ctx.clone()
-    };
+    let mut speeds = ctx.only(keep);
     let active = speeds
         .iter()
         .filter(|s| s.eligible && s.workers > 0)
         .count();
+    let pace = if active > 1 {
+        ctx.pace(&mut speeds)
+    } else {
+        Vec::new()
+    };
+    let narrowed = PlanContext {
+        speeds: &speeds,
+        ..ctx.clone()
+    };
     let probe = if active < 2 {
         Probe::None
     } else if narrowed.all_known() {
@@ -290,6 +311,7 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
         remeasure: true,
         standby: false,
         keep_static: false,
+        pace,
     }
 }
 
@@ -400,6 +422,38 @@ mod tests {
         assert_eq!(judge(10_000_000, &speeds), (2.0, vec![f, f, f]));
         speeds[1].b = None;
         assert_eq!(judge(1_000_000, &speeds).1, vec![f, f, f], "no model");
+    }
+
+    /// A class whose co-executed runs of this size ended after the others
+    /// is planned as slower by its pace, and only where classes co-execute:
+    /// the CPU alone keeps its speed.
+    #[test]
+    fn a_late_class_is_planned_fewer_items_by_its_pace() {
+        let (classes, speeds) = three_classes();
+        let items = 1_000_000;
+        let plan = |history: &RunHistory, keep: &dyn Fn(&ClassInfo) -> bool| {
+            let ctx = PlanContext {
+                items,
+                grain: 1,
+                classes: &classes,
+                speeds: &speeds,
+                thresholds: Thresholds::default(),
+                history,
+            };
+            let a = hybrid_among(&ctx, keep);
+            (a.shares, a.forecast.map(|f| f.plan_s).unwrap_or_default())
+        };
+        let both = |c: &ClassInfo| c.index < 2;
+        let mut h = RunHistory::default();
+        let (before, _) = plan(&h, &both);
+        let (_, alone) = plan(&h, &|c| c.index == 0);
+        let pace = |factor| crate::profiler::Pace { items, factor };
+        h.pace.insert("c0".into(), pace(1.25));
+        h.pace.insert("c1".into(), pace(0.8));
+        let (after, _) = plan(&h, &both);
+        assert!(after[0] < 0.9 * before[0], "{before:?} → {after:?}");
+        assert!((after[0] + after[1] - 1.0).abs() < 1e-9);
+        assert_eq!(plan(&h, &|c| c.index == 0).1, alone, "a class alone");
     }
 
     #[test]

@@ -25,6 +25,7 @@ impl Policy for StaticDynamic {
             remeasure: true,
             standby: false,
             keep_static: false,
+            pace: Vec::new(),
         }
     }
 }

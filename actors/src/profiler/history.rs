@@ -38,6 +38,23 @@ const SETTLED_RUNS: u32 = 4;
 /// 1.2 ms alone, ran alone, and took 15 ms against the CPU's 9.6 ms.
 const MIN_RESIDUAL: f64 = -0.5;
 
+/// Weight of a co-executed run in its classes' smoothed pace.
+const PACE_WEIGHT: f64 = 0.25;
+/// How far one run moves a class's pace (as a log): a stall that made one
+/// class of one run several times late is noise.
+const MAX_PACE_STEP: f64 = 0.2;
+/// Each learned run pulls a pace this much of the way back to 1 (as a
+/// log): where the dynamic phase ends the classes together whatever the
+/// split, a pace holds no drift from the runs' noise.
+const PACE_LEAK: f64 = 0.02;
+/// The most a pace slows or speeds a class in the plan.
+const MAX_PACE: f64 = 2.0;
+/// A class that ran fewer items a worker than this teaches no pace: its
+/// share moves by whole items, each a sizeable part of its run, so its
+/// end cannot follow the pace (modelled, matmul's 1 ms runs of 59 rows on
+/// 15 cores and 2 streams ran 8% slower with it).
+const PACE_MIN_ITEMS: f64 = 32.0;
+
 /// A kernel's run history (see the module docs); `Default` knows nothing.
 ///
 /// ```
@@ -100,6 +117,36 @@ pub struct RunHistory {
     /// best class alone; judged again when a class's run alone is measured.
     #[serde(default, alias = "last_coexec")]
     pub coexec: Option<RunTime>,
+    /// Per class (its profile key): how much later than the run's other
+    /// classes it ended its co-executed runs of about one size, smoothed
+    /// (1: with them). `hybrid` divides the class's speed by it in the
+    /// plan. A plan of mean speeds ends every class together, but a class
+    /// of many workers whose chunks vary ends with its slowest worker, and
+    /// where the others cannot take its last items for less (a GPU's chunk
+    /// costs its fill) the run waits for it: modelled on the H100 lease's
+    /// 15 cores, kmeans' 1 ms runs ended their CPU 0.1 to 0.3 ms after
+    /// the GPU.
+    #[serde(default)]
+    pub pace: BTreeMap<String, Pace>,
+}
+
+/// How a class ended a co-executed run: when its last chunk ended
+/// (seconds after admission) and how many items a worker it ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ClassEnd {
+    pub(crate) secs: f64,
+    pub(crate) items_per_worker: f64,
+}
+
+/// A class's pace in co-executed runs of about `items` items (see
+/// [`RunHistory::pace`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Pace {
+    /// Items in the last run it was learned from.
+    pub items: usize,
+    /// How much later than the run's other classes the class ends,
+    /// smoothed (1: with them; 1.2: as if 20% slower).
+    pub factor: f64,
 }
 
 /// A run of `items` that takes `secs` (for runs alone, smoothed over the
@@ -178,6 +225,48 @@ impl RunHistory {
             .values()
             .filter_map(|a| a.secs_for(items))
             .min_by(f64::total_cmp)
+    }
+
+    /// Class `key`'s pace in a co-executed run of `items` (see
+    /// [`RunHistory::pace`]): 1 where none was learned within a factor of
+    /// two of that size.
+    pub fn pace_for(&self, key: &str, items: usize) -> f64 {
+        self.pace
+            .get(key)
+            .filter(|p| p.factor.is_finite() && p.factor > 0.0)
+            .filter(|p| p.items > 0 && (0.5..=2.0).contains(&(items as f64 / p.items as f64)))
+            .map_or(1.0, |p| p.factor.clamp(1.0 / MAX_PACE, MAX_PACE))
+    }
+
+    /// Learns the classes' paces from a co-executed run of `items` in which
+    /// class `keys[i]` ended as `ends[i]` says (`None`: it ran nothing):
+    /// each class's end over the geometric mean of the ends, smoothed as a
+    /// log. Fewer than two classes that ran at least [`PACE_MIN_ITEMS`] a
+    /// worker teach nothing.
+    pub(crate) fn learn_pace(&mut self, keys: &[String], ends: &[Option<ClassEnd>], items: usize) {
+        let ran: Vec<(&String, f64)> = keys
+            .iter()
+            .zip(ends)
+            .filter_map(|(k, e)| e.map(|e| (k, e)))
+            .filter(|(_, e)| e.secs.is_finite() && e.secs > 0.0)
+            .filter(|(_, e)| e.items_per_worker >= PACE_MIN_ITEMS)
+            .map(|(k, e)| (k, e.secs.ln()))
+            .collect();
+        if ran.len() != ends.iter().flatten().count() {
+            return;
+        }
+        if ran.len() < 2 {
+            return;
+        }
+        let mean = ran.iter().map(|r| r.1).sum::<f64>() / ran.len() as f64;
+        for (key, end) in ran {
+            let before = self.pace_for(key, items).ln();
+            let step = (end - mean).clamp(-MAX_PACE_STEP, MAX_PACE_STEP);
+            let factor = ((1.0 - PACE_LEAK) * before + PACE_WEIGHT * step)
+                .exp()
+                .clamp(1.0 / MAX_PACE, MAX_PACE);
+            self.pace.insert(key.clone(), Pace { items, factor });
+        }
     }
 
     /// Learns from a finished run of `items`: its forecast, its makespan,
@@ -334,6 +423,61 @@ mod tests {
             single: single.map(|t| (1, t)),
             coexec_s: None,
         }
+    }
+
+    #[test]
+    fn a_class_that_ends_after_the_others_gets_a_pace_above_one() {
+        let keys = ["cpu".to_string(), "gpu".to_string()];
+        let end = |secs| {
+            Some(ClassEnd {
+                secs,
+                items_per_worker: 1000.0,
+            })
+        };
+        let mut h = RunHistory::default();
+        // The CPU ends 20% after the GPU at equal paces, and the plan moves
+        // its items by the paces: they settle where the two end together
+        // (within the leak's pull), a geometric mean of 1.
+        let ends = |h: &RunHistory| {
+            let (cpu, gpu) = (h.pace_for("cpu", 300_000), h.pace_for("gpu", 300_000));
+            [end(1.2e-3 / cpu), end(1.0e-3 / gpu)]
+        };
+        for _ in 0..60 {
+            h.learn_pace(&keys, &ends(&h), 300_000);
+        }
+        let (cpu, gpu) = (h.pace_for("cpu", 300_000), h.pace_for("gpu", 300_000));
+        assert!((cpu * gpu - 1.0).abs() < 1e-9, "{cpu} {gpu}");
+        let [Some(c), Some(g)] = ends(&h).map(|e| e.map(|e| e.secs)) else {
+            unreachable!()
+        };
+        assert!((c / g - 1.0).abs() < 0.03, "{cpu} {gpu}: ends {c} {g}");
+        // Not at another size, nor for a class never seen.
+        assert_eq!(h.pace_for("cpu", 3_000_000), 1.0);
+        assert_eq!(h.pace_for("sim", 300_000), 1.0);
+        // A stall that made one run's CPU ten times late moves it by at
+        // most the weight of one step.
+        let before = h.pace_for("cpu", 300_000);
+        h.learn_pace(&keys, &[end(1e-2), end(1e-3)], 300_000);
+        let moved = h.pace_for("cpu", 300_000).ln() - (1.0 - PACE_LEAK) * before.ln();
+        assert!(
+            (moved - PACE_WEIGHT * MAX_PACE_STEP).abs() < 1e-9,
+            "{moved}"
+        );
+        // Classes that end together bring it back to 1, slowly.
+        for _ in 0..400 {
+            h.learn_pace(&keys, &[end(1e-3), end(1e-3)], 300_000);
+        }
+        assert!((h.pace_for("cpu", 300_000) - 1.0).abs() < 0.01);
+        // One class that ran teaches nothing; nor does a run where a class
+        // ran a few items a worker.
+        let mut h = RunHistory::default();
+        h.learn_pace(&keys, &[end(1e-3), None], 300_000);
+        let few = ClassEnd {
+            secs: 2e-3,
+            items_per_worker: PACE_MIN_ITEMS - 1.0,
+        };
+        h.learn_pace(&keys, &[end(1e-3), Some(few)], 300_000);
+        assert!(h.pace.is_empty());
     }
 
     #[test]

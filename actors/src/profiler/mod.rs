@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use actix::{Actor, AsyncContext, Context, Handler, Message};
 
-pub use history::{RunHistory, RunTime};
+use history::ClassEnd;
+pub use history::{Pace, RunHistory, RunTime};
 pub(crate) use store::RunOutcome;
 pub use store::{
     Fingerprint, KernelProfile, Learned, MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, PROFILE_VERSION,
@@ -185,6 +186,16 @@ impl Observe {
             samples,
             outcome: RunOutcome {
                 starts: report.classes.iter().map(|c| c.start_s).collect(),
+                ends: report
+                    .classes
+                    .iter()
+                    .map(|c| {
+                        (c.items > 0).then(|| ClassEnd {
+                            secs: c.finish_s,
+                            items_per_worker: c.items as f64 / c.workers.max(1) as f64,
+                        })
+                    })
+                    .collect(),
                 makespan: report.makespan_s,
                 items: report.items,
                 forecast,

@@ -12,6 +12,7 @@ use super::disk::{
     Locked, OPEN_LOCK_WAIT, Pending, Unusable, merge_pending, read_profile, remove_orphans,
 };
 pub(crate) use super::disk::{SaveDone, SaveJob};
+use super::history::ClassEnd;
 pub(super) use super::validity::sanitize;
 pub use super::validity::{MAX_FILE_BYTES, MAX_FIXED_S, MAX_KERNELS, SPEED_RANGE, implausible};
 use crate::perfmodel::{Sample, SpeedModel};
@@ -129,6 +130,8 @@ pub(crate) struct RunOutcome {
     /// Per class, when its workers started their first chunks (seconds
     /// after admission; `None` where it ran none).
     pub(crate) starts: Vec<Option<f64>>,
+    /// Per class, how it ended the run (`None` where it ran nothing).
+    pub(crate) ends: Vec<Option<ClassEnd>>,
     pub(crate) makespan: f64,
     /// Items in the run.
     pub(crate) items: usize,
@@ -284,6 +287,9 @@ impl ProfileStore {
         if let Some(f) = &run.forecast {
             k.history
                 .learn(f, run.makespan, run.items, run.prediction_imbalance, mu);
+            if f.classes > 1 {
+                k.history.learn_pace(classes, &run.ends, run.items);
+            }
             pending.history = Some(k.history.clone());
         }
         self.dirty = true;

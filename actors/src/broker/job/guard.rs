@@ -15,7 +15,7 @@ impl JobCore {
     }
 
     fn limit_for(&mut self, w: usize, c: usize, n: usize, now: f64) -> Option<usize> {
-        let Some(b) = self.st[c].b() else {
+        let Some(b) = self.paced_b(c) else {
             return Some(n);
         };
         let a = self.st[c].model.a();
@@ -63,7 +63,7 @@ impl JobCore {
             if !self.worker[v].running && self.worker[v].declined {
                 continue;
             }
-            let Some(bv) = self.st[cv].b() else {
+            let Some(bv) = self.paced_b(cv) else {
                 self.scratch = starts;
                 return Some(n);
             };
@@ -149,6 +149,13 @@ impl JobCore {
         } else {
             None
         }
+    }
+
+    /// Class `c`'s speed per worker as the guard counts it: its model's,
+    /// divided by its pace in co-executed runs of this size
+    /// ([`RunHistory::pace`](crate::profiler::RunHistory::pace)).
+    fn paced_b(&self, c: usize) -> Option<f64> {
+        self.st[c].b().map(|b| b / self.st[c].pace)
     }
 
     /// The least work a chunk of class `c` costs, in items.

@@ -50,6 +50,9 @@ pub(super) struct ClassState {
     /// until one of its chunks ends, its own region's chunks are not
     /// judged by the model they are there to replace.
     pub(super) remeasured: bool,
+    /// What the plan divided its speed by (`Admission::pace`; 1 where it
+    /// did not): the guard divides it alike.
+    pub(super) pace: f64,
 }
 
 impl ClassState {
