@@ -105,11 +105,14 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
     }
     let mut remeasured = vec![false; classes.len()];
     if adm.remeasure && seen.is_multiple_of(REMEASURE_EVERY) {
-        for c in remeasure(&mut adm, &speeds, ctx.items, grain) {
-            remeasured[c] = true;
+        let given = remeasure(&mut adm, &speeds, ctx.items, grain);
+        if !given.is_empty() {
             // The run is no longer the one forecast: nothing to learn from
             // it but the models' samples.
             adm.forecast = None;
+        }
+        for c in given {
+            remeasured[c] = true;
         }
     }
     Admitted {

@@ -107,7 +107,8 @@ pub struct Admission {
     /// Per class, what the plan divided its speed by: its pace in
     /// co-executed runs of this size
     /// ([`RunHistory::pace`](crate::profiler::RunHistory::pace)); the guard
-    /// divides it alike. Empty: 1 for every class.
+    /// divides it alike. Empty, or a value that is not a positive number:
+    /// 1.
     pub pace: Vec<f64>,
 }
 

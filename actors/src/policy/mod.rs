@@ -125,7 +125,7 @@ impl PlanContext<'_> {
     /// Divides each class's speed in `speeds` by its pace in co-executed
     /// runs of this size ([`RunHistory::pace`](crate::profiler::RunHistory::pace)):
     /// a class that has ended such runs after the others is planned
-    /// fewer items. The paces, per class.
+    /// fewer items. The paces, per class (1 where none is learned).
     fn pace(&self, speeds: &mut [ClassSpeed]) -> Vec<f64> {
         speeds
             .iter_mut()
@@ -297,6 +297,8 @@ fn hybrid_among(ctx: &PlanContext<'_>, keep: impl Fn(&ClassInfo) -> bool) -> Adm
             })
             .collect()
     };
+    // The forecast is the paced plan's (its configuration's residual
+    // learns its error).
     let forecast = narrowed.forecast(&speeds, &shares);
     Admission {
         shares,

@@ -49,10 +49,10 @@ const MAX_PACE_STEP: f64 = 0.2;
 const PACE_LEAK: f64 = 0.02;
 /// The most a pace slows or speeds a class in the plan.
 const MAX_PACE: f64 = 2.0;
-/// A class that ran fewer items a worker than this teaches no pace: its
-/// share moves by whole items, each a sizeable part of its run, so its
-/// end cannot follow the pace (modelled, matmul's 1 ms runs of 59 rows on
-/// 15 cores and 2 streams ran 8% slower with it).
+/// A run in which a class ran fewer items a worker than this teaches no
+/// pace: that class's share moves by whole items, each a sizeable part of
+/// its run, so its end cannot follow the pace, and the pace would only
+/// wind up (`docs/results/vtime-pace.md`).
 const PACE_MIN_ITEMS: f64 = 32.0;
 
 /// A kernel's run history (see the module docs); `Default` knows nothing.
@@ -120,12 +120,10 @@ pub struct RunHistory {
     /// Per class (its profile key): how much later than the run's other
     /// classes it ended its co-executed runs of about one size, smoothed
     /// (1: with them). `hybrid` divides the class's speed by it in the
-    /// plan. A plan of mean speeds ends every class together, but a class
-    /// of many workers whose chunks vary ends with its slowest worker, and
-    /// where the others cannot take its last items for less (a GPU's chunk
-    /// costs its fill) the run waits for it: modelled on the H100 lease's
-    /// 15 cores, kmeans' 1 ms runs ended their CPU 0.1 to 0.3 ms after
-    /// the GPU.
+    /// plan and the guard. A plan of mean speeds ends every class
+    /// together, but a class of many workers whose chunks vary ends with
+    /// its slowest worker, and where the others cannot take its last items
+    /// for less (a GPU's chunk costs its fill) the run waits for it.
     #[serde(default)]
     pub pace: BTreeMap<String, Pace>,
 }
@@ -143,9 +141,11 @@ pub(crate) struct ClassEnd {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Pace {
     /// Items in the last run it was learned from.
+    #[serde(default)]
     pub items: usize,
     /// How much later than the run's other classes the class ends,
     /// smoothed (1: with them; 1.2: as if 20% slower).
+    #[serde(default)]
     pub factor: f64,
 }
 
@@ -164,15 +164,21 @@ pub struct RunTime {
     pub runs: u32,
 }
 
+/// Whether a run of `items` is of about the size of one of `stored` (within
+/// a factor of two), for what was learned at that size to stand for it.
+fn near(items: usize, stored: usize) -> bool {
+    stored > 0 && (0.5..=2.0).contains(&(items as f64 / stored as f64))
+}
+
 impl RunTime {
     /// A run of `items` alone, scaled from the measured one where the sizes
     /// are within a factor of two of each other (further apart, a fixed
     /// cost per run would make the scaling wrong); `None` otherwise, or
     /// where the stored run is not one (a hand-edited profile).
     pub fn secs_for(&self, items: usize) -> Option<f64> {
-        let ratio = items as f64 / self.items as f64;
-        let plausible = self.items > 0 && self.secs.is_finite() && self.secs > 0.0;
-        (plausible && (0.5..=2.0).contains(&ratio)).then_some(self.secs * ratio)
+        let plausible = self.secs.is_finite() && self.secs > 0.0;
+        (plausible && near(items, self.items))
+            .then_some(self.secs * items as f64 / self.items as f64)
     }
 
     /// `before` with a run of `items` that took `secs`: the mean of the
@@ -233,16 +239,15 @@ impl RunHistory {
     pub fn pace_for(&self, key: &str, items: usize) -> f64 {
         self.pace
             .get(key)
-            .filter(|p| p.factor.is_finite() && p.factor > 0.0)
-            .filter(|p| p.items > 0 && (0.5..=2.0).contains(&(items as f64 / p.items as f64)))
+            .filter(|p| p.factor.is_finite() && p.factor > 0.0 && near(items, p.items))
             .map_or(1.0, |p| p.factor.clamp(1.0 / MAX_PACE, MAX_PACE))
     }
 
     /// Learns the classes' paces from a co-executed run of `items` in which
     /// class `keys[i]` ended as `ends[i]` says (`None`: it ran nothing):
     /// each class's end over the geometric mean of the ends, smoothed as a
-    /// log. Fewer than two classes that ran at least [`PACE_MIN_ITEMS`] a
-    /// worker teach nothing.
+    /// log. A run in which fewer than two classes ran, or any class that
+    /// ran did fewer than [`PACE_MIN_ITEMS`] a worker, teaches nothing.
     pub(crate) fn learn_pace(&mut self, keys: &[String], ends: &[Option<ClassEnd>], items: usize) {
         let ran: Vec<(&String, f64)> = keys
             .iter()
@@ -446,6 +451,7 @@ mod tests {
             h.learn_pace(&keys, &ends(&h), 300_000);
         }
         let (cpu, gpu) = (h.pace_for("cpu", 300_000), h.pace_for("gpu", 300_000));
+        assert!(cpu > 1.05 && gpu < 1.0, "{cpu} {gpu}");
         assert!((cpu * gpu - 1.0).abs() < 1e-9, "{cpu} {gpu}");
         let [Some(c), Some(g)] = ends(&h).map(|e| e.map(|e| e.secs)) else {
             unreachable!()

@@ -186,16 +186,22 @@ impl Observe {
             samples,
             outcome: RunOutcome {
                 starts: report.classes.iter().map(|c| c.start_s).collect(),
-                ends: report
-                    .classes
-                    .iter()
-                    .map(|c| {
-                        (c.items > 0).then(|| ClassEnd {
-                            secs: c.finish_s,
-                            items_per_worker: c.items as f64 / c.workers.max(1) as f64,
+                // A run kept off some class teaches no pace either: the
+                // others' ends say nothing of it.
+                ends: if report.split_delta.is_some() {
+                    report
+                        .classes
+                        .iter()
+                        .map(|c| {
+                            (c.items > 0).then(|| ClassEnd {
+                                secs: c.finish_s,
+                                items_per_worker: c.items as f64 / c.workers.max(1) as f64,
+                            })
                         })
-                    })
-                    .collect(),
+                        .collect()
+                } else {
+                    Vec::new()
+                },
                 makespan: report.makespan_s,
                 items: report.items,
                 forecast,

@@ -66,14 +66,25 @@ fn rounds(w: &Workload) -> usize {
     (60 / w.runs).clamp(5, 31)
 }
 
+/// The best fixed split for one run of `items` as the bench chooses it.
+#[derive(Clone, Copy)]
+struct BestSplit {
+    /// Its CPU share.
+    share: f64,
+    /// The sweep's least median per run (seed 12's noise): the least of 41
+    /// noisy medians, biased low; the bench runs the chosen split again for
+    /// the time it reports ([`confirmed`]).
+    searched: f64,
+}
+
 /// The best fixed split for one run of `items`, chosen as the bench
-/// chooses it (the least median of the sweep, on seed 12's noise): its CPU
-/// share and that least median per run. The least of 41 noisy medians is
-/// biased low; the bench runs the chosen split again for the time it
-/// reports ([`confirmed`]).
-fn best_split(m: &Machine, w: &Workload, items: usize) -> (f64, f64) {
+/// chooses it (the least median of the sweep, on seed 12's noise).
+fn best_split(m: &Machine, w: &Workload, items: usize) -> BestSplit {
     let (split, share) = oracle(m, w, items, rounds(w), 12);
-    (share, split / w.runs as f64)
+    BestSplit {
+        share,
+        searched: split / w.runs as f64,
+    }
 }
 
 /// The chosen split run again, as the bench runs it for T_oracle: the
@@ -103,12 +114,12 @@ fn three_seeds(m: &Machine, w: &Workload, run_s: f64, th: Thresholds) -> Vec<Swe
         .into()
 }
 
-/// The means over `p` (hybrid on [`SEEDS`]) of hybrid over the best class
-/// alone, of T_oracle over hybrid's T with the split chosen by `best` run
-/// again on each seed, and of the same with the sweep's least median
-/// instead.
-fn means(m: &Machine, w: &Workload, p: &[SweepPoint], best: (f64, f64)) -> (f64, f64, f64) {
-    let (share, searched) = best;
+/// The means over `p` (hybrid on [`SEEDS`], in that order, as
+/// [`three_seeds`] gives them) of hybrid over the best class alone, of
+/// T_oracle over hybrid's T with the split `best` run again on each seed,
+/// and of the same with the sweep's least median instead.
+fn means(m: &Machine, w: &Workload, p: &[SweepPoint], best: BestSplit) -> (f64, f64, f64) {
+    let BestSplit { share, searched } = best;
     let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
     let alone = |p: &SweepPoint| p.alone[CPU].min(p.alone[GPU]);
     (
@@ -173,7 +184,7 @@ fn table() {
         for run_s in [1e-3, 1e-2, 1e-1] {
             let p = sweep_point(m, w, run_s, rounds(w), 11, Thresholds::default());
             let alone = p.alone[CPU].min(p.alone[GPU]);
-            let (share, _) = best_split(m, w, p.items);
+            let share = best_split(m, w, p.items).share;
             let split = confirmed(m, w, p.items, share, 11);
             let (t_oracle, how) = t_oracle((split, share), alone);
             println!(

@@ -77,7 +77,12 @@ impl JobCore {
                 workers: in_service[c],
                 standby: adm.standby && eligible[c] && adm.shares[c] <= 0.0 && in_service[c] > 0,
                 remeasured: remeasured.get(c).copied().unwrap_or(false),
-                pace: adm.pace.get(c).copied().unwrap_or(1.0),
+                pace: adm
+                    .pace
+                    .get(c)
+                    .copied()
+                    .filter(|p| p.is_finite() && *p > 0.0)
+                    .unwrap_or(1.0),
                 least: guard::least_work(&model, min_chunk[c], grain),
                 min_chunk: min_chunk[c],
                 model: model.clone(),

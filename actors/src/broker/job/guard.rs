@@ -27,7 +27,7 @@ impl JobCore {
                 v != w
                     && self.st[cv].eligible
                     && self.st[cv].workers > 0
-                    && self.st[cv].b().is_some_and(|bv| {
+                    && self.paced_b(cv).is_some_and(|bv| {
                         self.worker[v].busy_until.max(now) + self.st[cv].model.a() + n as f64 / bv
                             < mine
                     })
@@ -151,10 +151,12 @@ impl JobCore {
         }
     }
 
-    /// Class `c`'s speed per worker as the guard counts it: its model's,
+    /// Class `c`'s speed per worker as the plan counted it: its model's,
     /// divided by its pace in co-executed runs of this size
-    /// ([`RunHistory::pace`](crate::profiler::RunHistory::pace)).
-    fn paced_b(&self, c: usize) -> Option<f64> {
+    /// ([`RunHistory::pace`](crate::profiler::RunHistory::pace)). The
+    /// guard and the EFT rule count it so; chunk sizes and a probe's
+    /// re-plan (from the rates the probe measured) follow the model's own.
+    pub(super) fn paced_b(&self, c: usize) -> Option<f64> {
         self.st[c].b().map(|b| b / self.st[c].pace)
     }
 

@@ -82,6 +82,8 @@ impl JobCore {
                 .map(|(s, info)| ClassSpeed {
                     workers: s.workers,
                     a: s.model.a(),
+                    // The rates the probe measured, late workers included:
+                    // no pace on top.
                     b: s.b(),
                     eligible: s.eligible,
                     min_items: self.grain,
