@@ -979,7 +979,10 @@ fn a_class_given_a_region_to_be_measured_again_takes_it_past_the_guard() {
     };
     let mut old = job(vec![false; 2]);
     assert!(old.claim(0, 0, 0.0).is_some());
-    assert!(old.claim(1, 1, 0.0).is_none(), "the guard, as before");
+    assert!(
+        old.claim(1, 1, 0.0).is_none(),
+        "not re-measured: the guard declines"
+    );
 
     let mut job = job(vec![false, true]);
     let cpu = job.claim(0, 0, 0.0).expect("the CPU's static chunk");
