@@ -8,7 +8,7 @@ use super::*;
 
 /// The median job time of a fixed split giving the CPU `share`, over
 /// `rounds` jobs of `runs` runs of `items` items.
-fn split_time(
+pub(super) fn split_time(
     m: &Machine,
     w: &Workload,
     items: usize,

@@ -473,13 +473,8 @@ fn a_class_that_ends_late_is_paced_to_the_best_split() {
     let (mut hybrid, mut split) = (0.0, 0.0);
     for seed in [11, 13] {
         let p = sweep_point(&m, w, 1e-3, rounds(w), seed, Thresholds::default());
-        let opts = JobOptions::new().policy(Arc::new(Split(0.2)));
-        let mut s = Series::new(&w.name, seed);
-        let mut t: Vec<f64> = (0..rounds(w))
-            .map(|_| m.job(&mut s, &opts, p.items, w.runs).0 / w.runs as f64)
-            .collect();
         hybrid += p.hybrid;
-        split += median(&mut t);
+        split += super::oracle::split_time(&m, w, p.items, 0.2, rounds(w), seed) / w.runs as f64;
     }
     assert!(
         hybrid / split <= 1.03,
