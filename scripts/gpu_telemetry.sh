@@ -21,6 +21,14 @@ for _ in $(seq 100); do
   curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break
   sleep 0.2
 done
+if ! curl -sf "127.0.0.1:$PORT/readyz" >/dev/null; then
+  # A server that never came up: its own words, not a load run against nothing.
+  { echo "== serve did not come up"; tail -n 20 "$TMP/serve.log"; } >"$OUT/gpu-telemetry.txt"
+  kill -TERM $srv 2>/dev/null; wait $srv 2>/dev/null
+  rm -rf "$TMP"
+  cat "$OUT/gpu-telemetry.txt"
+  exit 1
+fi
 .bin/coexec-load --target "http://127.0.0.1:$PORT" --rate 400 --requests 4000 \
   --rows-per-request 64 >"$TMP/load.txt" 2>&1 &
 load=$!
