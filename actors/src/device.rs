@@ -328,6 +328,21 @@ impl ClassInfo {
         self.fill_threads > 0
     }
 
+    /// The one class of `classes` that `active` leaves, where its workers
+    /// are one GPU's streams: alike and sharing the device, so that one
+    /// stream's early end leaves the device to the others, and more chunks
+    /// buy them no balance, only more fixed costs.
+    pub(crate) fn one_device_alone(
+        classes: &[ClassInfo],
+        active: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let mut on = (0..classes.len()).filter(|&c| active(c));
+        match (on.next(), on.next()) {
+            (Some(c), None) if classes[c].streams_share_a_device() => Some(c),
+            _ => None,
+        }
+    }
+
     /// The smallest chunk of `kernel` worth giving this class: on a GPU the
     /// items that occupy [`ClassInfo::fill_threads`] threads (at most the
     /// kernel's items), elsewhere one grain.

@@ -278,12 +278,8 @@ impl JobCore {
     /// Whether class `c` is the only one the job runs on and its workers
     /// are one device's streams.
     fn one_device_alone(&self, c: usize) -> bool {
-        self.classes[c].streams_share_a_device()
-            && self
-                .st
-                .iter()
-                .enumerate()
-                .all(|(k, s)| k == c || !s.eligible || s.workers == 0)
+        let active = |k: usize| self.st[k].eligible && self.st[k].workers > 0;
+        ClassInfo::one_device_alone(&self.classes, active) == Some(c)
     }
 
     /// Whether class `c` is here only to be measured again and none of its

@@ -43,14 +43,12 @@ impl Policy for Hybrid {
             // Co-executing is not forecast to pay: the best class alone.
             (Some((c, t)), _)
                 if fc.classes > 1
-                    && !pays(
-                        ctx.history,
-                        th.hold_off,
-                        fc.predicted_s,
-                        fc.plan_s,
-                        t,
-                        ctx.items,
-                    ) =>
+                    && !Race {
+                        coexec: fc.predicted_s,
+                        plan: fc.plan_s,
+                        single: t,
+                    }
+                    .pays(ctx.history, th.hold_off, ctx.items) =>
             {
                 alone_on(ctx, c, t, fc.predicted_s)
             }
@@ -101,48 +99,54 @@ fn alone_on(ctx: &PlanContext<'_>, c: usize, t: f64, coexec_s: f64) -> Admission
     a
 }
 
-/// Whether co-executing, forecast at `predicted` (its plan `plan` with its
-/// residual), pays against the best single class's forecast `single`
-/// (`hold_off`: [`Thresholds::hold_off`](super::Thresholds::hold_off)):
-///
-/// * not while the single-class runs owed to a lost co-execution last (one
-///   after a loss, doubling with each loss in a row: a noisy device does not
-///   make the runs flap);
-/// * not, after a co-executed run that lost beyond the noise where the
-///   co-executed runs do not win on average ([`RunHistory::held_off`]),
-///   until enough single-class runs have passed for a trial (see
-///   [`trial_gap`]);
-/// * yes right after a co-executed run that beat the single class (a
-///   streak that wins goes on whatever an older residual says);
-/// * yes where it is forecast clearly faster;
-/// * yes where the co-executed runs of about `items` items have been
-///   clearly faster on average ([`RunHistory::coexec`], at least
-///   [`MEASURED_RUNS`] of them): measured runs outweigh a forecast whose
-///   residual a few slow ones raised;
-/// * yes where it would be but for its residual (earlier co-executions that
-///   came out slow) and enough single-class runs have passed to try again
-///   (see [`trial_gap`]).
-fn pays(
-    h: &RunHistory,
-    hold_off: bool,
-    predicted: f64,
+/// A co-executed run against the best single class, each as forecast
+/// for the job (seconds).
+#[derive(Debug, Clone, Copy)]
+struct Race {
+    /// Co-executing: its plan with its configuration's residual.
+    coexec: f64,
+    /// Co-executing's plan alone, without the residual.
     plan: f64,
+    /// The best single class.
     single: f64,
-    items: usize,
-) -> bool {
-    let bar = (1.0 - COEXEC_MARGIN) * single;
-    let held = hold_off && h.held_off && h.since_coexec < trial_gap(h.losses, predicted, single);
-    if h.cooling > 0 || held {
-        return false;
+}
+
+impl Race {
+    /// Whether co-executing pays, for a job of `items` items (`hold_off`:
+    /// [`Thresholds::hold_off`](super::Thresholds::hold_off)):
+    ///
+    /// * not while the single-class runs owed to a lost co-execution last
+    ///   (one after a loss, doubling with each loss in a row: a noisy
+    ///   device does not make the runs flap);
+    /// * not, after a co-executed run that lost beyond the noise where the
+    ///   co-executed runs do not win on average ([`RunHistory::held_off`]),
+    ///   until enough single-class runs have passed for a trial (see
+    ///   [`trial_gap`]);
+    /// * yes right after a co-executed run that beat the single class (a
+    ///   streak that wins goes on whatever an older residual says);
+    /// * yes where it is forecast clearly faster;
+    /// * yes where the co-executed runs of about `items` items have been
+    ///   clearly faster on average ([`RunHistory::coexec`], at least
+    ///   [`MEASURED_RUNS`] of them): measured runs outweigh a forecast
+    ///   whose residual a few slow ones raised;
+    /// * yes where it would be but for its residual (earlier co-executions
+    ///   that came out slow) and enough single-class runs have passed to
+    ///   try again (see [`trial_gap`]).
+    fn pays(self, h: &RunHistory, hold_off: bool, items: usize) -> bool {
+        let bar = (1.0 - COEXEC_MARGIN) * self.single;
+        let gap = trial_gap(h.losses, self.coexec, self.single);
+        if h.cooling > 0 || (hold_off && h.held_off && h.since_coexec < gap) {
+            return false;
+        }
+        let measured = h
+            .coexec
+            .filter(|c| c.runs >= MEASURED_RUNS)
+            .and_then(|c| c.secs_for(items));
+        (h.last_coexec_won && h.since_coexec == 0)
+            || self.coexec < bar
+            || measured.is_some_and(|t| t < bar)
+            || (self.plan < bar && h.since_coexec >= gap)
     }
-    let measured = h
-        .coexec
-        .filter(|c| c.runs >= MEASURED_RUNS)
-        .and_then(|c| c.secs_for(items));
-    (h.last_coexec_won && h.since_coexec == 0)
-        || predicted < bar
-        || measured.is_some_and(|t| t < bar)
-        || (plan < bar && h.since_coexec >= trial_gap(h.losses, predicted, single))
 }
 
 /// Co-executed runs at about a size before their mean time decides
@@ -241,6 +245,16 @@ mod tests {
     use super::*;
     use crate::profiler::RunTime;
 
+    /// Co-executing forecast at `coexec` (its plan at `plan`) against a
+    /// single class forecast at 1.
+    fn race(coexec: f64, plan: f64) -> Race {
+        Race {
+            coexec,
+            plan,
+            single: 1.0,
+        }
+    }
+
     #[test]
     fn an_accelerator_runs_alone_again_sooner_while_measured_little() {
         let after: Vec<u32> = (0..7).map(refresh_after).collect();
@@ -260,11 +274,11 @@ mod tests {
         h.residuals.insert("cpu+gpu".into(), 2.0);
         h.since_coexec = 300;
         // The plan pays (0.5 against 1.0) but its residual does not.
-        assert!(!pays(&h, true, 3.0, 0.5, 1.0, 1000));
+        assert!(!race(3.0, 0.5).pays(&h, true, 1000));
         h.since_coexec = 400;
-        assert!(pays(&h, true, 3.0, 0.5, 1.0, 1000));
+        assert!(race(3.0, 0.5).pays(&h, true, 1000));
         assert!(
-            !pays(&h, true, 3.0, 1.0, 1.0, 1000),
+            !race(3.0, 1.0).pays(&h, true, 1000),
             "the plan itself does not pay"
         );
     }
@@ -278,10 +292,10 @@ mod tests {
             ..RunHistory::default()
         };
         // Forecast at half the single class's time: it would pay at once.
-        assert!(!pays(&h, true, 0.5, 0.5, 1.0, 1000));
-        assert!(pays(&h, false, 0.5, 0.5, 1.0, 1000));
+        assert!(!race(0.5, 0.5).pays(&h, true, 1000));
+        assert!(race(0.5, 0.5).pays(&h, false, 1000));
         h.since_coexec = trial_gap(0, 0.5, 1.0);
-        assert!(pays(&h, true, 0.5, 0.5, 1.0, 1000));
+        assert!(race(0.5, 0.5).pays(&h, true, 1000));
     }
 
     /// Co-executed runs measured clearly faster than the single class on
@@ -298,7 +312,7 @@ mod tests {
             ..RunHistory::default()
         };
         // The forecast with its residual: 1.05 against the single 1.0.
-        let pays_at = |h: &RunHistory, items| pays(h, true, 1.05, 0.9, 1.0, items);
+        let pays_at = |h: &RunHistory, items| race(1.05, 0.9).pays(h, true, items);
         assert!(!pays_at(&RunHistory::default(), 1000));
         assert!(pays_at(&with(0.9, 3), 1000));
         assert!(pays_at(&with(0.9, 3), 1040), "about the same size");

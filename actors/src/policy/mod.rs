@@ -74,18 +74,12 @@ impl PlanContext<'_> {
     }
 
     /// The one class `speeds` leaves eligible, where it is a single GPU's
-    /// streams: alike, and sharing the device, so that one stream's early
-    /// end leaves the device to the others. More chunks buy them no
-    /// balance, only more fixed costs.
+    /// streams ([`ClassInfo::one_device_alone`]).
     fn one_device_alone<'s>(&self, speeds: &'s [ClassSpeed]) -> Option<&'s ClassSpeed> {
-        let mut active = speeds
-            .iter()
-            .zip(self.classes)
-            .filter(|(s, _)| s.eligible && s.workers > 0);
-        match (active.next(), active.next()) {
-            (Some((s, c)), None) if c.streams_share_a_device() => Some(s),
-            _ => None,
-        }
+        ClassInfo::one_device_alone(self.classes, |c| {
+            speeds.get(c).is_some_and(|s| s.eligible && s.workers > 0)
+        })
+        .map(|c| &speeds[c])
     }
 
     /// Static chunks per worker among the classes `speeds` leaves eligible:
@@ -119,7 +113,7 @@ impl PlanContext<'_> {
             return false;
         };
         let tail = self.items as f64 * (1.0 - self.thresholds.static_fraction) / s.workers as f64;
-        s.b.is_some_and(|b| tail < s.latency_chunks * s.a * b)
+        s.latency_floor().is_some_and(|floor| tail < floor)
     }
 
     /// Divides each class's speed in `speeds` by its pace in co-executed

@@ -40,6 +40,12 @@ impl ClassSpeed {
         }
     }
 
+    /// The least items of a chunk: `latency_chunks·a·b` (`None` without a
+    /// model).
+    pub(crate) fn latency_floor(&self) -> Option<f64> {
+        self.b.map(|b| self.latency_chunks * self.a * b)
+    }
+
     /// Sets how many times its fixed cost per chunk a chunk is at least
     /// long (see [`ClassSpeed::latency_chunks`]).
     pub fn latency_chunks(mut self, chunks: f64) -> Self {

@@ -30,9 +30,7 @@ impl JobCore {
             let per = self.adm.static_chunks_per_worker.max(1);
             // Fewer, larger static chunks where a chunk's fixed cost would
             // otherwise weigh (an accelerator's launch and transfer setup).
-            let floor = s.b().map_or(0.0, |b| {
-                self.th.latency_chunks(&self.classes[c]) * s.model.a() * b
-            }) as usize;
+            let floor = self.latency_floor(c).unwrap_or(0.0) as usize;
             // Where the static part is the whole region, rounded up: no
             // dynamic tail takes the remainder, which would otherwise be a
             // sliver of a chunk paying a whole fixed cost.
@@ -62,12 +60,20 @@ impl JobCore {
             }
             Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
                 (Some(b), Some(v)) => {
-                    let floor = self.th.latency_chunks(&self.classes[c]) * self.st[c].model.a() * b;
+                    let floor = self.latency_floor(c).unwrap_or(0.0);
                     (b * left / v / 2.0).max(floor)
                 }
                 _ => left / (2.0 * self.total_workers().max(1) as f64),
             },
         };
         (n.ceil() as usize).max(g).max(self.st[c].min_chunk).max(1)
+    }
+
+    /// The least items of class `c`'s chunks: `latency_chunks·a·b` (`None`
+    /// without a model).
+    fn latency_floor(&self, c: usize) -> Option<f64> {
+        let s = &self.st[c];
+        s.b()
+            .map(|b| self.th.latency_chunks(&self.classes[c]) * s.model.a() * b)
     }
 }
