@@ -405,10 +405,120 @@ fn a_scrape_answers_while_idle_and_slow_clients_hold_connections()
 /// never saw a short one); SIGTERM ends the wait, exit 0.
 #[test]
 fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::Error>> {
+    let body = scrape_a_lingering_run("linger", &[])?;
+    let m = Exposition::parse(&body)?;
+    assert!(
+        m.sum("coexec_jobs_completed_total") >= 1.0,
+        "no finished job in the scrape:\n{body}"
+    );
+    // The GPUs' telemetry is on the same exporter: it says whether NVML
+    // reads, and without it no `coexec_gpu_*` sample stands for a GPU.
+    assert!(
+        body.contains("coexec_telemetry_up{"),
+        "no telemetry status in the scrape:\n{body}"
+    );
+    assert!(
+        m.sum("coexec_telemetry_up") > 0.0 || !body.contains("\ncoexec_gpu_"),
+        "GPU samples without NVML:\n{body}"
+    );
+    Ok(())
+}
+
+/// GPU telemetry through NVML loaded as the driver installs it
+/// (`libnvidia-ml.so.1` on the library path, no unversioned name), here a
+/// fake one (`fake_nvml.c`) with a whole GPU and a MIG instance:
+/// `CUDA_VISIBLE_DEVICES` names the MIG instance first by UUID, then the GPU
+/// by index, and `/metrics` shows each reading in the exporter's units
+/// under the number CUDA gives the device, and no utilisation for the MIG
+/// instance, which does not report it (rather than a zero).
+#[test]
+fn gpu_telemetry_reads_nvml_as_the_driver_installs_it() -> Result<(), Box<dyn std::error::Error>> {
+    let lib = std::env::temp_dir().join(format!("coexec-fake-nvml-{}", std::process::id()));
+    std::fs::create_dir_all(&lib)?;
+    let source = lib.join("fake_nvml.c");
+    std::fs::write(&source, include_str!("fake_nvml.c"))?;
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(lib.join("libnvidia-ml.so.1"))
+        .arg(&source)
+        .output()?;
+    assert!(
+        built.status.success(),
+        "{cc:?} could not build the fake NVML: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let body = scrape_a_lingering_run(
+        "fake-nvml",
+        &[
+            ("LD_LIBRARY_PATH", lib.as_os_str()),
+            ("CUDA_VISIBLE_DEVICES", "MIG-fake-b,0".as_ref()),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&lib);
+    let body = body?;
+    let m = Exposition::parse(&body)?;
+    let up: Vec<_> = m.series("coexec_telemetry_up").collect();
+    assert!(
+        up.len() == 1 && up[0].value == 1.0 && up[0].labels["reason"].is_empty(),
+        "NVML not read:\n{body}"
+    );
+    // (gpu, uuid, model) as CUDA numbers the devices: the MIG instance first.
+    let gpus = [
+        ("0", "MIG-fake-b", "Fake H200 MIG 1g.18gb"),
+        ("1", "GPU-fake-a", "Fake H200"),
+    ];
+    let value = |name: &str, gpu: usize| {
+        let (index, uuid, model) = gpus[gpu];
+        let found: Vec<f64> = m
+            .series(name)
+            .filter(|s| {
+                s.labels.get("gpu").map(String::as_str) == Some(index)
+                    && s.labels.get("uuid").map(String::as_str) == Some(uuid)
+                    && s.labels.get("model").map(String::as_str) == Some(model)
+            })
+            .map(|s| s.value)
+            .collect();
+        assert!(found.len() <= 1, "{name} twice for {uuid}:\n{body}");
+        found.first().copied()
+    };
+    let gib = f64::from(1u32 << 30);
+    let want = [
+        ("coexec_gpu_utilization_ratio", [None, Some(0.37)]),
+        ("coexec_gpu_memory_utilization_ratio", [None, Some(0.12)]),
+        ("coexec_gpu_memory_used_bytes", [Some(2.0 * gib), Some(gib)]),
+        (
+            "coexec_gpu_memory_free_bytes",
+            [Some(16.0 * gib), Some(3.0 * gib)],
+        ),
+        ("coexec_gpu_power_watts", [Some(234.567), Some(123.456)]),
+        ("coexec_gpu_temperature_celsius", [Some(62.0), Some(61.0)]),
+        ("coexec_gpu_sm_clock_hertz", [Some(1.98e9), Some(1.755e9)]),
+    ];
+    for (name, per_gpu) in want {
+        for (gpu, want) in per_gpu.into_iter().enumerate() {
+            let got = value(name, gpu);
+            let close = match (got, want) {
+                (Some(g), Some(w)) => (g - w).abs() <= 1e-9 * w.abs(),
+                (g, w) => g == w,
+            };
+            assert!(close, "{name} of {}: {got:?}, want {want:?}", gpus[gpu].1);
+        }
+    }
+    Ok(())
+}
+
+/// `coexec run synthetic` on one core with `--metrics` and a long linger,
+/// with `env` set: the scrape taken once the run has printed its results.
+/// Then SIGTERM, which must end the run's wait at once with exit 0.
+fn scrape_a_lingering_run(
+    name: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<String, Box<dyn std::error::Error>> {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
     let addr = free_loopback_port()?;
-    let profiles = std::env::temp_dir().join(format!("coexec-linger-{}", std::process::id()));
+    let profiles = std::env::temp_dir().join(format!("coexec-{name}-{}", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))
         .args([
             "run",
@@ -422,6 +532,7 @@ fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::E
         .args(["--metrics", &addr.to_string(), "--metrics-linger", "60"])
         .arg("--profile-dir")
         .arg(&profiles)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
@@ -437,24 +548,12 @@ fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::E
             }
         }
     });
-    let result = ended.and_then(|_lines| {
+    let scraped = ended.and_then(|_lines| {
         let (code, body) = get(addr, "/metrics").map_err(|e| e.to_string())?;
         if code != 200 {
             return Err(format!("scrape: {code}"));
         }
-        let m = Exposition::parse(&body)?;
-        if m.sum("coexec_jobs_completed_total") < 1.0 {
-            return Err(format!("no finished job in the scrape:\n{body}"));
-        }
-        // The GPUs' telemetry is on the same exporter: it says whether NVML
-        // reads, and without it no `coexec_gpu_*` sample stands for a GPU.
-        if !body.contains("coexec_telemetry_up{") {
-            return Err(format!("no telemetry status in the scrape:\n{body}"));
-        }
-        if m.sum("coexec_telemetry_up") == 0.0 && body.contains("\ncoexec_gpu_") {
-            return Err(format!("GPU samples without NVML:\n{body}"));
-        }
-        Ok(())
+        Ok(body)
     });
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -471,8 +570,8 @@ fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::E
         std::thread::sleep(Duration::from_millis(20));
     };
     let _ = std::fs::remove_dir_all(&profiles);
-    result?;
+    let body = scraped?;
     assert!(killed.success());
     assert!(status.success(), "{status}");
-    Ok(())
+    Ok(body)
 }
