@@ -66,6 +66,8 @@ pub enum TokenizeError {
 pub struct Embedder {
     weights: Arc<BertWeights>,
     tokenizer: Arc<Tokenizer>,
+    /// The same without truncation, for [`Embedder::tokens`].
+    whole: Arc<Tokenizer>,
     id: String,
     sha256: String,
     dir: PathBuf,
@@ -106,6 +108,14 @@ impl Embedder {
                 why: e.to_string(),
             })?;
         tokenizer.with_padding(None);
+        let mut whole = tokenizer.clone();
+        whole
+            .with_truncation(None)
+            .map_err(|e| KernelError::Config {
+                path: tok_path.clone(),
+                field: "truncation",
+                why: e.to_string(),
+            })?;
         let vocab = tokenizer.get_vocab_size(true);
         if vocab > weights.config().vocab {
             return Err(KernelError::Config {
@@ -125,6 +135,7 @@ impl Embedder {
         Ok(Self {
             weights: Arc::new(weights),
             tokenizer: Arc::new(tokenizer),
+            whole: Arc::new(whole),
             id,
             sha256,
             dir: dir.to_path_buf(),
@@ -144,6 +155,72 @@ impl Embedder {
             });
         }
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// Every token of `text`, never truncated (as TEI's `/tokenize` gives
+    /// them: a text is counted or cut into pieces by them), with
+    /// `[CLS] … [SEP]` where `add_special_tokens`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let model = coexec::embed::Embedder::load("all-MiniLM-L6-v2")?;
+    /// let t = model.tokens("Hello there", true)?;
+    /// assert_eq!(t.len(), 4); // [CLS] hello there [SEP]
+    /// assert_eq!((t[2].text.as_str(), t[2].start, t[2].stop), ("there", Some(6), Some(11)));
+    /// assert!(t[0].special && t[0].start.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn tokens(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<Token>, TokenizeError> {
+        let enc = self
+            .whole
+            .encode(text, add_special_tokens)
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+        let tokens = enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_offsets())
+            .zip(enc.get_special_tokens_mask())
+            .zip(enc.get_tokens())
+            .map(|(((&id, &(start, stop)), &special), token)| {
+                if special == 1 {
+                    Token {
+                        id,
+                        text: token.clone(),
+                        special: true,
+                        start: None,
+                        stop: None,
+                    }
+                } else {
+                    Token {
+                        id,
+                        // Offsets are in bytes; a piece of one character
+                        // split across tokens (a byte-level vocabulary) is
+                        // shown lossily, never a panic.
+                        text: String::from_utf8_lossy(
+                            text.as_bytes().get(start..stop).unwrap_or_default(),
+                        )
+                        .into_owned(),
+                        special: false,
+                        start: Some(start),
+                        stop: Some(stop),
+                    }
+                }
+            })
+            .collect();
+        Ok(tokens)
+    }
+
+    /// The text of token ids `ids`, without the special tokens where
+    /// `skip_special_tokens` (ids the vocabulary lacks are left out, as
+    /// the tokenizer does).
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizeError> {
+        self.whole
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
     }
 
     /// The longest input in tokens (`[CLS]` and `[SEP]` included).
@@ -181,6 +258,24 @@ impl Embedder {
     pub fn weights(&self) -> &Arc<BertWeights> {
         &self.weights
     }
+}
+
+/// One token of a text ([`Embedder::tokens`]), as TEI's `/tokenize` shows
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Token {
+    /// Its id in the vocabulary.
+    pub id: u32,
+    /// The text it stands for: the text's bytes `start..stop`, or the
+    /// special token itself (`[CLS]`).
+    pub text: String,
+    /// Whether the tokenizer added it (`[CLS]`, `[SEP]`).
+    pub special: bool,
+    /// Where it starts in the text, in bytes; `None` for a special token.
+    pub start: Option<usize>,
+    /// Where it ends in the text, in bytes (exclusive).
+    pub stop: Option<usize>,
 }
 
 /// Scales `v` to unit length (left as it is when all zero).

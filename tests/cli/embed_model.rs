@@ -1,6 +1,7 @@
 //! all-MiniLM-L6-v2 as users run it: the library's vectors against the
 //! sentence-transformers documentation and an independent fp64 reference,
-//! `coexec serve --model DIR` with TEI's API (good and bad inputs at once),
+//! `coexec serve --model DIR` with TEI's API (good and bad inputs at once,
+//! `/tokenize` and `/decode` among them),
 //! and `coexec embed` giving the service's vectors.
 //!
 //! The weights are not in the repository: `scripts/fetch_model.sh` puts
@@ -294,6 +295,98 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
     assert_eq!(v["data"][0]["embedding"].as_array().unwrap().len(), 384);
     assert_eq!(v["usage"]["prompt_tokens"], 11);
     assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    // TEI's /tokenize: byte offsets into the text, special tokens without
+    // them, and never truncated (the 400 words /embed refused above).
+    let a = http(
+        addr,
+        "POST",
+        "/tokenize",
+        r#"{"inputs": "Hello there, café!"}"#.as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let t = &a.json()[0];
+    let ids: Vec<u64> = t
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [101, 7592, 2045, 1010, 7668, 999, 102]);
+    assert_eq!(t[0]["text"], "[CLS]");
+    assert!(t[0]["special"].as_bool().unwrap() && t[0]["start"].is_null());
+    assert_eq!(
+        (&t[4]["text"], &t[4]["start"], &t[4]["stop"]),
+        (&"café".into(), &13.into(), &18.into())
+    );
+    let long =
+        serde_json::json!({ "inputs": ["word ".repeat(400), "a b"], "add_special_tokens": false });
+    let a = http(addr, "POST", "/tokenize", long.to_string().as_bytes());
+    assert_eq!(a.status, 200, "{}", a.body);
+    let lens: Vec<usize> = a
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_array().unwrap().len())
+        .collect();
+    assert_eq!(lens, [400, 2]);
+    // /decode: one list or several, special tokens skipped unless asked.
+    let a = http(
+        addr,
+        "POST",
+        "/decode",
+        br#"{"ids": [101, 7592, 2045, 102]}"#,
+    );
+    assert_eq!(a.json(), serde_json::json!(["hello there"]), "{}", a.body);
+    let a = http(
+        addr,
+        "POST",
+        "/decode",
+        br#"{"ids": [[101, 7592], [2045, 102]], "skip_special_tokens": false}"#,
+    );
+    assert_eq!(
+        a.json(),
+        serde_json::json!(["[CLS] hello", "there [SEP]"]),
+        "{}",
+        a.body
+    );
+    let many_ids = serde_json::json!({ "ids": vec![vec![7592]; 1000] }).to_string();
+    for (path, body, status, kind) in [
+        ("/tokenize", br#"{"inputs": []}"#.to_vec(), 400, "Empty"),
+        ("/tokenize", br#"{"inputs": [""]}"#.to_vec(), 400, "Empty"),
+        (
+            "/tokenize",
+            br#"{"inputs": "a", "add_special_tokens": 1}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+        ("/decode", br#"{"ids": []}"#.to_vec(), 400, "Empty"),
+        (
+            "/decode",
+            br#"{"ids": [[7592], []]}"#.to_vec(),
+            400,
+            "Empty",
+        ),
+        ("/decode", br#"{"ids": [-1]}"#.to_vec(), 422, "Validation"),
+        ("/decode", br#"{"ids": "7592"}"#.to_vec(), 422, "Validation"),
+        (
+            "/decode",
+            br#"{"inputs": [7592]}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+        ("/decode", many_ids.into_bytes(), 413, "Validation"),
+    ] {
+        let a = http(addr, "POST", path, &body);
+        assert_eq!(
+            a.status,
+            status,
+            "{path} {}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(60)]),
+            a.body
+        );
+        assert_eq!(a.json()["error_type"], kind, "{path}: {}", a.body);
+    }
     let info = http(addr, "GET", "/info", b"").json();
     assert_eq!(info["max_input_length"], 256);
     assert_eq!(info["model_id"], "all-MiniLM-L6-v2");

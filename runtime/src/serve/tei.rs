@@ -4,12 +4,17 @@
 //! ```text
 //!  POST /embed          {"inputs": str | [str], "normalize": true, "truncate": true} → [[f32]]
 //!  POST /v1/embeddings  {"input": str | [str], "model": …}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
+//!  POST /tokenize       {"inputs": str | [str], "add_special_tokens": true} → [[{"id", "text", "special", "start", "stop"}]]
+//!  POST /decode         {"ids": [u32] | [[u32]], "skip_special_tokens": true} → [str]
 //!  GET  /info           model id and sha, max input length, batch limits
 //!  GET  /health         200, 503 while draining
 //! ```
 //!
 //! Texts are tokenised on the request's handler (a request of more than
 //! [`BLOCKING_BYTES`] on tokio's blocking pool), never on coexec's workers.
+//! `/tokenize` never truncates (its tokens count a text, or cut it into
+//! pieces the model takes whole), and with `/decode` takes no place in the
+//! queue: neither is refused with 429.
 //! Errors are `{"error", "error_type"}` with TEI's statuses: 400 `Empty`
 //! (no input, an empty string), 413 `Validation` (too many inputs, an
 //! input past the model's limit with `truncate: false`, a body over the
@@ -32,7 +37,7 @@ use metrics::counter;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::body::{Received, receive, record};
+use super::body::{Received, body_of, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
 use crate::embed::{Embedder, TokenizeError, normalize};
@@ -106,6 +111,33 @@ fn flag(obj: &serde_json::Map<String, Value>, name: &str) -> Result<bool, Respon
 
 /// The texts of a request body, or its 4xx.
 fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
+    let field = api.field();
+    let obj = object(body, &format!("{{\"{field}\": string or [string, ...]}}"))?;
+    let texts = texts(&obj, field, most)?;
+    if api == Api::OpenAi
+        && let Some(f) = obj.get("encoding_format")
+        && f.as_str() != Some("float")
+        && !f.is_null()
+    {
+        return Err(unprocessable(format!(
+            "`encoding_format` {f} is not served; \"float\" is"
+        )));
+    }
+    Ok(Parsed {
+        texts,
+        // OpenAI's embeddings are unit vectors.
+        normalize: if api == Api::Tei {
+            flag(&obj, "normalize")?
+        } else {
+            true
+        },
+        truncate: flag(&obj, "truncate")?,
+    })
+}
+
+/// A request body's JSON object (`shape` says what it should hold), or its
+/// 4xx.
+fn object(body: &[u8], shape: &str) -> Result<serde_json::Map<String, Value>, Response> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         let status = if e.is_data() {
             StatusCode::UNPROCESSABLE_ENTITY
@@ -114,12 +146,18 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
         };
         error(status, format!("the body is not JSON: {e}"))
     })?;
-    let field = api.field();
-    let Value::Object(obj) = v else {
-        return Err(unprocessable(format!(
-            "expected a JSON object {{\"{field}\": string or [string, ...]}}"
-        )));
-    };
+    match v {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(unprocessable(format!("expected a JSON object {shape}"))),
+    }
+}
+
+/// `obj[field]`: one text or at most `most` of them, none empty; or the 4xx.
+fn texts(
+    obj: &serde_json::Map<String, Value>,
+    field: &str,
+    most: usize,
+) -> Result<Vec<String>, Response> {
     let texts = match obj.get(field) {
         None => return Err(unprocessable(format!("missing field `{field}`"))),
         Some(Value::String(s)) => vec![s.clone()],
@@ -166,25 +204,7 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
             format!("`{field}[{k}]` is an empty string"),
         ));
     }
-    if api == Api::OpenAi
-        && let Some(f) = obj.get("encoding_format")
-        && f.as_str() != Some("float")
-        && !f.is_null()
-    {
-        return Err(unprocessable(format!(
-            "`encoding_format` {f} is not served; \"float\" is"
-        )));
-    }
-    Ok(Parsed {
-        texts,
-        // OpenAI's embeddings are unit vectors.
-        normalize: if api == Api::Tei {
-            flag(&obj, "normalize")?
-        } else {
-            true
-        },
-        truncate: flag(&obj, "truncate")?,
-    })
+    Ok(texts)
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -236,16 +256,11 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     drop(body);
     let model = svc.model().clone();
     let bytes: usize = parsed.texts.iter().map(String::len).sum();
-    let (ids, parsed) = if bytes > BLOCKING_BYTES {
-        match tokio::task::spawn_blocking(move || (tokenize(&model, api, &parsed), parsed)).await {
-            Ok(r) => r,
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        }
-    } else {
-        (tokenize(&model, api, &parsed), parsed)
-    };
-    let ids = match ids {
-        Ok(ids) => ids,
+    let tokenized = off_the_handler(bytes, move || {
+        tokenize(&model, api, &parsed).map(|ids| (ids, parsed))
+    });
+    let (ids, parsed) = match tokenized.await {
+        Ok(t) => t,
         Err(r) => return r,
     };
     let tokens: usize = ids.iter().map(Vec::len).sum();
@@ -278,10 +293,7 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
             },
         }),
     };
-    match body {
-        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    json_response(body)
 }
 
 /// `/v1/embeddings`' answer (vectors as `f32`, written shortest).
@@ -330,6 +342,166 @@ pub(super) async fn openai(
     timed(svc, Api::OpenAi, headers, body).await
 }
 
+/// The most texts (or id lists) a request may carry: `/info`'s
+/// `max_client_batch_size`.
+fn client_batch(svc: &Service<Embedder>) -> usize {
+    let i = &svc.inner;
+    i.cfg.max_inputs.min(i.stream.capacity())
+}
+
+/// `body` as JSON, or a 500.
+fn json_response(body: Result<String, serde_json::Error>) -> Response {
+    match body {
+        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Runs `f` on tokio's blocking pool where the request holds more than
+/// [`BLOCKING_BYTES`], else here.
+async fn off_the_handler<T: Send + 'static>(
+    bytes: usize,
+    f: impl FnOnce() -> Result<T, Response> + Send + 'static,
+) -> Result<T, Response> {
+    if bytes <= BLOCKING_BYTES {
+        return f();
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
+}
+
+/// `POST /tokenize`: each text's tokens, never truncated.
+pub(super) async fn tokenize_route(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match body_of(&svc, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let parsed = object(&body, "{\"inputs\": string or [string, ...]}").and_then(|obj| {
+        let texts = texts(&obj, "inputs", client_batch(&svc))?;
+        Ok((texts, flag(&obj, "add_special_tokens")?))
+    });
+    drop(body);
+    let (texts, special) = match parsed {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let model = svc.model().clone();
+    let bytes = texts.iter().map(String::len).sum();
+    let tokens = off_the_handler(bytes, move || {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                model.tokens(t, special).map_err(|e| {
+                    error_of(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Tokenizer",
+                        format!("`inputs[{k}]`: {e}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    match tokens {
+        Ok(t) => json_response(serde_json::to_string(&t)),
+        Err(r) => r,
+    }
+}
+
+/// `POST /decode`: the text of each list of token ids.
+pub(super) async fn decode_route(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match body_of(&svc, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let parsed = object(&body, "{\"ids\": [id, ...] or [[id, ...], ...]}").and_then(|obj| {
+        let ids = id_lists(&obj, client_batch(&svc))?;
+        Ok((ids, flag(&obj, "skip_special_tokens")?))
+    });
+    drop(body);
+    let (ids, skip) = match parsed {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let model = svc.model().clone();
+    let bytes = 4 * ids.iter().map(Vec::len).sum::<usize>();
+    let texts = off_the_handler(bytes, move || {
+        ids.iter()
+            .enumerate()
+            .map(|(k, ids)| {
+                model.decode(ids, skip).map_err(|e| {
+                    error_of(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Tokenizer",
+                        format!("`ids[{k}]`: {e}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    match texts {
+        Ok(t) => json_response(serde_json::to_string(&t)),
+        Err(r) => r,
+    }
+}
+
+/// `obj["ids"]`: one list of token ids, or at most `most` lists; none
+/// empty. Or the 4xx.
+fn id_lists(obj: &serde_json::Map<String, Value>, most: usize) -> Result<Vec<Vec<u32>>, Response> {
+    let empty = |what: String| error_of(StatusCode::BAD_REQUEST, "Empty", what);
+    let ids = |v: &Value, at: &str| -> Result<Vec<u32>, Response> {
+        let Value::Array(a) = v else {
+            return Err(unprocessable(format!(
+                "`{at}` must be an array of token ids, not {}",
+                kind(v)
+            )));
+        };
+        if a.is_empty() {
+            return Err(empty(format!("`{at}` cannot be empty")));
+        }
+        a.iter()
+            .enumerate()
+            .map(|(k, id)| {
+                id.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| {
+                        unprocessable(format!("`{at}[{k}]` must be a token id, not {id}"))
+                    })
+            })
+            .collect()
+    };
+    let v = obj
+        .get("ids")
+        .ok_or_else(|| unprocessable("missing field `ids`"))?;
+    match v {
+        Value::Array(a) if a.first().is_some_and(Value::is_array) => {
+            if a.len() > most {
+                return Err(error_of(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Validation",
+                    format!("batch size {} > maximum allowed batch size {most}", a.len()),
+                ));
+            }
+            a.iter()
+                .enumerate()
+                .map(|(k, l)| ids(l, &format!("ids[{k}]")))
+                .collect()
+        }
+        v => Ok(vec![ids(v, "ids")?]),
+    }
+}
+
 pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
     let i = &svc.inner;
     let m = svc.model();
@@ -346,7 +518,7 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
         "max_input_length": m.max_input_length(),
         "max_batch_tokens": i.batch_cost,
         "max_batch_requests": i.batch_len,
-        "max_client_batch_size": i.cfg.max_inputs.min(i.stream.capacity()),
+        "max_client_batch_size": client_batch(&svc),
         "auto_truncate": true,
         "tokenization_workers": 0,
         "version": env!("CARGO_PKG_VERSION"),
