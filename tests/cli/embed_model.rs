@@ -1,7 +1,7 @@
 //! all-MiniLM-L6-v2 as users run it: the library's vectors against the
 //! sentence-transformers documentation and an independent fp64 reference,
 //! `coexec serve --model DIR` with TEI's API (good and bad inputs at once,
-//! `/tokenize` and `/decode` among them),
+//! `/similarity`, `/tokenize` and `/decode` among them),
 //! and `coexec embed` giving the service's vectors.
 //!
 //! The weights are not in the repository: `scripts/fetch_model.sh` puts
@@ -295,6 +295,82 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
     assert_eq!(v["data"][0]["embedding"].as_array().unwrap().len(), 384);
     assert_eq!(v["usage"]["prompt_tokens"], 11);
     assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    // TEI's /similarity: the cosines of /embed's unit vectors.
+    let (source, others) = (
+        "A man is eating food.",
+        [
+            "A man is eating a piece of bread.",
+            "A man is riding a horse.",
+        ],
+    );
+    let a = http(
+        addr,
+        "POST",
+        "/similarity",
+        serde_json::json!({ "inputs": { "source_sentence": source, "sentences": others } })
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let got: Vec<f64> = serde_json::from_value(a.json()).unwrap();
+    let e = http(
+        addr,
+        "POST",
+        "/embed",
+        serde_json::json!({ "inputs": [source, others[0], others[1]] })
+            .to_string()
+            .as_bytes(),
+    );
+    let v: Vec<Vec<f32>> = serde_json::from_value(e.json()).unwrap();
+    let want = [dot(&v[0], &v[1]), dot(&v[0], &v[2])];
+    assert!(
+        got.len() == 2 && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5),
+        "{got:?} against {want:?}"
+    );
+    assert!(
+        got[0] > got[1],
+        "bread is nearer eating food than a horse: {got:?}"
+    );
+    let a = http(
+        addr,
+        "POST",
+        "/embeddings",
+        br#"{"input": "an alias of /v1/embeddings"}"#,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let too_many =
+        serde_json::json!({ "inputs": { "source_sentence": "a", "sentences": vec!["b"; 32] } })
+            .to_string();
+    for (body, status, kind) in [
+        (
+            br#"{"inputs": {"source_sentence": "a", "sentences": []}}"#.to_vec(),
+            400,
+            "Empty",
+        ),
+        (
+            br#"{"inputs": {"source_sentence": "", "sentences": ["b"]}}"#.to_vec(),
+            400,
+            "Empty",
+        ),
+        (br#"{"inputs": "a"}"#.to_vec(), 422, "Validation"),
+        (
+            br#"{"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": 1}"#
+                .to_vec(),
+            422,
+            "Validation",
+        ),
+        (too_many.into_bytes(), 413, "Validation"),
+    ] {
+        let a = http(addr, "POST", "/similarity", &body);
+        assert_eq!(
+            a.status,
+            status,
+            "{}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(60)]),
+            a.body
+        );
+        assert_eq!(a.json()["error_type"], kind, "{}", a.body);
+    }
     // TEI's /tokenize: byte offsets into the text, special tokens without
     // them, and never truncated (the 400 words /embed refused above).
     let a = http(

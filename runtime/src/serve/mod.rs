@@ -377,6 +377,8 @@ impl Service<crate::embed::Embedder> {
         let tei = Router::new()
             .route("/embed", post(tei::embed).fallback(json405))
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
+            .route("/embeddings", post(tei::openai).fallback(json405))
+            .route("/similarity", post(tei::similarity).fallback(json405))
             .route("/tokenize", post(tei::tokenize_route).fallback(json405))
             .route("/decode", post(tei::decode_route).fallback(json405))
             .route("/info", get(tei::info).fallback(json405))

@@ -4,6 +4,7 @@
 //! ```text
 //!  POST /embed          {"inputs": str | [str], "normalize": true, "truncate": true} → [[f32]]
 //!  POST /v1/embeddings  {"input": str | [str], "model": …}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
+//!  POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters": {"truncate": true}} → [cosine]
 //!  POST /tokenize       {"inputs": str | [str], "add_special_tokens": true} → [[{"id", "text", "special", "start", "stop"}]]
 //!  POST /decode         {"ids": [u32] | [[u32]], "skip_special_tokens": true} → [str]
 //!  GET  /info           model id and sha, max input length, batch limits
@@ -77,13 +78,24 @@ enum Api {
     Tei,
     /// `POST /v1/embeddings`.
     OpenAi,
+    /// `POST /similarity`: the source sentence first, then the others.
+    Similarity,
 }
 
 impl Api {
     fn field(self) -> &'static str {
         match self {
-            Api::Tei => "inputs",
+            Api::Tei | Api::Similarity => "inputs",
             Api::OpenAi => "input",
+        }
+    }
+
+    /// Where the request's `k`-th text is, for an error.
+    fn at(self, k: usize) -> String {
+        match (self, k) {
+            (Api::Similarity, 0) => "inputs.source_sentence".into(),
+            (Api::Similarity, k) => format!("inputs.sentences[{}]", k - 1),
+            (api, k) => format!("{}[{k}]", api.field()),
         }
     }
 }
@@ -111,6 +123,9 @@ fn flag(obj: &serde_json::Map<String, Value>, name: &str) -> Result<bool, Respon
 
 /// The texts of a request body, or its 4xx.
 fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
+    if api == Api::Similarity {
+        return parse_similarity(body, most);
+    }
     let field = api.field();
     let obj = object(body, &format!("{{\"{field}\": string or [string, ...]}}"))?;
     let texts = texts(&obj, field, most)?;
@@ -132,6 +147,69 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
             true
         },
         truncate: flag(&obj, "truncate")?,
+    })
+}
+
+/// `/similarity`'s texts (the source sentence, then the others) and its
+/// `parameters.truncate`, or its 4xx. Its vectors are unit vectors: their
+/// dot products are the cosines.
+fn parse_similarity(body: &[u8], most: usize) -> Result<Parsed, Response> {
+    let shape = r#"{"inputs": {"source_sentence": string, "sentences": [string, ...]}}"#;
+    let obj = object(body, shape)?;
+    let Some(Value::Object(inputs)) = obj.get("inputs") else {
+        return Err(unprocessable(format!("`inputs` must be an object {shape}")));
+    };
+    let source = match inputs.get("source_sentence") {
+        Some(Value::String(s)) if s.is_empty() => {
+            return Err(error_of(
+                StatusCode::BAD_REQUEST,
+                "Empty",
+                "`inputs.source_sentence` is an empty string",
+            ));
+        }
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            return Err(unprocessable("`inputs.source_sentence` must be a string"));
+        }
+    };
+    if matches!(inputs.get("sentences"), Some(Value::Array(a)) if a.is_empty()) {
+        return Err(error_of(
+            StatusCode::BAD_REQUEST,
+            "Empty",
+            "`inputs.sentences` cannot be empty",
+        ));
+    }
+    // The source sentence counts in the batch.
+    if let Some(Value::Array(a)) = inputs.get("sentences")
+        && a.len() + 1 > most
+    {
+        return Err(error_of(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Validation",
+            format!(
+                "batch size {} > maximum allowed batch size {most}",
+                a.len() + 1
+            ),
+        ));
+    }
+    let sentences = texts(inputs, "sentences", most)?;
+    let truncate = match obj.get("parameters") {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(p)) => flag(p, "truncate")?,
+        Some(v) => {
+            return Err(unprocessable(format!(
+                "`parameters` must be an object, not {}",
+                kind(v)
+            )));
+        }
+    };
+    let mut texts = Vec::with_capacity(sentences.len() + 1);
+    texts.push(source);
+    texts.extend(sentences);
+    Ok(Parsed {
+        texts,
+        normalize: true,
+        truncate,
     })
 }
 
@@ -228,12 +306,12 @@ fn tokenize(model: &Embedder, api: Api, p: &Parsed) -> Result<Vec<Vec<u32>>, Res
                 TokenizeError::TooLong { .. } => error_of(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "Validation",
-                    format!("`{}[{k}]`: {e}", api.field()),
+                    format!("`{}`: {e}", api.at(k)),
                 ),
                 _ => error_of(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "Tokenizer",
-                    format!("`{}[{k}]`: {e}", api.field()),
+                    format!("`{}`: {e}", api.at(k)),
                 ),
             })
         })
@@ -275,6 +353,16 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     }
     let body = match api {
         Api::Tei => serde_json::to_string(&vectors),
+        Api::Similarity => {
+            let cosines: Vec<f32> = match vectors.split_first() {
+                Some((source, others)) => others
+                    .iter()
+                    .map(|v| v.iter().zip(source).map(|(a, b)| a * b).sum())
+                    .collect(),
+                None => Vec::new(),
+            };
+            serde_json::to_string(&cosines)
+        }
         Api::OpenAi => serde_json::to_string(&OpenAiList {
             object: "list",
             data: vectors
@@ -332,6 +420,14 @@ pub(super) async fn embed(
     body: Body,
 ) -> Response {
     timed(svc, Api::Tei, headers, body).await
+}
+
+pub(super) async fn similarity(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    timed(svc, Api::Similarity, headers, body).await
 }
 
 pub(super) async fn openai(
