@@ -17,8 +17,11 @@ PORT=${PORT:-18093}
 .bin/coexec serve --addr "127.0.0.1:$PORT" --devices "${GPU:-cuda:0x2},cpu:4" \
   --gpu-telemetry-s 1 --profile-dir "$TMP/p" >"$TMP/serve.log" 2>&1 &
 srv=$!
-for _ in $(seq 100); do
+# Ready once it has warmed every device up (up to a minute); a server that
+# has exited is not waited for.
+for _ in $(seq 300); do
   curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break
+  kill -0 $srv 2>/dev/null || break
   sleep 0.2
 done
 if ! curl -sf "127.0.0.1:$PORT/readyz" >/dev/null; then

@@ -354,6 +354,11 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
         ),
         (br#"{"inputs": "a"}"#.to_vec(), 422, "Validation"),
         (
+            br#"{"inputs": {"source_sentence": "a", "sentences": "b"}}"#.to_vec(),
+            422,
+            "Validation",
+        ),
+        (
             br#"{"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": 1}"#
                 .to_vec(),
             422,
@@ -427,6 +432,8 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
         a.body
     );
     let many_ids = serde_json::json!({ "ids": vec![vec![7592]; 1000] }).to_string();
+    // TEI's bound on an untruncated text: 250 characters a token the model takes.
+    let too_long = serde_json::json!({ "inputs": "a".repeat(256 * 250 + 1) }).to_string();
     for (path, body, status, kind) in [
         ("/tokenize", br#"{"inputs": []}"#.to_vec(), 400, "Empty"),
         ("/tokenize", br#"{"inputs": [""]}"#.to_vec(), 400, "Empty"),
@@ -436,6 +443,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             422,
             "Validation",
         ),
+        ("/tokenize", too_long.into_bytes(), 413, "Validation"),
         ("/decode", br#"{"ids": []}"#.to_vec(), 400, "Empty"),
         (
             "/decode",

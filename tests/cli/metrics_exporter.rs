@@ -433,7 +433,7 @@ fn run_keeps_its_metrics_up_for_the_linger() -> Result<(), Box<dyn std::error::E
 /// instance, which does not report it (rather than a zero).
 #[test]
 fn gpu_telemetry_reads_nvml_as_the_driver_installs_it() -> Result<(), Box<dyn std::error::Error>> {
-    let lib = std::env::temp_dir().join(format!("coexec-fake-nvml-{}", std::process::id()));
+    let lib = std::env::temp_dir().join(format!("coexec-nvml-lib-{}", std::process::id()));
     std::fs::create_dir_all(&lib)?;
     let source = lib.join("fake_nvml.c");
     std::fs::write(&source, include_str!("fake_nvml.c"))?;
@@ -442,7 +442,11 @@ fn gpu_telemetry_reads_nvml_as_the_driver_installs_it() -> Result<(), Box<dyn st
         .args(["-shared", "-fPIC", "-o"])
         .arg(lib.join("libnvidia-ml.so.1"))
         .arg(&source)
-        .output()?;
+        .output();
+    if !built.as_ref().is_ok_and(|b| b.status.success()) {
+        let _ = std::fs::remove_dir_all(&lib);
+    }
+    let built = built?;
     assert!(
         built.status.success(),
         "{cc:?} could not build the fake NVML: {}",

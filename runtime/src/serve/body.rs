@@ -118,6 +118,13 @@ pub(super) struct Received {
     pub(super) most: usize,
 }
 
+/// Whether the queue has no room now for `rows` more inputs of a request
+/// the drain had not begun for (`accepted`): the 429 before its parse.
+pub(super) fn full<M: ServeModel>(svc: &Service<M>, rows: usize, accepted: bool) -> bool {
+    let s = &svc.inner.stream;
+    accepted && s.queued() + rows > s.capacity()
+}
+
 /// Reads a request's body ([`body_of`]), and refuses it with 429 when the
 /// inputs it holds (counted by a scan) cannot fit in the queue.
 pub(super) async fn receive<M: ServeModel>(
@@ -137,7 +144,7 @@ pub(super) async fn receive<M: ServeModel>(
     // One that could never fit is left to the parse, to get its 400 (413).
     let most = i.cfg.max_inputs.min(i.stream.capacity());
     let rows = inputs_in(&body);
-    if rows <= most && i.stream.queued() + rows > i.stream.capacity() && accepted {
+    if rows <= most && full(svc, rows, accepted) {
         return Err(svc.overloaded());
     }
     Ok(Received {

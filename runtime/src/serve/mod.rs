@@ -359,14 +359,15 @@ impl<M: ServeModel> Service<M> {
 /// Text Embeddings Inference's API (see `tei.rs`).
 #[cfg(feature = "embed")]
 impl Service<crate::embed::Embedder> {
-    /// TEI's routes — `POST /embed`, `POST /v1/embeddings`, `GET /info`,
-    /// `GET /health` — and [`Service::router`]'s (token ids on
+    /// TEI's routes — `POST /embed`, `POST /v1/embeddings` (and
+    /// `/embeddings`), `POST /similarity`, `POST /tokenize`, `POST /decode`,
+    /// `GET /info`, `GET /health` — and [`Service::router`]'s (token ids on
     /// `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a handle).
     pub fn tei_router(&self) -> Router {
         let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
-            "POST /embed, /v1/embeddings, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
+            "POST /embed, /v1/embeddings, /embeddings, /similarity, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
         } else {
-            "POST /embed, /v1/embeddings, /v1/infer; GET /info, /health, /healthz, /readyz"
+            "POST /embed, /v1/embeddings, /embeddings, /similarity, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz"
         };
         let json405 = move || async move {
             error(
@@ -430,12 +431,12 @@ fn describe() {
         describe_counter!(
             "coexec_embed_tokens_total",
             Unit::Count,
-            "Tokens of the texts embedded (answered /embed and /v1/embeddings inputs)."
+            "Tokens of the texts embedded (answered /embed, /v1/embeddings and /similarity inputs)."
         );
         describe_counter!(
             "coexec_embed_sequences_total",
             Unit::Count,
-            "Texts embedded (answered /embed and /v1/embeddings inputs)."
+            "Texts embedded (answered /embed, /v1/embeddings and /similarity inputs)."
         );
         describe_histogram!(
             "coexec_embed_batch_tokens",

@@ -38,7 +38,7 @@ use metrics::counter;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::body::{Received, body_of, receive, record};
+use super::body::{Received, body_of, full, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
 use crate::embed::{Embedder, TokenizeError, normalize};
@@ -46,6 +46,10 @@ use crate::embed::{Embedder, TokenizeError, normalize};
 /// A request whose texts hold more bytes than this is tokenised on
 /// tokio's blocking pool, not on the handler's worker thread.
 pub const BLOCKING_BYTES: usize = 64 << 10;
+
+/// `/tokenize` refuses a text of more than this many characters per token
+/// the model takes (TEI's bound: 64 000 for a model of 256 tokens).
+const MAX_CHAR_MULTIPLIER: usize = 250;
 
 /// Token ids are the input of `/v1/infer` (for clients that tokenise
 /// themselves); TEI's routes take text.
@@ -128,7 +132,7 @@ fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
     }
     let field = api.field();
     let obj = object(body, &format!("{{\"{field}\": string or [string, ...]}}"))?;
-    let texts = texts(&obj, field, most)?;
+    let texts = texts(obj.get(field), field, most)?;
     if api == Api::OpenAi
         && let Some(f) = obj.get("encoding_format")
         && f.as_str() != Some("float")
@@ -192,7 +196,14 @@ fn parse_similarity(body: &[u8], most: usize) -> Result<Parsed, Response> {
             ),
         ));
     }
-    let sentences = texts(inputs, "sentences", most)?;
+    let sentences = match inputs.get("sentences") {
+        v @ Some(Value::Array(_)) => texts(v, "inputs.sentences", most)?,
+        _ => {
+            return Err(unprocessable(
+                "`inputs.sentences` must be an array of strings",
+            ));
+        }
+    };
     let truncate = match obj.get("parameters") {
         None | Some(Value::Null) => true,
         Some(Value::Object(p)) => flag(p, "truncate")?,
@@ -230,13 +241,10 @@ fn object(body: &[u8], shape: &str) -> Result<serde_json::Map<String, Value>, Re
     }
 }
 
-/// `obj[field]`: one text or at most `most` of them, none empty; or the 4xx.
-fn texts(
-    obj: &serde_json::Map<String, Value>,
-    field: &str,
-    most: usize,
-) -> Result<Vec<String>, Response> {
-    let texts = match obj.get(field) {
+/// `v`, the request's `field`: one text or at most `most` of them, none
+/// empty; or the 4xx.
+fn texts(v: Option<&Value>, field: &str, most: usize) -> Result<Vec<String>, Response> {
+    let texts = match v {
         None => return Err(unprocessable(format!("missing field `{field}`"))),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => {
@@ -332,6 +340,11 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
         Err(r) => return r,
     };
     drop(body);
+    // The scan counts a top-level array's values; `/similarity` nests its
+    // texts. Refused before the tokenizer's work, as the scan would.
+    if api == Api::Similarity && full(svc, parsed.texts.len(), accepted) {
+        return svc.overloaded();
+    }
     let model = svc.model().clone();
     let bytes: usize = parsed.texts.iter().map(String::len).sum();
     let tokenized = off_the_handler(bytes, move || {
@@ -478,7 +491,7 @@ pub(super) async fn tokenize_route(
         Err(r) => return r,
     };
     let parsed = object(&body, "{\"inputs\": string or [string, ...]}").and_then(|obj| {
-        let texts = texts(&obj, "inputs", client_batch(&svc))?;
+        let texts = texts(obj.get("inputs"), "inputs", client_batch(&svc))?;
         Ok((texts, flag(&obj, "add_special_tokens")?))
     });
     drop(body);
@@ -486,6 +499,19 @@ pub(super) async fn tokenize_route(
         Ok(p) => p,
         Err(r) => return r,
     };
+    // TEI's bound on an untruncated text: its answer is some 35 bytes a
+    // character of text (a token's JSON for each one-letter word).
+    let limit = svc.model().max_input_length() * MAX_CHAR_MULTIPLIER;
+    for (k, t) in texts.iter().enumerate() {
+        let chars = t.chars().count();
+        if chars > limit {
+            return error_of(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Validation",
+                format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
+            );
+        }
+    }
     let model = svc.model().clone();
     let bytes = texts.iter().map(String::len).sum();
     let tokens = off_the_handler(bytes, move || {
