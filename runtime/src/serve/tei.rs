@@ -486,54 +486,35 @@ pub(super) async fn tokenize_route(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match body_of(&svc, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let parsed = object(&body, "{\"inputs\": string or [string, ...]}").and_then(|obj| {
-        let texts = texts(obj.get("inputs"), "inputs", client_batch(&svc))?;
-        Ok((texts, flag(&obj, "add_special_tokens")?))
-    });
-    drop(body);
-    let (texts, special) = match parsed {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+    let most = client_batch(&svc);
     // TEI's bound on an untruncated text: its answer is some 35 bytes a
     // character of text (a token's JSON for each one-letter word).
     let limit = svc.model().max_input_length() * MAX_CHAR_MULTIPLIER;
-    for (k, t) in texts.iter().enumerate() {
-        let chars = t.chars().count();
-        if chars > limit {
-            return error_of(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Validation",
-                format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
-            );
+    let read = |obj: &serde_json::Map<String, Value>| {
+        let texts = texts(obj.get("inputs"), "inputs", most)?;
+        for (k, t) in texts.iter().enumerate() {
+            let chars = t.chars().count();
+            if chars > limit {
+                return Err(error_of(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Validation",
+                    format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
+                ));
+            }
         }
-    }
-    let model = svc.model().clone();
-    let bytes = texts.iter().map(String::len).sum();
-    let tokens = off_the_handler(bytes, move || {
-        texts
-            .iter()
-            .enumerate()
-            .map(|(k, t)| {
-                model.tokens(t, special).map_err(|e| {
-                    error_of(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Tokenizer",
-                        format!("`inputs[{k}]`: {e}"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
-    match tokens {
-        Ok(t) => json_response(serde_json::to_string(&t)),
-        Err(r) => r,
-    }
+        Ok((texts, flag(obj, "add_special_tokens")?))
+    };
+    let shape = "{\"inputs\": string or [string, ...]}";
+    each_of(
+        &svc,
+        &headers,
+        body,
+        (shape, "inputs"),
+        read,
+        String::len,
+        |m, t, special| m.tokens(t, special),
+    )
+    .await
 }
 
 /// `POST /decode`: the text of each list of token ids.
@@ -542,38 +523,72 @@ pub(super) async fn decode_route(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match body_of(&svc, &headers, body).await {
+    let most = client_batch(&svc);
+    let read = |obj: &serde_json::Map<String, Value>| {
+        Ok((id_lists(obj, most)?, flag(obj, "skip_special_tokens")?))
+    };
+    let shape = "{\"ids\": [id, ...] or [[id, ...], ...]}";
+    let bytes = |ids: &Vec<u32>| 4 * ids.len();
+    each_of(
+        &svc,
+        &headers,
+        body,
+        (shape, "ids"),
+        read,
+        bytes,
+        |m, ids, skip| m.decode(ids, skip),
+    )
+    .await
+}
+
+/// A tokenizer route: reads the body's JSON object (`shape`, `field`: what
+/// it should hold and the name of its items, for errors), takes its items
+/// and flag with `read`, runs `each` on every item off the handler where
+/// they hold more than [`BLOCKING_BYTES`] (`bytes` of each), and answers
+/// the results as a JSON array, or the first failure's 422.
+async fn each_of<I, O>(
+    svc: &Service<Embedder>,
+    headers: &HeaderMap,
+    body: Body,
+    (shape, field): (&str, &'static str),
+    read: impl FnOnce(&serde_json::Map<String, Value>) -> Result<(Vec<I>, bool), Response>,
+    bytes: impl Fn(&I) -> usize,
+    each: impl Fn(&Embedder, &I, bool) -> Result<O, TokenizeError> + Send + 'static,
+) -> Response
+where
+    I: Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    let body = match body_of(svc, headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    let parsed = object(&body, "{\"ids\": [id, ...] or [[id, ...], ...]}").and_then(|obj| {
-        let ids = id_lists(&obj, client_batch(&svc))?;
-        Ok((ids, flag(&obj, "skip_special_tokens")?))
-    });
+    let parsed = object(&body, shape).and_then(|obj| read(&obj));
     drop(body);
-    let (ids, skip) = match parsed {
+    let (items, flag) = match parsed {
         Ok(p) => p,
         Err(r) => return r,
     };
     let model = svc.model().clone();
-    let bytes = 4 * ids.iter().map(Vec::len).sum::<usize>();
-    let texts = off_the_handler(bytes, move || {
-        ids.iter()
+    let size = items.iter().map(bytes).sum();
+    let answers = off_the_handler(size, move || {
+        items
+            .iter()
             .enumerate()
-            .map(|(k, ids)| {
-                model.decode(ids, skip).map_err(|e| {
+            .map(|(k, item)| {
+                each(&model, item, flag).map_err(|e| {
                     error_of(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         "Tokenizer",
-                        format!("`ids[{k}]`: {e}"),
+                        format!("`{field}[{k}]`: {e}"),
                     )
                 })
             })
             .collect::<Result<Vec<_>, _>>()
     })
     .await;
-    match texts {
-        Ok(t) => json_response(serde_json::to_string(&t)),
+    match answers {
+        Ok(a) => json_response(serde_json::to_string(&a)),
         Err(r) => r,
     }
 }
