@@ -380,8 +380,8 @@ impl Service<crate::embed::Embedder> {
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
             .route("/embeddings", post(tei::openai).fallback(json405))
             .route("/similarity", post(tei::similarity).fallback(json405))
-            .route("/tokenize", post(tei::tokenize_route).fallback(json405))
-            .route("/decode", post(tei::decode_route).fallback(json405))
+            .route("/tokenize", post(tei::tokens::tokenize).fallback(json405))
+            .route("/decode", post(tei::tokens::decode).fallback(json405))
             .route("/info", get(tei::info).fallback(json405))
             .route("/health", get(tei::health).fallback(json405));
         self.router_with(tei, routes)

@@ -38,18 +38,19 @@ use metrics::counter;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::body::{Received, body_of, full, receive, record};
+use super::body::{Received, full, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
 use crate::embed::{Embedder, TokenizeError, normalize};
 
+mod request;
+pub(super) mod tokens;
+
+use request::{flag, kind, object, texts, unprocessable};
+
 /// A request whose texts hold more bytes than this is tokenised on
 /// tokio's blocking pool, not on the handler's worker thread.
 pub const BLOCKING_BYTES: usize = 64 << 10;
-
-/// `/tokenize` refuses a text of more than this many characters per token
-/// the model takes (TEI's bound: 64 000 for a model of 256 tokens).
-const MAX_CHAR_MULTIPLIER: usize = 250;
 
 /// Token ids are the input of `/v1/infer` (for clients that tokenise
 /// themselves); TEI's routes take text.
@@ -109,20 +110,6 @@ struct Parsed {
     texts: Vec<String>,
     normalize: bool,
     truncate: bool,
-}
-
-fn unprocessable(msg: impl Into<String>) -> Response {
-    error_of(StatusCode::UNPROCESSABLE_ENTITY, "Validation", msg)
-}
-
-fn flag(obj: &serde_json::Map<String, Value>, name: &str) -> Result<bool, Response> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(true),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(unprocessable(format!(
-            "`{name}` must be true or false, not {v}"
-        ))),
-    }
 }
 
 /// The texts of a request body, or its 4xx.
@@ -222,86 +209,6 @@ fn parse_similarity(body: &[u8], most: usize) -> Result<Parsed, Response> {
         normalize: true,
         truncate,
     })
-}
-
-/// A request body's JSON object (`shape` says what it should hold), or its
-/// 4xx.
-fn object(body: &[u8], shape: &str) -> Result<serde_json::Map<String, Value>, Response> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        let status = if e.is_data() {
-            StatusCode::UNPROCESSABLE_ENTITY
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        error(status, format!("the body is not JSON: {e}"))
-    })?;
-    match v {
-        Value::Object(obj) => Ok(obj),
-        _ => Err(unprocessable(format!("expected a JSON object {shape}"))),
-    }
-}
-
-/// `v`, the request's `field`: one text or at most `most` of them, none
-/// empty; or the 4xx.
-fn texts(v: Option<&Value>, field: &str, most: usize) -> Result<Vec<String>, Response> {
-    let texts = match v {
-        None => return Err(unprocessable(format!("missing field `{field}`"))),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => {
-            if a.len() > most {
-                return Err(error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("batch size {} > maximum allowed batch size {most}", a.len()),
-                ));
-            }
-            let mut texts = Vec::with_capacity(a.len());
-            for (k, t) in a.iter().enumerate() {
-                match t {
-                    Value::String(s) => texts.push(s.clone()),
-                    other => {
-                        return Err(unprocessable(format!(
-                            "`{field}[{k}]` must be a string, not {}",
-                            kind(other)
-                        )));
-                    }
-                }
-            }
-            texts
-        }
-        Some(other) => {
-            return Err(unprocessable(format!(
-                "`{field}` must be a string or an array of strings, not {}",
-                kind(other)
-            )));
-        }
-    };
-    if texts.is_empty() {
-        return Err(error_of(
-            StatusCode::BAD_REQUEST,
-            "Empty",
-            format!("`{field}` cannot be empty"),
-        ));
-    }
-    if let Some(k) = texts.iter().position(String::is_empty) {
-        return Err(error_of(
-            StatusCode::BAD_REQUEST,
-            "Empty",
-            format!("`{field}[{k}]` is an empty string"),
-        ));
-    }
-    Ok(texts)
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The ids of each text, or the 4xx of the first that fails.
@@ -478,165 +385,6 @@ async fn off_the_handler<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
-}
-
-/// `POST /tokenize`: each text's tokens, never truncated.
-pub(super) async fn tokenize_route(
-    State(svc): State<Service<Embedder>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let most = client_batch(&svc);
-    // TEI's bound on an untruncated text: its answer is some 35 bytes a
-    // character of text (a token's JSON for each one-letter word).
-    let limit = svc.model().max_input_length() * MAX_CHAR_MULTIPLIER;
-    let read = |obj: &serde_json::Map<String, Value>| {
-        let texts = texts(obj.get("inputs"), "inputs", most)?;
-        for (k, t) in texts.iter().enumerate() {
-            let chars = t.chars().count();
-            if chars > limit {
-                return Err(error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
-                ));
-            }
-        }
-        Ok((texts, flag(obj, "add_special_tokens")?))
-    };
-    let shape = "{\"inputs\": string or [string, ...]}";
-    each_of(
-        &svc,
-        &headers,
-        body,
-        (shape, "inputs"),
-        read,
-        String::len,
-        |m, t, special| m.tokens(t, special),
-    )
-    .await
-}
-
-/// `POST /decode`: the text of each list of token ids.
-pub(super) async fn decode_route(
-    State(svc): State<Service<Embedder>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let most = client_batch(&svc);
-    let read = |obj: &serde_json::Map<String, Value>| {
-        Ok((id_lists(obj, most)?, flag(obj, "skip_special_tokens")?))
-    };
-    let shape = "{\"ids\": [id, ...] or [[id, ...], ...]}";
-    let bytes = |ids: &Vec<u32>| 4 * ids.len();
-    each_of(
-        &svc,
-        &headers,
-        body,
-        (shape, "ids"),
-        read,
-        bytes,
-        |m, ids, skip| m.decode(ids, skip),
-    )
-    .await
-}
-
-/// A tokenizer route: reads the body's JSON object (`shape`, `field`: what
-/// it should hold and the name of its items, for errors), takes its items
-/// and flag with `read`, runs `each` on every item off the handler where
-/// they hold more than [`BLOCKING_BYTES`] (`bytes` of each), and answers
-/// the results as a JSON array, or the first failure's 422.
-async fn each_of<I, O>(
-    svc: &Service<Embedder>,
-    headers: &HeaderMap,
-    body: Body,
-    (shape, field): (&str, &'static str),
-    read: impl FnOnce(&serde_json::Map<String, Value>) -> Result<(Vec<I>, bool), Response>,
-    bytes: impl Fn(&I) -> usize,
-    each: impl Fn(&Embedder, &I, bool) -> Result<O, TokenizeError> + Send + 'static,
-) -> Response
-where
-    I: Send + 'static,
-    O: Serialize + Send + 'static,
-{
-    let body = match body_of(svc, headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let parsed = object(&body, shape).and_then(|obj| read(&obj));
-    drop(body);
-    let (items, flag) = match parsed {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let model = svc.model().clone();
-    let size = items.iter().map(bytes).sum();
-    let answers = off_the_handler(size, move || {
-        items
-            .iter()
-            .enumerate()
-            .map(|(k, item)| {
-                each(&model, item, flag).map_err(|e| {
-                    error_of(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Tokenizer",
-                        format!("`{field}[{k}]`: {e}"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
-    match answers {
-        Ok(a) => json_response(serde_json::to_string(&a)),
-        Err(r) => r,
-    }
-}
-
-/// `obj["ids"]`: one list of token ids, or at most `most` lists; none
-/// empty. Or the 4xx.
-fn id_lists(obj: &serde_json::Map<String, Value>, most: usize) -> Result<Vec<Vec<u32>>, Response> {
-    let empty = |what: String| error_of(StatusCode::BAD_REQUEST, "Empty", what);
-    let ids = |v: &Value, at: &str| -> Result<Vec<u32>, Response> {
-        let Value::Array(a) = v else {
-            return Err(unprocessable(format!(
-                "`{at}` must be an array of token ids, not {}",
-                kind(v)
-            )));
-        };
-        if a.is_empty() {
-            return Err(empty(format!("`{at}` cannot be empty")));
-        }
-        a.iter()
-            .enumerate()
-            .map(|(k, id)| {
-                id.as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .ok_or_else(|| {
-                        unprocessable(format!("`{at}[{k}]` must be a token id, not {id}"))
-                    })
-            })
-            .collect()
-    };
-    let v = obj
-        .get("ids")
-        .ok_or_else(|| unprocessable("missing field `ids`"))?;
-    match v {
-        Value::Array(a) if a.first().is_some_and(Value::is_array) => {
-            if a.len() > most {
-                return Err(error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("batch size {} > maximum allowed batch size {most}", a.len()),
-                ));
-            }
-            a.iter()
-                .enumerate()
-                .map(|(k, l)| ids(l, &format!("ids[{k}]")))
-                .collect()
-        }
-        v => Ok(vec![ids(v, "ids")?]),
-    }
 }
 
 pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
