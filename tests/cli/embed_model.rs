@@ -366,15 +366,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
         ),
         (too_many.into_bytes(), 413, "Validation"),
     ] {
-        let a = http(addr, "POST", "/similarity", &body);
-        assert_eq!(
-            a.status,
-            status,
-            "{}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(60)]),
-            a.body
-        );
-        assert_eq!(a.json()["error_type"], kind, "{}", a.body);
+        assert_refused(addr, "/similarity", &body, status, kind);
     }
     // TEI's /tokenize: byte offsets into the text, special tokens without
     // them, and never truncated (the 400 words /embed refused above).
@@ -461,15 +453,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
         ),
         ("/decode", many_ids.into_bytes(), 413, "Validation"),
     ] {
-        let a = http(addr, "POST", path, &body);
-        assert_eq!(
-            a.status,
-            status,
-            "{path} {}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(60)]),
-            a.body
-        );
-        assert_eq!(a.json()["error_type"], kind, "{path}: {}", a.body);
+        assert_refused(addr, path, &body, status, kind);
     }
     let info = http(addr, "GET", "/info", b"").json();
     assert_eq!(info["max_input_length"], 256);
@@ -484,6 +468,20 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
     ] {
         assert!(m.contains(name), "{name} missing from /metrics");
     }
+}
+
+/// `body` posted to `path` is answered `status` with TEI's `error_type`
+/// `kind`.
+fn assert_refused(addr: std::net::SocketAddr, path: &str, body: &[u8], status: u16, kind: &str) {
+    let a = http(addr, "POST", path, body);
+    assert_eq!(
+        a.status,
+        status,
+        "{path} {}: {}",
+        String::from_utf8_lossy(&body[..body.len().min(60)]),
+        a.body
+    );
+    assert_eq!(a.json()["error_type"], kind, "{path}: {}", a.body);
 }
 
 #[test]

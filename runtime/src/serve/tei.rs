@@ -247,9 +247,10 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
         Err(r) => return r,
     };
     drop(body);
-    // The scan counts a top-level array's values; `/similarity` nests its
-    // texts. Refused before the tokenizer's work, as the scan would.
-    if api == Api::Similarity && full(svc, parsed.texts.len(), accepted) {
+    // The queue checked again by the parsed count, before the tokenizer's
+    // work: the scan counts a top-level array's values, and `/similarity`
+    // nests its texts.
+    if full(svc, parsed.texts.len(), accepted) {
         return svc.overloaded();
     }
     let model = svc.model().clone();
