@@ -31,13 +31,8 @@ pub fn read_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>, KernelError> {
         path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(refuse(format!(
-            "not a regular file but {}: refused (it may block or never end)",
-            kind(&meta)
-        )));
-    }
+    let file = open_regular(path)?;
+    let meta = file.metadata().map_err(io)?;
     let over = |n: u64| {
         refuse(format!(
             "{n} bytes, over the {max_bytes} this input may take"
@@ -46,7 +41,6 @@ pub fn read_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>, KernelError> {
     if meta.len() > max_bytes {
         return Err(over(meta.len()));
     }
-    let file = std::fs::File::open(path).map_err(io)?;
     let mut bytes = Vec::new();
     bytes
         .try_reserve_exact(meta.len() as usize)
@@ -58,6 +52,43 @@ pub fn read_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>, KernelError> {
         return Err(over(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// The regular file `path`, opened for reading; anything else refused
+/// before it is opened, as [`read_file`] does, and checked again once open
+/// (a path swapped for a FIFO or a device in between is refused too).
+///
+/// For a reader that streams a file too large to hold (a corpus).
+///
+/// ```
+/// assert!(coexec_kernels::open_regular(std::path::Path::new("/dev/zero")).is_err());
+/// assert!(coexec_kernels::open_regular(std::path::Path::new("/")).is_err());
+/// ```
+pub fn open_regular(path: &Path) -> Result<std::fs::File, KernelError> {
+    let io = |source| KernelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let refuse = |meta: &std::fs::Metadata| KernelError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "not a regular file but {}: refused (it may block or never end)",
+                kind(meta)
+            ),
+        ),
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(refuse(&meta));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(refuse(&meta));
+    }
+    Ok(file)
 }
 
 /// What a path that is not a regular file is, in words.

@@ -53,7 +53,7 @@ pub mod cuda;
 pub use buf::DisjointBuf;
 pub use claim::{Chunk, ClaimSpace, claim_parts, with_chunk};
 pub use error::KernelError;
-pub use file::read_file;
+pub use file::{open_regular, read_file};
 pub use kernel::Kernel;
 pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
 pub use workload::{

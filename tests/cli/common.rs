@@ -12,6 +12,7 @@ pub fn coexec(tag: &str, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_coexec"))
         .args(args)
         .env("COEXEC_PROFILE_DIR", &profiles)
+        .env("COEXEC_INDEX_DIR", profiles.join("corpus-index"))
         .env_remove("COEXEC_DEVICES")
         .env_remove("COEXEC_POLICY")
         .env_remove("RUST_LOG")

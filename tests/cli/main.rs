@@ -8,6 +8,7 @@ mod server;
 mod cli;
 mod compare_servers;
 mod embed_model;
+mod embed_pipeline;
 mod hardening;
 mod load_generator;
 mod merge;

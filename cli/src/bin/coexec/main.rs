@@ -20,12 +20,14 @@ macro_rules! errln {
 }
 
 mod bench;
+mod corpus;
 mod devices;
 mod embed;
 mod logging;
 mod merge;
 mod plot;
 mod progress;
+mod record;
 mod report;
 mod serve;
 mod stats;
@@ -162,10 +164,14 @@ struct Common {
     quiet: bool,
 }
 
-/// A failure and whether it is the user's (exit 2) or the run's (exit 1).
+/// A failure and whether it is the user's (exit 2) or the run's (exit 1),
+/// or a run that finished with rows it could not compute (exit 3: `embed`
+/// wrote every row, some of them NaN).
+#[derive(Debug)]
 pub(crate) enum Failure {
     Usage(String),
     Run(String),
+    Incomplete(String),
 }
 
 impl From<coexec::Error> for Failure {
@@ -241,6 +247,10 @@ fn main() -> ExitCode {
         Err(Failure::Run(m)) => {
             errln!("coexec: {}", m.lines().next().unwrap_or(""));
             ExitCode::FAILURE
+        }
+        Err(Failure::Incomplete(m)) => {
+            errln!("coexec: {}", m.lines().next().unwrap_or(""));
+            ExitCode::from(3)
         }
     }
 }

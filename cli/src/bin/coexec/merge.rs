@@ -1,14 +1,20 @@
-//! `coexec merge`: the outputs of `coexec embed --shard i/n`, joined in
-//! shard order into one file, after checking that they hold exactly the
-//! rows their shards own: a shard missing, given twice, cut short or grown
-//! past its slice is an error naming the file, and nothing is written.
+//! `coexec merge`: the outputs of `coexec embed --shard i/n`, joined into
+//! one file in the order of their slices, whatever the order they are
+//! given in, after checking each against its run record: every shard of
+//! one run (the same model, corpus and settings), each once, none missing,
+//! each holding exactly the rows of its slice. Any mismatch is one line
+//! naming the files and the values, exit 2, and nothing is written; the
+//! joined file is written through a temporary file, with a record of its
+//! own (shard 0/1).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::Failure;
-use crate::embed::{Shard, corpus_lines, npy_header};
+use crate::corpus::Corpus;
+use crate::embed::{Shard, index_dir, jsonl_rows, not_the_input, npy_header, output_is_npy};
+use crate::record::{RunRecord, mismatch};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct MergeArgs {
@@ -16,26 +22,29 @@ pub(crate) struct MergeArgs {
     /// exist.
     #[arg(long)]
     output: PathBuf,
-    /// The corpus the shards came from: its line count is checked against
-    /// theirs (without it, the shards' own total is taken).
+    /// The corpus the shards came from: its size, lines and hash are
+    /// checked against their records.
     #[arg(long)]
     input: Option<PathBuf>,
-    /// The shards' outputs, shard 0 first: one per shard, all of them.
+    /// Where corpus line indexes are kept (as `embed --index-dir`).
+    #[arg(long, env = "COEXEC_INDEX_DIR")]
+    index_dir: Option<PathBuf>,
+    /// The shards' outputs, in any order: one per shard, all of them.
     #[arg(required = true)]
     shards: Vec<PathBuf>,
 }
 
-/// A `.npy` shard: its rows, width, and where its data start.
-struct NpyShard {
+/// A `.npy` shard's rows, width, and where its data start.
+struct NpyShape {
     rows: usize,
     dim: usize,
     data_at: u64,
 }
 
-/// Reads a float32 `.npy` header written by `coexec embed`.
-fn npy_shape(path: &Path) -> Result<NpyShard, Failure> {
+/// Reads the float32 `.npy` header of `path` and checks its length.
+fn npy_shape(path: &Path) -> Result<NpyShape, Failure> {
     let bad = |why: &str| Failure::Usage(format!("{}: {why}", path.display()));
-    let mut f = File::open(path).map_err(|e| bad(&e.to_string()))?;
+    let mut f = crate::corpus::open(path)?;
     let mut pre = [0u8; 10];
     f.read_exact(&mut pre)
         .map_err(|_| bad("not a .npy file (too short)"))?;
@@ -66,19 +75,106 @@ fn npy_shape(path: &Path) -> Result<NpyShard, Failure> {
     };
     let data_at = 10 + len as u64;
     let size = f.metadata().map_err(|e| bad(&e.to_string()))?.len();
-    let want = data_at + (rows * dim * 4) as u64;
-    if size != want {
+    let data = (rows as u64)
+        .checked_mul(dim as u64)
+        .and_then(|n| n.checked_mul(4))
+        .ok_or_else(|| bad(&format!("a shape ({rows}, {dim}) past any file's size")))?;
+    if size != data_at + data {
         return Err(bad(&format!(
             "holds {} of its {rows} rows (unfinished? `coexec embed --resume` completes it)",
             (size.saturating_sub(data_at)) / (dim.max(1) * 4) as u64
         )));
     }
-    Ok(NpyShard { rows, dim, data_at })
+    Ok(NpyShape { rows, dim, data_at })
 }
 
-/// The lines `coexec embed` reads from `path`.
-fn count_lines(path: &Path) -> Result<usize, Failure> {
-    corpus_lines(path)?.try_fold(0, |n, line| line.map(|_| n + 1))
+/// One shard: its file and record.
+struct Part {
+    path: PathBuf,
+    record: RunRecord,
+}
+
+/// Reads the shards' records and puts them in their slices' order: every
+/// shard of one run, each once.
+fn parts(shards: &[PathBuf]) -> Result<Vec<Part>, Failure> {
+    let mut parts = Vec::with_capacity(shards.len());
+    for path in shards {
+        if RunRecord::is_record(path) {
+            return Err(Failure::Usage(format!(
+                "{}: a run record; give the output beside it",
+                path.display()
+            )));
+        }
+        // A regular file only: a FIFO or a device is refused before
+        // anything is read.
+        crate::corpus::open(path)?;
+        let record = RunRecord::read(path)?;
+        if let Some(first) = parts.first() {
+            let Part {
+                path: p0,
+                record: r0,
+            } = first;
+            let d = r0.differences(&record, false);
+            if let Some(m) = mismatch(&p0.display().to_string(), &path.display().to_string(), &d) {
+                return Err(Failure::Usage(format!("{m}: not shards of one run")));
+            }
+        }
+        parts.push(Part {
+            path: path.clone(),
+            record,
+        });
+    }
+    parts.sort_by_key(|p| p.record.shard_index);
+    for w in parts.windows(2) {
+        if w[0].record.shard_index == w[1].record.shard_index {
+            return Err(Failure::Usage(format!(
+                "{} and {} are both shard {}",
+                w[0].path.display(),
+                w[1].path.display(),
+                w[0].record.shard()
+            )));
+        }
+    }
+    let count = parts[0].record.shard_count;
+    let lines = parts[0].record.corpus_lines as usize;
+    for (i, p) in parts.iter().enumerate() {
+        let r = &p.record;
+        // Sorted and without repeats: the first index out of place is the
+        // first one missing.
+        if r.shard_index != i {
+            let want = Shard::new(i, count).map_err(Failure::Usage)?.range(lines);
+            return Err(Failure::Usage(format!(
+                "shard {i}/{count} (lines {} to {}) is missing",
+                want.start + 1,
+                want.end
+            )));
+        }
+        let want = Shard::new(i, count).map_err(Failure::Usage)?.range(lines);
+        if (r.first_line, r.last_line, r.rows) != (want.start + 1, want.end, want.len()) {
+            return Err(Failure::Usage(format!(
+                "{}: its record gives lines {} to {} ({} rows), where shard {} of {lines} lines owns {} to {}",
+                p.path.display(),
+                r.first_line,
+                r.last_line,
+                r.rows,
+                r.shard(),
+                want.start + 1,
+                want.end
+            )));
+        }
+    }
+    if parts.len() < count {
+        let want = Shard::new(parts.len(), count)
+            .map_err(Failure::Usage)?
+            .range(lines);
+        return Err(Failure::Usage(format!(
+            "shard {}/{count} (lines {} to {}) is missing",
+            parts.len(),
+            want.start + 1,
+            want.end
+        )));
+    }
+    Ok(parts)
 }
 
 pub(crate) fn merge(a: MergeArgs) -> Result<(), Failure> {
@@ -88,139 +184,135 @@ pub(crate) fn merge(a: MergeArgs) -> Result<(), Failure> {
             a.output.display()
         )));
     }
-    let npy = match a.output.extension().and_then(|e| e.to_str()) {
-        Some("npy") => true,
-        Some("jsonl" | "ndjson") => false,
-        _ => {
+    let npy = output_is_npy("--output", &a.output)?;
+    let parts = parts(&a.shards)?;
+    let first = &parts[0].record;
+    if let Some(input) = &a.input {
+        let corpus = Corpus::open(input, index_dir(a.index_dir.as_deref()).as_deref())?;
+        let id = corpus.id();
+        let mut asked = first.clone();
+        (asked.corpus_bytes, asked.corpus_lines, asked.corpus_sha256) =
+            (id.bytes, id.lines, id.sha256);
+        let d = first.differences(&asked, false);
+        if let Some(m) = mismatch(
+            &parts[0].path.display().to_string(),
+            &format!("--input {}", corpus.path().display()),
+            &d,
+        ) {
             return Err(Failure::Usage(format!(
-                "--output {}: the name must end in .npy or .jsonl",
-                a.output.display()
+                "{m}: the shards are of another corpus"
             )));
         }
-    };
-    let count = a.shards.len();
-    let rows = if npy {
-        let shapes = a
-            .shards
+        not_the_input(&a.output, input)?;
+    }
+    let io = |e: std::io::Error| Failure::Run(format!("{}: {e}", a.output.display()));
+    let (rows, dim) = (first.corpus_lines as usize, first.dim);
+    let shapes = if npy {
+        let shapes = parts
             .iter()
-            .map(|p| npy_shape(p))
+            .map(|p| {
+                let s = npy_shape(&p.path)?;
+                if (s.rows, s.dim) != (p.record.rows, p.record.dim) {
+                    return Err(Failure::Usage(format!(
+                        "{}: {} rows of {} where its record gives {} of {}",
+                        p.path.display(),
+                        s.rows,
+                        s.dim,
+                        p.record.rows,
+                        p.record.dim
+                    )));
+                }
+                Ok(s)
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let total = match &a.input {
-            Some(input) => count_lines(input)?,
-            None => shapes.iter().map(|s| s.rows).sum(),
-        };
-        for (i, (s, path)) in shapes.iter().zip(&a.shards).enumerate() {
-            check_rows(path, i, count, total, s.rows)?;
-            if s.dim != shapes[0].dim {
-                return Err(Failure::Usage(format!(
-                    "{}: {} columns where shard 0 has {}",
-                    path.display(),
-                    s.dim,
-                    shapes[0].dim
-                )));
-            }
-        }
-        let dim = shapes.first().map_or(0, |s| s.dim);
-        write_all(&a.output, |w| {
-            w.write_all(&npy_header(total, dim))?;
-            for (s, path) in shapes.iter().zip(&a.shards) {
-                let mut f = File::open(path)?;
-                std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(s.data_at))?;
-                std::io::copy(&mut f.take((s.rows * s.dim * 4) as u64), w)?;
-            }
-            Ok(())
-        })?;
-        total
+        Some(shapes)
     } else {
-        let mut lines = Vec::new();
-        for path in &a.shards {
-            lines.push(jsonl_lines(
-                path,
-                lines.iter().map(Vec::len).sum::<usize>(),
-            )?);
-        }
-        let total = match &a.input {
-            Some(input) => count_lines(input)?,
-            None => lines.iter().map(Vec::len).sum(),
-        };
-        for (i, (l, path)) in lines.iter().zip(&a.shards).enumerate() {
-            check_rows(path, i, count, total, l.len())?;
-        }
+        None
+    };
+    joined(first).write(&a.output)?;
+    let written = if let Some(shapes) = shapes {
         write_all(&a.output, |w| {
-            for line in lines.iter().flatten() {
-                w.write_all(line)?;
+            w.write_all(&npy_header(rows, dim)).map_err(io)?;
+            for (s, p) in shapes.iter().zip(&parts) {
+                let mut f = crate::corpus::open(&p.path)?;
+                f.seek(SeekFrom::Start(s.data_at)).map_err(io)?;
+                let want = s.rows as u64 * s.dim as u64 * 4;
+                let copied = std::io::copy(&mut f.take(want), w).map_err(io)?;
+                if copied != want {
+                    return Err(Failure::Run(format!(
+                        "{}: cut while being merged",
+                        p.path.display()
+                    )));
+                }
             }
             Ok(())
-        })?;
-        total
+        })
+    } else {
+        write_all(&a.output, |w| {
+            for p in &parts {
+                let f = crate::corpus::open(&p.path)?;
+                let (n, _) = jsonl_rows(
+                    &p.path,
+                    &mut BufReader::new(f),
+                    p.record.first_line,
+                    dim,
+                    |row| w.write_all(row),
+                )?;
+                if n != p.record.rows {
+                    return Err(Failure::Usage(format!(
+                        "{}: {n} whole rows, but shard {} owns {} (lines {} to {}; unfinished? \
+                         `coexec embed --resume` completes it)",
+                        p.path.display(),
+                        p.record.shard(),
+                        p.record.rows,
+                        p.record.first_line,
+                        p.record.last_line
+                    )));
+                }
+            }
+            Ok(())
+        })
     };
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(RunRecord::path_of(&a.output));
+        return Err(e);
+    }
     outln!(
-        "merged {count} shards, {rows} rows, into {}",
+        "merged {} shards, {rows} rows, into {}",
+        parts.len(),
         a.output.display()
     );
     Ok(())
 }
 
-/// Shard `i` of `count` over `total` lines must hold exactly its slice.
-fn check_rows(
-    path: &Path,
-    i: usize,
-    count: usize,
-    total: usize,
-    rows: usize,
-) -> Result<(), Failure> {
-    let want = Shard::new(i, count).map_err(Failure::Usage)?.range(total);
-    if rows == want.len() {
-        return Ok(());
-    }
-    Err(Failure::Usage(format!(
-        "{}: {rows} rows, but shard {i}/{count} of {total} lines owns {} (lines {} to {})",
-        path.display(),
-        want.len(),
-        want.start + 1,
-        want.end
-    )))
-}
-
-/// A JSON Lines shard's lines, each checked to carry the corpus line
-/// number that follows the `before` lines of the shards before it.
-fn jsonl_lines(path: &Path, before: usize) -> Result<Vec<Vec<u8>>, Failure> {
-    let f = File::open(path).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-    let mut out = Vec::new();
-    for (n, line) in BufReader::new(f).split(b'\n').enumerate() {
-        let mut line = line.map_err(|e| Failure::Run(format!("{}: {e}", path.display())))?;
-        let want = before + n + 1;
-        let got = serde_json::from_slice::<serde_json::Value>(&line)
-            .ok()
-            .and_then(|v| v.get("line").and_then(|l| l.as_u64()));
-        if got != Some(want as u64) {
-            return Err(Failure::Usage(format!(
-                "{}:{}: expected the row of corpus line {want}",
-                path.display(),
-                n + 1
-            )));
-        }
-        line.push(b'\n');
-        out.push(line);
-    }
-    Ok(out)
+/// The record of the joined file: the whole corpus, as one shard.
+fn joined(first: &RunRecord) -> RunRecord {
+    let mut r = first.clone();
+    (r.shard_index, r.shard_count) = (0, 1);
+    (r.first_line, r.last_line) = (1, first.corpus_lines as usize);
+    r.rows = first.corpus_lines as usize;
+    r.read_sha256 = first.corpus_sha256.clone();
+    r
 }
 
 /// Writes `path` through a temporary file beside it, renamed into place
-/// once whole.
+/// once whole and on disk, with its record; nothing is left on an error.
 fn write_all(
     path: &Path,
-    f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Failure>,
 ) -> Result<(), Failure> {
-    let tmp = path.with_extension("merging");
+    let mut name = path.as_os_str().to_owned();
+    name.push(".merging");
+    let tmp = PathBuf::from(name);
     let io = |e: std::io::Error| Failure::Run(format!("{}: {e}", path.display()));
     let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
-    let done = f(&mut w)
-        .and_then(|()| w.flush())
-        .and_then(|()| w.get_ref().sync_all());
+    let done = f(&mut w).and_then(|()| {
+        w.flush().map_err(io)?;
+        w.get_ref().sync_all().map_err(io)
+    });
     if let Err(e) = done {
         let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
+        return Err(e);
     }
     std::fs::rename(&tmp, path).map_err(io)
 }
