@@ -64,12 +64,27 @@ fn config_err(path: &Path, field: &'static str, why: impl Into<String>) -> Kerne
     }
 }
 
-/// The JSON object in `path`; `None` when the file does not exist.
+/// The JSON object in `path`; `None` when the file does not exist. A
+/// symbolic link to nothing is an error, not an absent file: it says the
+/// file was meant to be there (a model copied without its target), and
+/// taking it as absent would serve another pooling or length.
 fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, KernelError> {
     let bytes = match crate::read_file(path, MAX_JSON_BYTES) {
         Ok(b) => b,
         Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None);
+            return match std::fs::read_link(path) {
+                Ok(target) => Err(KernelError::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "a symbolic link to {}, which does not exist",
+                            target.display()
+                        ),
+                    ),
+                }),
+                Err(_) => Ok(None),
+            };
         }
         Err(e) => return Err(e),
     };

@@ -424,6 +424,36 @@ fn bad_inputs_and_folders_are_refused_by_name() {
     assert!(e.contains("config.json"), "{e}");
 }
 
+/// A symbolic link to nothing for sentence-transformers' optional files is
+/// an error naming the file, not an absent file (which would serve mean
+/// pooling and the model's whole length). Before, both loaded.
+#[cfg(unix)]
+#[test]
+fn a_dangling_link_for_an_optional_file_is_refused_by_name() {
+    let dir = folder("dangling", "");
+    for file in ["1_Pooling/config.json", "sentence_bert_config.json"] {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(dir.join("gone.json"), &path).unwrap();
+        let e = match BertWeights::load(&dir) {
+            Ok(_) => panic!("{file}: a dangling link was taken as absent"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(file), "{e}");
+        assert!(
+            e.contains("symbolic link") && e.contains("gone.json"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+    // Absent, both are defaults.
+    assert_eq!(
+        BertWeights::load(&dir).unwrap().config().pooling,
+        Pooling::Mean
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn exp_and_erf_are_within_their_stated_error() {
     let mut worst_exp: f64 = 0.0;
