@@ -116,24 +116,16 @@ impl Embedder {
                 field: "truncation",
                 why: e.to_string(),
             })?;
-        let vocab = tokenizer.get_vocab_size(true);
-        if vocab > weights.config().vocab {
-            return Err(KernelError::Config {
-                path: tok_path,
-                field: "model.vocab",
-                why: format!(
-                    "{vocab} tokens, more than config.json's vocab_size {}",
-                    weights.config().vocab
-                ),
-            });
-        }
+        check_tokenizer(&tokenizer, &weights, dir)?;
+        let weights = Arc::new(weights);
+        check_probe(&tokenizer, &weights, dir)?;
         let id = dir
             .canonicalize()
             .unwrap_or_else(|_| dir.to_path_buf())
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
         Ok(Self {
-            weights: Arc::new(weights),
+            weights,
             tokenizer: Arc::new(tokenizer),
             whole: Arc::new(whole),
             id,
@@ -260,6 +252,102 @@ impl Embedder {
     }
 }
 
+/// The sentence [`Embedder::load`] runs the model on before serving it.
+const PROBE: &str = "coexec checks that the model's answers are finite.";
+
+/// Refuses a tokenizer that can give an id past the embedding matrix (its
+/// largest id, of its vocabulary and its added tokens, not their count:
+/// an added token may take any id), or whose special-token frame leaves
+/// no room for a text's token in the model's limit (`[CLS]` and `[SEP]`
+/// take 2 of BERT's: a limit of 2 would cut every text to nothing, and
+/// `truncate: false` could not refuse what it cut).
+fn check_tokenizer(t: &Tokenizer, w: &BertWeights, dir: &Path) -> Result<(), KernelError> {
+    use tokenizers::PostProcessor;
+    let c = w.config();
+    if let Some((token, id)) = t.get_vocab(true).into_iter().max_by_key(|&(_, id)| id)
+        && id as usize >= c.vocab
+    {
+        return Err(KernelError::Config {
+            path: dir.join("tokenizer.json"),
+            field: "model.vocab",
+            why: format!(
+                "token {token:?} has id {id}, past the embedding matrix's {} rows \
+                 (config.json's vocab_size)",
+                c.vocab
+            ),
+        });
+    }
+    let frame = t.get_post_processor().map_or(0, |p| p.added_tokens(false));
+    if c.max_tokens <= frame {
+        // The limit is sentence-transformers' where it is below the
+        // model's positions, else the positions' own.
+        let (file, field) = if c.max_tokens < c.max_positions {
+            ("sentence_bert_config.json", "max_seq_length")
+        } else {
+            ("config.json", "max_position_embeddings")
+        };
+        return Err(KernelError::Config {
+            path: dir.join(file),
+            field,
+            why: format!(
+                "{} tokens, no room for a text: the tokenizer's post-processor adds {frame} \
+                 special tokens to each, so the model needs at least {}",
+                c.max_tokens,
+                frame + 1
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Runs the encoder's CPU pass on [`PROBE`] and refuses weights whose
+/// answer is not finite (a weight that overflows, as query and key
+/// weights scaled by 1e19 do): a model that would answer NaN to every
+/// text is refused at load, not served.
+fn check_probe(t: &Tokenizer, w: &Arc<BertWeights>, dir: &Path) -> Result<(), KernelError> {
+    let tok_path = dir.join("tokenizer.json");
+    let enc = t.encode(PROBE, true).map_err(|e| KernelError::Input {
+        path: tok_path.clone(),
+        line: 0,
+        why: format!("the tokenizer fails on the sentence {PROBE:?}: {e}"),
+    })?;
+    let ids = enc.get_ids().to_vec();
+    if ids.is_empty() {
+        return Err(KernelError::Input {
+            path: tok_path,
+            line: 0,
+            why: format!("the tokenizer gives no tokens for the sentence {PROBE:?}"),
+        });
+    }
+    // The post-processor's own ids ([CLS], [SEP]) are in no vocabulary:
+    // a text's encoding shows them.
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= w.config().vocab) {
+        return Err(KernelError::Config {
+            path: tok_path,
+            field: "post_processor",
+            why: format!(
+                "adds token id {id}, past the embedding matrix's {} rows (config.json's vocab_size)",
+                w.config().vocab
+            ),
+        });
+    }
+    let k = Encoder::new(w.clone(), vec![ids])?;
+    let k = coexec_kernels::run_sequential(coexec_kernels::OneShot::new(k))?.ok_or_else(|| {
+        KernelError::invalid("encoder probe", "the probe's kernel was not given back")
+    })?;
+    if k.into_vectors().iter().flatten().any(|x| !x.is_finite()) {
+        return Err(KernelError::Input {
+            path: dir.join("model.safetensors"),
+            line: 0,
+            why: format!(
+                "the outputs are not finite (NaN or infinite) for the sentence {PROBE:?}: \
+                 the weights overflow, and every answer would be NaN"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// One token of a text ([`Embedder::tokens`]), as TEI's `/tokenize` shows
 /// it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -305,7 +393,14 @@ impl Model for Embedder {
     /// 1 to the model's positions, each id within its vocabulary.
     fn check_input(&self, ids: &Vec<u32>) -> Result<(), String> {
         let c = self.weights.config();
-        if ids.is_empty() || ids.len() > c.max_positions {
+        if ids.is_empty() {
+            // A text of spaces, with a tokenizer that adds no [CLS].
+            return Err(format!(
+                "no tokens (the text holds none the tokenizer keeps); the model takes 1 to {}",
+                c.max_positions
+            ));
+        }
+        if ids.len() > c.max_positions {
             return Err(format!(
                 "{} tokens; the model takes 1 to {}",
                 ids.len(),
@@ -316,6 +411,19 @@ impl Model for Embedder {
             Some(id) => Err(format!(
                 "token id {id} is past the vocabulary of {}",
                 c.vocab
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Every value finite: a vector of NaN or infinities is refused, for
+    /// its own request only.
+    fn check_output(&self, v: &Vec<f32>) -> Result<(), String> {
+        match v.iter().position(|x| !x.is_finite()) {
+            Some(j) => Err(format!(
+                "the model's vector for this input is not finite (value {j} is {}): \
+                 its arithmetic overflowed",
+                v[j]
             )),
             None => Ok(()),
         }

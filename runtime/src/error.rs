@@ -171,6 +171,8 @@ fn stream_kind(e: &crate::stream::StreamError) -> ErrorKind {
         S::Overloaded { .. } | S::TooMany { .. } => ErrorKind::Overloaded,
         S::Invalid { .. } => ErrorKind::Input,
         S::DeadlinePassed => ErrorKind::Deadline,
+        // The model's answer, not the caller's input, is at fault.
+        S::Output { .. } => ErrorKind::Failed,
         S::Failed(inner) => inner.kind(),
         S::Closed => ErrorKind::Closed,
     }

@@ -25,3 +25,88 @@ pub fn coexec(tag: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// all-MiniLM-L6-v2's folder (`COEXEC_EMBED_MODEL`, else where
+/// `scripts/fetch_model.sh` caches it), or `None` and a line saying `test`
+/// is skipped.
+pub fn embed_model(test: &str) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let dir = std::env::var_os("COEXEC_EMBED_MODEL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
+        })?;
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "{test}: skipped, no model at {} (scripts/fetch_model.sh fetches it)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// A copy of the model folder `model` under the temporary directory, named
+/// by `tag`, its files links to the real ones (90 MB not copied) until
+/// [`Hostile::write`] replaces one: a model folder with one edit, as a
+/// careless user or a broken download leaves it. Removed on drop.
+pub struct Hostile {
+    pub dir: std::path::PathBuf,
+    model: std::path::PathBuf,
+}
+
+impl Hostile {
+    pub fn new(model: &std::path::Path, tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("coexec-hostile-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for file in [
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "sentence_bert_config.json",
+            "1_Pooling/config.json",
+        ] {
+            let (from, to) = (model.join(file), dir.join(file));
+            if from.exists() {
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::os::unix::fs::symlink(&from, &to).unwrap();
+            }
+        }
+        Self {
+            dir,
+            model: model.to_path_buf(),
+        }
+    }
+
+    /// The real model's `file`.
+    pub fn read(&self, file: &str) -> Vec<u8> {
+        std::fs::read(self.model.join(file)).unwrap()
+    }
+
+    /// The real model's JSON `file`, edited by `edit`, in place of the link.
+    pub fn edit_json(&self, file: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+        let mut v: serde_json::Value = serde_json::from_slice(&self.read(file)).unwrap();
+        edit(&mut v);
+        self.write(file, v.to_string().as_bytes());
+    }
+
+    /// `bytes` as `file`, in place of the link.
+    pub fn write(&self, file: &str, bytes: &[u8]) {
+        let path = self.dir.join(file);
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// The folder as a command-line argument.
+    pub fn arg(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -7,6 +7,7 @@ mod server;
 
 mod cli;
 mod compare_servers;
+mod embed_hostile;
 mod embed_model;
 mod embed_pipeline;
 mod hardening;

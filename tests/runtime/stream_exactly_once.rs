@@ -734,3 +734,66 @@ async fn a_refused_input_fails_alone_at_admission() {
     assert_eq!(stream.infer(healthy(8)).await.unwrap(), answer(8));
     stream.shutdown().await;
 }
+
+/// Answers `answer(id)` as `f32`, NaN for id 13 (as an encoder whose
+/// arithmetic overflowed for one text), and refuses an output that is not
+/// finite; its check panics on an answer of 43 (id 14).
+#[derive(Default)]
+struct Overflowing(TaggedModel);
+
+impl Model for Overflowing {
+    type Input = Req;
+    type Output = f32;
+    type Kernel = Tagged;
+    fn build(&self, reqs: Vec<Req>) -> Result<Tagged, KernelError> {
+        self.0.build(reqs)
+    }
+    fn outputs(&self, k: Tagged) -> Result<Vec<f32>, KernelError> {
+        let outs = self.0.outputs(k)?;
+        Ok(outs
+            .into_iter()
+            .map(|o| if o == answer(13) { f32::NAN } else { o as f32 })
+            .collect())
+    }
+    fn check_output(&self, v: &f32) -> Result<(), String> {
+        assert!(*v != answer(14) as f32, "check refuses to look at 43");
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(format!("{v} is not finite"))
+        }
+    }
+}
+
+/// An output the model refuses (`Model::check_output`: a NaN vector) fails
+/// its own request only, with `StreamError::Output`; the requests of its
+/// batch get their answers, and so does a panic in the check, which fails
+/// its request alone. Before, the NaN was answered as an output (a 200 of
+/// `null`s over HTTP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_output_fails_its_own_request_only() {
+    let rt = runtime();
+    // A long wait: the calls below share one batch.
+    let cfg = StreamConfig::new()
+        .max_batch(16)
+        .max_wait(Duration::from_millis(100));
+    let stream = Stream::start(rt, Overflowing::default(), cfg).unwrap();
+    let [a, b, c, d]: [_; 4] = stream
+        .try_infer_many([1, 13, 2, 14].map(healthy).to_vec())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let (alone, a, b, c, d) = tokio::join!(stream.infer(healthy(3)), a, b, c, d);
+    assert_eq!(alone.unwrap(), answer(3) as f32);
+    assert_eq!(a.unwrap(), answer(1) as f32);
+    match b {
+        Err(StreamError::Output { why }) => assert!(why.contains("NaN is not finite"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.unwrap(), answer(2) as f32);
+    match d {
+        Err(StreamError::Failed(e)) => assert!(e.to_string().contains("look at 43"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    stream.shutdown().await;
+}

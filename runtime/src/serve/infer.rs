@@ -321,17 +321,13 @@ pub(super) async fn infer_inner<M: ServeModel>(
         }
     }
     let deadline = req.deadline_ms.map(Duration::from_millis);
-    let outputs = match submit(svc, accepted, req.inputs, deadline).await {
+    // An input the model took can still have no meaningful answer (an
+    // MLP's arithmetic overflowing): refused, not answered with `null`s.
+    let refused = |k, why| error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
+    let outputs = match submit(svc, accepted, req.inputs, deadline, refused).await {
         Ok(o) => o,
         Err(r) => return r,
     };
-    // An input the model took can still have no meaningful answer (an
-    // MLP's arithmetic overflowing): refused, not answered with `null`s.
-    for (k, out) in outputs.iter().enumerate() {
-        if let Err(why) = i.model.check_output(out) {
-            return error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
-        }
-    }
     let outputs = &outputs[..];
     match serde_json::to_string(&InferResponse { outputs }) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
@@ -342,12 +338,15 @@ pub(super) async fn infer_inner<M: ServeModel>(
 /// Queues a request's checked `inputs` on the stream, all or none, and
 /// awaits their outputs in order; `Err` is the answer to send instead (503
 /// when the drain began before the request's head, `accepted` false; 429,
-/// 504, 500). `deadline` is the request's own, else the service's.
+/// 504, 500; `refused(k, why)` for the `k`-th output the model refused,
+/// [`StreamError::Output`]). `deadline` is the request's own, else the
+/// service's.
 pub(super) async fn submit<M: ServeModel>(
     svc: &Service<M>,
     accepted: bool,
     inputs: Vec<M::Input>,
     deadline: Option<Duration>,
+    refused: impl FnOnce(usize, String) -> Response,
 ) -> Result<Vec<M::Output>, Response> {
     let i = &svc.inner;
     if !accepted {
@@ -377,11 +376,11 @@ pub(super) async fn submit<M: ServeModel>(
     let _counted = Counted::new(&i.in_flight, rows as u64);
     let mut outputs = Vec::with_capacity(rows);
     let mut failure = None;
-    for p in pending {
+    for (k, p) in pending.into_iter().enumerate() {
         match p.await {
             Ok(out) => outputs.push(out),
             Err(e) => {
-                failure = Some(e);
+                failure = Some((k, e));
                 break;
             }
         }
@@ -392,14 +391,18 @@ pub(super) async fn submit<M: ServeModel>(
         .answered(rows as u64, svc.now());
     match failure {
         None => Ok(outputs),
-        Some(StreamError::DeadlinePassed) => {
+        Some((_, StreamError::DeadlinePassed)) => {
             Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"))
         }
-        Some(StreamError::Overloaded { .. }) => Err(svc.overloaded()),
-        Some(StreamError::Closed) => {
+        Some((_, StreamError::Overloaded { .. })) => Err(svc.overloaded()),
+        Some((_, StreamError::Closed)) => {
             Err(error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"))
         }
-        Some(e) => {
+        Some((k, StreamError::Output { why })) => {
+            tracing::warn!("output {k} of a request refused: {why}");
+            Err(refused(k, why))
+        }
+        Some((_, e)) => {
             tracing::error!("inference failed: {e}");
             Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
         }

@@ -4,9 +4,9 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::stream::Model;
 #[cfg(feature = "workloads")]
-use crate::stream::{Classification, MlpModel};
+use crate::stream::MlpModel;
+use crate::stream::Model;
 
 /// A [`Model`] the HTTP service can serve: a request's inputs are read as
 /// its `Input` type from JSON and the answers written from its `Output`
@@ -61,21 +61,14 @@ use crate::stream::{Classification, MlpModel};
 ///
 /// The service calls [`Model::check_input`] on every input before any is
 /// queued (one refused input refuses its request, 400 `inputs[k]: why`, and
-/// queues nothing), and [`ServeModel::check_output`] on every output before
-/// the answer is written.
+/// queues nothing); the stream calls [`Model::check_output`] on every
+/// output (a refused one refuses its request, 400 `inputs[k]: why` on
+/// `/v1/infer`, and no other).
 pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
     /// One input as JSON, for the 400s' "expected …" (for an MLP of 64
     /// features, `[64 numbers]`).
     fn describe_input(&self) -> String {
         "input".into()
-    }
-
-    /// Refuses an output that has no meaningful answer, saying why (the
-    /// service answers 400 `inputs[k]: <why>` for the whole request).
-    /// Default: every output is answered.
-    fn check_output(&self, output: &Self::Output) -> Result<(), String> {
-        let _ = output;
-        Ok(())
     }
 
     /// `n` inputs that [`Service::warm_up`](super::Service::warm_up) runs
@@ -90,22 +83,13 @@ pub trait ServeModel: Model<Input: DeserializeOwned, Output: Serialize> {
 
 /// An input is a row of the model's input width (checked by its
 /// [`Model::check_input`]); an output whose probabilities are not all
-/// finite comes from an input so large that the model's arithmetic
-/// overflowed, and is refused rather than answered with `null`s.
+/// finite (its [`Model::check_output`]) comes from an input so large that
+/// the model's arithmetic overflowed, and is refused rather than answered
+/// with `null`s.
 #[cfg(feature = "workloads")]
 impl ServeModel for MlpModel {
     fn describe_input(&self) -> String {
         format!("[{} numbers]", self.weights().inputs())
-    }
-
-    fn check_output(&self, out: &Classification) -> Result<(), String> {
-        if out.probs.iter().all(|p| p.is_finite()) {
-            Ok(())
-        } else {
-            Err("the model's output overflows for this input \
-                 (its values are far outside the model's range)"
-                .into())
-        }
     }
 
     /// Rows of zeros: every input costs the same.

@@ -20,7 +20,11 @@
 //! (no input, an empty string), 413 `Validation` (too many inputs, an
 //! input past the model's limit with `truncate: false`, a body over the
 //! limit), 400 for a body that is not JSON, 422 `Validation` for JSON of
-//! the wrong shape, 422 `Tokenizer`, 429 `Overloaded` with `Retry-After`.
+//! the wrong shape or a text the model cannot take (no tokens), 422
+//! `Tokenizer`, 429 `Overloaded` with `Retry-After`, 500 `Backend` for a
+//! vector that is not finite. A
+//! text's and a vector's refusals are their own request's: the requests
+//! batched with them are answered.
 
 // The error of the request readers below is the answer to send (a 4xx
 // `Response`, 128 bytes): made once per refused request, it is not worth a
@@ -42,6 +46,7 @@ use super::body::{Received, full, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
 use crate::embed::{Embedder, TokenizeError, normalize};
+use crate::stream::{StreamError, check_input};
 
 mod request;
 pub(super) mod tokens;
@@ -262,8 +267,33 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
         Ok(t) => t,
         Err(r) => return r,
     };
+    // Each text's ids checked on their own before any is queued (at least
+    // one token, each within the embedding matrix): a text the model
+    // cannot take is refused with its request, and fails no batch-mate.
+    for (k, x) in ids.iter().enumerate() {
+        match check_input(svc.model(), x, k) {
+            Ok(()) => {}
+            Err(StreamError::Invalid { why, .. }) => {
+                return error_of(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Validation",
+                    format!("`{}`: {why}", api.at(k)),
+                );
+            }
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
     let tokens: usize = ids.iter().map(Vec::len).sum();
-    let mut vectors = match submit(svc, accepted, ids, None).await {
+    // A vector that is not finite is the model's failure, TEI's
+    // `Backend`, for its own request: never a 200 of `null`s.
+    let refused = |k, why| {
+        error_of(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Backend",
+            format!("`{}`: {why}", api.at(k)),
+        )
+    };
+    let mut vectors = match submit(svc, accepted, ids, None, refused).await {
         Ok(v) => v,
         Err(r) => return r,
     };

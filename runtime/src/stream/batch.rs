@@ -8,6 +8,7 @@ use coexec_kernels::{Kernel, KernelError};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
+use super::model::checked_output;
 use super::place::{Learned, Placer};
 use super::{BatchTiming, Model, Observer, Request, Shared, StreamConfig, StreamError};
 use crate::host::HostCall;
@@ -306,10 +307,17 @@ impl<M: Model> BatchJob<M> {
                 let outs = match done {
                     Ok(d) => {
                         let (model, kernel) = (self.model.clone(), d.kernel);
+                        // Each output checked where it is taken out: a
+                        // refused one fails its own request only.
                         self.calls
                             .outputs
                             .run("Model::outputs", move || {
-                                catch_in("Model::outputs", || model.outputs(kernel))
+                                let outs = catch_in("Model::outputs", || model.outputs(kernel))?;
+                                Ok::<_, KernelError>(
+                                    outs.into_iter()
+                                        .map(|o| checked_output(&*model, o))
+                                        .collect::<Vec<_>>(),
+                                )
                             })
                             .await
                             .and_then(|o| Ok(o?))
@@ -336,7 +344,7 @@ impl<M: Model> BatchJob<M> {
         match outputs {
             Ok(outs) => {
                 for (reply, out) in replies.into_iter().zip(outs) {
-                    let _ = reply.send(Ok(out));
+                    let _ = reply.send(out);
                 }
             }
             Err(e) => {

@@ -34,6 +34,14 @@ pub enum StreamError {
         /// Why, in the model's words.
         why: String,
     },
+    /// The model refused the request's output
+    /// ([`Model::check_output`](super::Model::check_output): values that
+    /// are not finite, say); the other requests of its batch got theirs.
+    #[error("output refused: {why}")]
+    Output {
+        /// Why, in the model's words.
+        why: String,
+    },
     /// The request's deadline passed before its output was ready.
     #[error("deadline passed")]
     DeadlinePassed,

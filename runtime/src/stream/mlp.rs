@@ -90,6 +90,19 @@ impl Model for MlpModel {
         }
     }
 
+    /// Probabilities all finite: an input so large that the model's
+    /// arithmetic overflowed has none, and is refused rather than
+    /// answered with NaN.
+    fn check_output(&self, out: &Classification) -> Result<(), String> {
+        if out.probs.iter().all(|p| p.is_finite()) {
+            Ok(())
+        } else {
+            Err("the model's output overflows for this input \
+                 (its values are far outside the model's range)"
+                .into())
+        }
+    }
+
     fn outputs(&self, k: Self::Kernel) -> Result<Vec<Classification>, KernelError> {
         let c = self.weights.classes();
         Ok(k.into_probs()

@@ -23,8 +23,10 @@
 //!
 //! Every request is answered exactly once: its own output, or
 //! [`StreamError::Overloaded`], [`StreamError::Invalid`] (the model refused
-//! the input at admission), [`StreamError::DeadlinePassed`],
-//! [`StreamError::Failed`] (its batch's job failed), [`StreamError::Closed`].
+//! the input at admission), [`StreamError::Output`] (the model refused its
+//! output: the batch's other requests get theirs),
+//! [`StreamError::DeadlinePassed`], [`StreamError::Failed`] (its batch's job
+//! failed), [`StreamError::Closed`].
 //!
 //! ```
 //! use std::sync::Arc;

@@ -22,7 +22,9 @@ use crate::Error;
 ///
 /// An input the model cannot take is better refused on its own, before it
 /// is queued, than by `build`, which fails every request batched with it:
-/// [`Model::check_input`] does that.
+/// [`Model::check_input`] does that. An output with no meaningful answer (a
+/// vector of NaN) is refused on its own too, after the batch:
+/// [`Model::check_output`].
 pub trait Model: Send + Sync + 'static {
     /// One request's input.
     type Input: Send + 'static;
@@ -43,6 +45,18 @@ pub trait Model: Send + Sync + 'static {
     /// taken.
     fn check_input(&self, input: &Self::Input) -> Result<(), String> {
         let _ = input;
+        Ok(())
+    }
+
+    /// Refuses an output that has no meaningful answer, saying why (values
+    /// that overflowed to NaN or infinity): that request alone gets
+    /// [`StreamError::Output`], the requests of its batch their outputs.
+    /// Called on each output as its batch ends, off the executor with
+    /// [`Model::outputs`] when that is slow; keep it cheap. A panic in it
+    /// is [`StreamError::Failed`] for that request. Default: every output
+    /// is answered.
+    fn check_output(&self, output: &Self::Output) -> Result<(), String> {
+        let _ = output;
         Ok(())
     }
 
@@ -75,6 +89,10 @@ impl<M: Model + ?Sized> Model for Arc<M> {
         (**self).check_input(input)
     }
 
+    fn check_output(&self, output: &Self::Output) -> Result<(), String> {
+        (**self).check_output(output)
+    }
+
     fn cost(&self, input: &Self::Input) -> usize {
         (**self).cost(input)
     }
@@ -90,6 +108,19 @@ pub(crate) fn check_input<M: Model + ?Sized>(
     match KernelError::catch(|| Ok(model.check_input(input))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(why)) => Err(StreamError::Invalid { index, why }),
+        Err(e) => Err(StreamError::Failed(Arc::new(Error::Kernel(e)))),
+    }
+}
+
+/// `model.check_output(output)`: the output, or why its request gets none
+/// ([`StreamError::Output`]; [`StreamError::Failed`] for a panic in it).
+pub(super) fn checked_output<M: Model + ?Sized>(
+    model: &M,
+    output: M::Output,
+) -> Result<M::Output, StreamError> {
+    match KernelError::catch(|| Ok(model.check_output(&output))) {
+        Ok(Ok(())) => Ok(output),
+        Ok(Err(why)) => Err(StreamError::Output { why }),
         Err(e) => Err(StreamError::Failed(Arc::new(Error::Kernel(e)))),
     }
 }

@@ -44,11 +44,11 @@ pub(crate) struct ServeArgs {
     /// --max-batch-tokens).
     #[arg(long, default_value_t = 16384)]
     max_batch_tokens: usize,
-    /// Most inputs in one request; more get 413 (TEI's
+    /// Most inputs in one request, at least 1; more get 413 (TEI's
     /// --max-client-batch-size). Default: 32 for an embedding model, 1024
     /// rows for an MLP.
-    #[arg(long)]
-    max_client_batch_size: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_client_batch_size: Option<u64>,
     /// Embedding model: the id `/info` and `/v1/embeddings` give
     /// (default: the folder's name).
     #[arg(long)]
@@ -142,7 +142,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
             s.max_batch(a.max_batch.unwrap_or(256))
                 .max_batch_cost(Some(a.max_batch_tokens))
         };
-        let inputs = a.max_client_batch_size.unwrap_or(32);
+        let inputs = client_batch(a.max_client_batch_size, 32);
         return run(
             &a,
             model,
@@ -170,7 +170,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
     let body = body_limit(weights.inputs())
         .map_err(|why| Failure::Usage(format!("--model {}: {why}", weights.source().display())))?;
     let stream = |s: StreamConfig| s.max_batch(a.max_batch.unwrap_or(128));
-    let inputs = a.max_client_batch_size.unwrap_or(1024);
+    let inputs = client_batch(a.max_client_batch_size, 1024);
     let cfg = ServeConfig::new().max_body(body);
     run(
         &a,
@@ -181,6 +181,11 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
         Service::router,
     )
     .await
+}
+
+/// `--max-client-batch-size` (at least 1, by its parser), else `default`.
+fn client_batch(flag: Option<u64>, default: usize) -> usize {
+    flag.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// The largest body a request may have: the default, or, for a model whose

@@ -1,0 +1,279 @@
+//! The embedding service against hostile model folders and texts (issue
+//! 65): copies of all-MiniLM-L6-v2 with one edit, each refused at load
+//! naming its file and field, and texts the model cannot take refused for
+//! their own request while other clients' requests are answered.
+//!
+//! Each test needs the model (`COEXEC_EMBED_MODEL`, or
+//! `scripts/fetch_model.sh`'s cache); without it, it says "skipped".
+
+use std::net::SocketAddr;
+
+use coexec::embed::Embedder;
+
+use crate::common::{self, Hostile};
+use crate::server::{Server, http};
+
+/// Why `Embedder::load(dir)` failed (never its `Debug`: that is the
+/// weights).
+fn load_error(dir: &std::path::Path) -> String {
+    match Embedder::load(dir) {
+        Ok(_) => panic!("{}: loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `coexec serve --model DIR` exits 2 at once with one line on stderr that
+/// holds every one of `words` (killed, and the test failed, if it serves
+/// instead).
+fn serve_refuses(dir: &str, words: &[&str]) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let profiles = std::env::temp_dir().join(format!("hostile-serve-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coexec"))
+        .args(["serve", "--model", dir, "--addr", "127.0.0.1:0"])
+        .args(["--devices", "cpu:1", "--profile-dir"])
+        .arg(&profiles)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{dir}: served instead of refusing the model");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&profiles);
+    let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(code, Some(2), "stderr {err:?}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err:?}");
+    for w in words {
+        assert!(lines[0].contains(w), "{w:?} in {err:?}");
+    }
+}
+
+/// A copy of the model whose query and key weights are scaled by 1e19:
+/// attention's scores overflow, and every vector is NaN. Before, it was
+/// served, and `/embed`, `/v1/embeddings` and `/similarity` answered 200
+/// with `null`s; now a forward pass on a probe sentence refuses it.
+#[test]
+fn a_model_whose_outputs_overflow_is_refused_at_load() {
+    let Some(model) = common::embed_model("a_model_whose_outputs_overflow_is_refused_at_load")
+    else {
+        return;
+    };
+    let h = Hostile::new(&model, "overflow");
+    let bytes = h.read("model.safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let data = if name.ends_with("attention.self.query.weight")
+                || name.ends_with("attention.self.key.weight")
+            {
+                assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+                t.data()
+                    .chunks_exact(4)
+                    .flat_map(|b| (f32::from_le_bytes(b.try_into().unwrap()) * 1e19).to_le_bytes())
+                    .collect()
+            } else {
+                t.data().to_vec()
+            };
+            (name, t.dtype(), t.shape().to_vec(), data)
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, dtype, s, d)| {
+            let v = safetensors::tensor::TensorView::new(*dtype, s.clone(), d).unwrap();
+            (n.clone(), v)
+        })
+        .collect();
+    h.write(
+        "model.safetensors",
+        &safetensors::serialize(views, None).unwrap(),
+    );
+    let e = load_error(&h.dir);
+    assert!(
+        e.contains("model.safetensors") && e.contains("not finite"),
+        "{e}"
+    );
+    serve_refuses(h.arg(), &["model.safetensors", "not finite"]);
+}
+
+/// A tokenizer.json whose word `hello` has id 99 999: the vocabulary's
+/// count is unchanged, so the old check on the count passed it, and a text
+/// holding `hello` failed its whole batch (500 `batch failed` for every
+/// request batched with it). The largest id is what must fit the
+/// embedding matrix.
+#[test]
+fn a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load() {
+    let Some(model) =
+        common::embed_model("a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load")
+    else {
+        return;
+    };
+    let h = Hostile::new(&model, "vocab");
+    h.edit_json("tokenizer.json", |t| {
+        t["model"]["vocab"]["hello"] = 99_999.into()
+    });
+    let e = load_error(&h.dir);
+    assert!(
+        e.contains("tokenizer.json")
+            && e.contains("\"hello\" has id 99999")
+            && e.contains("30522 rows"),
+        "{e}"
+    );
+    serve_refuses(h.arg(), &["tokenizer.json", "99999"]);
+}
+
+/// `max_seq_length` 1 or 2 leaves no room for a text between `[CLS]` and
+/// `[SEP]`: before, it loaded, and `truncate: false` cut an 8-token text
+/// to nothing and answered 200. 3 is the least BERT's frame allows.
+#[test]
+fn a_max_seq_length_below_the_special_token_frame_is_refused_at_load() {
+    let Some(model) =
+        common::embed_model("a_max_seq_length_below_the_special_token_frame_is_refused_at_load")
+    else {
+        return;
+    };
+    let h = Hostile::new(&model, "seq-length");
+    for n in [1, 2] {
+        h.write(
+            "sentence_bert_config.json",
+            format!("{{\"max_seq_length\": {n}}}").as_bytes(),
+        );
+        let e = load_error(&h.dir);
+        assert!(
+            e.contains("sentence_bert_config.json: field `max_seq_length`")
+                && e.contains("at least 3"),
+            "{e}"
+        );
+    }
+    serve_refuses(h.arg(), &["sentence_bert_config.json", "max_seq_length"]);
+    h.write("sentence_bert_config.json", br#"{"max_seq_length": 3}"#);
+    let m = Embedder::load(&h.dir).unwrap();
+    assert_eq!(m.tokenize("a b c d e f g h", true).unwrap().len(), 3);
+    assert!(m.tokenize("a b c d e f g h", false).is_err());
+}
+
+/// A dangling link for sentence-transformers' optional files is refused
+/// naming the file: before, it was taken as absent (mean pooling, the
+/// model's 512 positions).
+#[test]
+fn a_dangling_link_in_the_model_folder_is_refused_by_name() {
+    let Some(model) = common::embed_model("a_dangling_link_in_the_model_folder_is_refused_by_name")
+    else {
+        return;
+    };
+    for file in ["1_Pooling/config.json", "sentence_bert_config.json"] {
+        let h = Hostile::new(&model, "dangling");
+        let path = h.dir.join(file);
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(h.dir.join("nowhere.json"), &path).unwrap();
+        serve_refuses(h.arg(), &[file, "symbolic link", "does not exist"]);
+    }
+}
+
+/// `--max-client-batch-size 0` would refuse every array: exit 2, one line.
+/// Before, the server started.
+#[test]
+fn a_client_batch_of_zero_is_refused() {
+    let (code, _, err) = common::coexec(
+        "hostile-client-batch",
+        &[
+            "serve",
+            "--max-client-batch-size",
+            "0",
+            "--addr",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--max-client-batch-size"), "{err}");
+}
+
+/// `body` posted to `path` on `addr`: its status, and its `error_type`
+/// where it has one.
+fn post(addr: SocketAddr, path: &str, body: &serde_json::Value) -> (u16, String) {
+    let a = http(addr, "POST", path, body.to_string().as_bytes());
+    let kind = serde_json::from_str::<serde_json::Value>(&a.body)
+        .ok()
+        .and_then(|v| {
+            v.get("error_type")
+                .and_then(|k| k.as_str().map(String::from))
+        })
+        .unwrap_or_default();
+    (a.status, kind)
+}
+
+/// A tokenizer without a post-processor gives `"   "` no tokens at all.
+/// Before, such a text was queued and failed its batch: every good request
+/// batched with it got 500 `batch failed`. Now each route refuses it for
+/// its own request (422 `Validation`) before it is queued, and the good
+/// requests sent with it, batched together by a long `--max-wait-us`, are
+/// answered.
+#[test]
+fn a_text_with_no_tokens_fails_only_its_own_request() {
+    let Some(model) = common::embed_model("a_text_with_no_tokens_fails_only_its_own_request")
+    else {
+        return;
+    };
+    let h = Hostile::new(&model, "no-tokens");
+    h.edit_json("tokenizer.json", |t| {
+        t["post_processor"] = serde_json::Value::Null
+    });
+    let srv = Server::start(&[
+        "--model",
+        h.arg(),
+        "--devices",
+        "cpu:1",
+        "--max-wait-us",
+        "300000",
+    ]);
+    let addr = srv.addr;
+    let blank = "   ";
+    let cases = [
+        (
+            "/embed",
+            serde_json::json!({ "inputs": ["a good text", "another one"] }),
+            serde_json::json!({ "inputs": ["fine", blank] }),
+        ),
+        (
+            "/v1/embeddings",
+            serde_json::json!({ "input": ["a good text"] }),
+            serde_json::json!({ "input": blank }),
+        ),
+        (
+            "/similarity",
+            serde_json::json!({ "inputs": { "source_sentence": "a cat", "sentences": ["a dog"] } }),
+            serde_json::json!({ "inputs": { "source_sentence": "a cat", "sentences": ["fine", blank] } }),
+        ),
+    ];
+    for (path, good, bad) in cases {
+        let goods: Vec<_> = (0..4)
+            .map(|_| {
+                let good = good.clone();
+                std::thread::spawn(move || post(addr, path, &good))
+            })
+            .collect();
+        let refused = post(addr, path, &bad);
+        assert_eq!(
+            refused,
+            (422, "Validation".into()),
+            "{path}: the blank text"
+        );
+        for g in goods {
+            assert_eq!(g.join().unwrap().0, 200, "{path}: a good request");
+        }
+    }
+}
