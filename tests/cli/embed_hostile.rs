@@ -277,3 +277,70 @@ fn a_text_with_no_tokens_fails_only_its_own_request() {
         }
     }
 }
+
+/// `/tokenize` under the memory budget (`--memory-budget-mib`): a request
+/// holds its share from the read until its answer is written, so a client
+/// that does not read a 50 MB answer keeps it held, and a request the rest
+/// cannot cover gets 429 `Overloaded` with `Retry-After`; once that client
+/// goes, the budget is whole again. Before, `/tokenize` had no budget:
+/// 16 concurrent requests at the limit added 2.5 GB of RSS.
+#[test]
+fn tokenize_answers_are_held_in_the_memory_budget_until_written() {
+    use std::io::{Read, Write};
+    let Some(model) =
+        common::embed_model("tokenize_answers_are_held_in_the_memory_budget_until_written")
+    else {
+        return;
+    };
+    let model = model.to_str().unwrap().to_string();
+    let srv = Server::start(&[
+        "--model",
+        &model,
+        "--devices",
+        "cpu:1",
+        "--memory-budget-mib",
+        "64",
+    ]);
+    let addr = srv.addr;
+    // 750 000 one-letter words: an answer of some 50 MB, past the whole
+    // budget by its estimate (it runs alone) and most of it once written.
+    let texts = vec![("a ".repeat(31_000)).trim_end().to_string(); 24];
+    let big = serde_json::json!({ "inputs": texts }).to_string();
+    let mut reader = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        reader,
+        "POST /tokenize HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{big}",
+        big.len()
+    )
+    .unwrap();
+    // Its head only: the answer's body stays unread, in the server.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        reader.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // 180 kB of text is 33 MiB by the estimate: more than is left.
+    let small = serde_json::json!({ "inputs": vec!["a ".repeat(30_000); 3] }).to_string();
+    let a = http(addr, "POST", "/tokenize", small.as_bytes());
+    assert_eq!(a.status, 429, "{}", a.body);
+    assert_eq!(a.json()["error_type"], "Overloaded");
+    assert!(a.header("retry-after").is_some());
+    drop(reader);
+    // Dropped with its connection, the answer gives its bytes back (the
+    // server notices the close within a few retries).
+    let mut status = 0;
+    for _ in 0..100 {
+        status = http(addr, "POST", "/tokenize", small.as_bytes()).status;
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(status, 200, "the budget is whole again");
+}

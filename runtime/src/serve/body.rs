@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use metrics::{counter, histogram};
 
+use super::budget::Held;
 use super::infer::{error, inputs_in, outcome_of};
 use super::{ServeModel, Service};
 
@@ -109,9 +110,17 @@ pub(super) async fn body_of<M: ServeModel>(
     }
 }
 
+/// What a queued route's request holds, per byte of its body: the body,
+/// what is parsed from it (a TEI text's `Value`, then its `String`), its
+/// inputs (an MLP's `f32`s take fewer bytes than their digits); its
+/// outputs are bounded by the queue's places.
+const QUEUED_BYTES_PER_BODY_BYTE: u64 = 4;
+
 /// A request's body, read and not refused for a full queue.
 pub(super) struct Received {
     pub(super) body: Bytes,
+    /// Its share of the memory budget, while the request lives.
+    pub(super) held: Held,
     /// The drain had not begun when its head came.
     pub(super) accepted: bool,
     /// The most inputs a request may carry.
@@ -147,8 +156,10 @@ pub(super) async fn receive<M: ServeModel>(
     if rows <= most && full(svc, rows, accepted) {
         return Err(svc.overloaded());
     }
+    let held = svc.take_budget(QUEUED_BYTES_PER_BODY_BYTE * body.len() as u64)?;
     Ok(Received {
         body,
+        held,
         accepted,
         most,
     })

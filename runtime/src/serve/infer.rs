@@ -272,6 +272,7 @@ pub(super) async fn infer_inner<M: ServeModel>(
     let i = &svc.inner;
     let Received {
         body,
+        held: _held,
         accepted,
         most,
     } = match receive(svc, headers, body).await {

@@ -17,8 +17,9 @@
 //! `null` probability), a body over the limit 413 (refused by its
 //! `Content-Length` before it is read), a body not all there 10 s after
 //! the head 408, a wrong method 405, an unknown path 404, a full queue 429
-//! with a `Retry-After` from the backlog and the measured drain rate, a
-//! passed deadline 504.
+//! with a `Retry-After` from the backlog and the measured drain rate (so
+//! does a request the memory budget cannot cover now,
+//! [`ServeConfig::memory_budget`]), a passed deadline 504.
 //!
 //! Embed the router in your own axum app ([`Service::router`]), or run it
 //! on a listener with [`serve`], which stops accepting on a signal and
@@ -66,6 +67,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::stream::{Stream, StreamConfig};
 use crate::{Error, Runtime};
 mod body;
+mod budget;
 mod infer;
 mod model;
 #[cfg(feature = "embed")]
@@ -99,6 +101,7 @@ pub struct ServeConfig {
     deadline: Option<Duration>,
     max_retry_after: Duration,
     body_deadline: Duration,
+    memory_budget: u64,
     prometheus: Option<PrometheusHandle>,
 }
 
@@ -110,7 +113,8 @@ impl Default for ServeConfig {
 
 impl ServeConfig {
     /// Bodies up to 2 MiB arriving within 10 s, 1024 inputs per request,
-    /// no default deadline, `Retry-After` at most 30 s.
+    /// no default deadline, `Retry-After` at most 30 s, a memory budget of
+    /// 1 GiB.
     pub fn new() -> Self {
         Self {
             max_body: 2 << 20,
@@ -118,8 +122,21 @@ impl ServeConfig {
             deadline: None,
             max_retry_after: Duration::from_secs(30),
             body_deadline: body::BODY_DEADLINE,
+            memory_budget: 1 << 30,
             prometheus: None,
         }
+    }
+
+    /// The bytes the requests in progress may hold at once, by an upper
+    /// estimate from each body's length (default 1 GiB): a request's
+    /// body and what is parsed from it, and for the tokenizer routes
+    /// (`/tokenize`, `/decode`) their answers, some 170 bytes a token.
+    /// One budget for every route, shared with the queue's admission: a
+    /// request it cannot cover now gets 429, as a full queue does; one
+    /// larger than all of it waits until it can run alone.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes;
+        self
     }
 
     /// Serves `GET /metrics` from `handle`: the recorder the application
@@ -181,6 +198,8 @@ struct Inner<M: ServeModel> {
     drain: Mutex<DrainRate>,
     /// Rows accepted and not yet answered.
     in_flight: AtomicU64,
+    /// What the requests in progress hold ([`ServeConfig::memory_budget`]).
+    budget: Arc<budget::Budget>,
     /// The stream's batch limits, for `/info`.
     #[cfg_attr(not(feature = "embed"), allow(dead_code))]
     batch_len: usize,
@@ -234,6 +253,7 @@ impl<M: ServeModel> Service<M> {
         let model = Arc::new(model);
         let (batch_len, batch_cost) = (stream.max_batch_len(), stream.max_batch_cost_limit());
         let stream = Stream::start(rt, model.clone(), stream)?;
+        let budget = budget::Budget::new(cfg.memory_budget);
         Ok(Self {
             inner: Arc::new(Inner {
                 stream,
@@ -244,6 +264,7 @@ impl<M: ServeModel> Service<M> {
                 epoch: Instant::now(),
                 drain: Mutex::new(DrainRate::default()),
                 in_flight: AtomicU64::new(0),
+                budget,
                 batch_len,
                 batch_cost,
             }),
@@ -331,7 +352,33 @@ impl<M: ServeModel> Service<M> {
         self.inner.epoch.elapsed().as_secs_f64()
     }
 
+    /// The 429 of a full queue.
     fn overloaded(&self) -> Response {
+        let why = format!(
+            "the queue of {} requests is full",
+            self.inner.stream.capacity()
+        );
+        self.overloaded_because(&why)
+    }
+
+    /// `bytes` of the memory budget for a request, or its 429.
+    // The error is the answer to send, made once per refused request: not
+    // worth a box (as tei.rs's readers).
+    #[allow(clippy::result_large_err)]
+    fn take_budget(&self, bytes: u64) -> Result<budget::Held, Response> {
+        let b = &self.inner.budget;
+        b.try_take(bytes).ok_or_else(|| {
+            self.overloaded_because(&format!(
+                "the requests in progress hold {} of the {} bytes they may take at once, \
+                 and this one needs {bytes} more",
+                b.held(),
+                b.limit()
+            ))
+        })
+    }
+
+    /// 429 `overloaded: <why>; retry after N s`, with its `Retry-After`.
+    fn overloaded_because(&self, why: &str) -> Response {
         let i = &self.inner;
         let rate = i
             .drain
@@ -345,10 +392,7 @@ impl<M: ServeModel> Service<M> {
         // proxies eject the pod and trigger `retry_on: 5xx` retries.
         let mut r = error(
             StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "overloaded: the queue of {} requests is full; retry after {secs} s",
-                i.stream.capacity()
-            ),
+            format!("overloaded: {why}; retry after {secs} s"),
         );
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -15,14 +15,15 @@
 //! [`BLOCKING_BYTES`] on tokio's blocking pool), never on coexec's workers.
 //! `/tokenize` never truncates (its tokens count a text, or cut it into
 //! pieces the model takes whole), and with `/decode` takes no place in the
-//! queue: neither is refused with 429.
+//! queue; both hold their answers' bytes in the memory budget every route
+//! shares ([`ServeConfig::memory_budget`](super::ServeConfig::memory_budget)).
 //! Errors are `{"error", "error_type"}` with TEI's statuses: 400 `Empty`
 //! (no input, an empty string), 413 `Validation` (too many inputs, an
 //! input past the model's limit with `truncate: false`, a body over the
 //! limit), 400 for a body that is not JSON, 422 `Validation` for JSON of
 //! the wrong shape or a text the model cannot take (no tokens), 422
-//! `Tokenizer`, 429 `Overloaded` with `Retry-After`, 500 `Backend` for a
-//! vector that is not finite. A
+//! `Tokenizer`, 429 `Overloaded` with `Retry-After` (a full queue, the
+//! memory budget spent), 500 `Backend` for a vector that is not finite. A
 //! text's and a vector's refusals are their own request's: the requests
 //! batched with them are answered.
 
@@ -241,6 +242,7 @@ fn tokenize(model: &Embedder, api: Api, p: &Parsed) -> Result<Vec<Vec<u32>>, Res
 async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Body) -> Response {
     let Received {
         body,
+        held,
         accepted,
         most,
     } = match receive(svc, headers, body).await {
@@ -260,10 +262,12 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     }
     let model = svc.model().clone();
     let bytes: usize = parsed.texts.iter().map(String::len).sum();
+    // The budget goes along with the work: a client that leaves drops
+    // this handler, not the tokenizer's run on the blocking pool.
     let tokenized = off_the_handler(bytes, move || {
-        tokenize(&model, api, &parsed).map(|ids| (ids, parsed))
+        tokenize(&model, api, &parsed).map(|ids| (ids, parsed, held))
     });
-    let (ids, parsed) = match tokenized.await {
+    let (ids, parsed, _held) = match tokenized.await {
         Ok(t) => t,
         Err(r) => return r,
     };

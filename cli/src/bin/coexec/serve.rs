@@ -59,6 +59,12 @@ pub(crate) struct ServeArgs {
     /// Requests (input rows) waiting at most; more get 429.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
+    /// MiB the requests in progress may hold at once, by an estimate from
+    /// each body's length (a /tokenize answer takes some 170 bytes a
+    /// token); a request it cannot cover now gets 429, as a full queue
+    /// does.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    memory_budget_mib: u64,
     /// The model. A file: an MLP classifier in safetensors (`fc1.weight`,
     /// `fc1.bias`, `fc2.weight`, …; any depth and widths, read from the
     /// file), on `POST /v1/infer`. A folder: a BERT-family sentence
@@ -253,6 +259,7 @@ async fn run<M: ServeModel>(
         .deadline(a.deadline_ms.map(Duration::from_millis))
         .max_inputs(max_inputs)
         .body_deadline(Duration::from_millis(a.body_timeout_ms))
+        .memory_budget(a.memory_budget_mib << 20)
         .prometheus(prometheus);
     let svc = Service::start(rt.clone(), model, stream, cfg)?;
     // Before `listening on`: a signal from then on drains.

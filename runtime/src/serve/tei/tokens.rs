@@ -5,21 +5,35 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::request::{flag, kind, object, texts, unprocessable};
-use super::{client_batch, json_response, off_the_handler};
+use super::{client_batch, off_the_handler};
 use crate::embed::{Embedder, TokenizeError};
 use crate::serve::Service;
 use crate::serve::body::body_of;
-use crate::serve::infer::error_of;
+use crate::serve::budget::held_body;
+use crate::serve::infer::{error, error_of};
 
 /// `/tokenize` refuses a text of more than this many characters per token
 /// the model takes (TEI's bound: 64 000 for a model of 256 tokens).
 const MAX_CHAR_MULTIPLIER: usize = 250;
+
+/// What `/tokenize` holds per byte of its body, for the memory budget: a
+/// text has at most a token per byte (a run of `.`, each its own token;
+/// `[CLS]` and `[SEP]` fit in the quotes and comma around a text), and a
+/// token held by the tokenizer's encoding, as a [`Token`](crate::embed::Token)
+/// and as its JSON (some 65 bytes) took 170 bytes at the peak (measured:
+/// 336 MiB for a body of 2 MB of `.`).
+const TOKENIZE_BYTES_PER_BODY_BYTE: u64 = 192;
+
+/// What `/decode` holds per byte of its body: an id per 2 bytes (`0,`),
+/// 220 bytes each at the peak (its JSON value, its token's text, the
+/// decoded text; measured: 67 MiB for 320 000 ids).
+const DECODE_BYTES_PER_BODY_BYTE: u64 = 128;
 
 /// `POST /tokenize`: each text's tokens, never truncated.
 pub(in crate::serve) async fn tokenize(
@@ -50,7 +64,7 @@ pub(in crate::serve) async fn tokenize(
         &svc,
         &headers,
         body,
-        (shape, "inputs"),
+        (shape, "inputs", TOKENIZE_BYTES_PER_BODY_BYTE),
         read,
         String::len,
         |m, t, special| m.tokens(t, special),
@@ -74,7 +88,7 @@ pub(in crate::serve) async fn decode(
         &svc,
         &headers,
         body,
-        (shape, "ids"),
+        (shape, "ids", DECODE_BYTES_PER_BODY_BYTE),
         read,
         bytes,
         |m, ids, skip| m.decode(ids, skip),
@@ -86,12 +100,15 @@ pub(in crate::serve) async fn decode(
 /// it should hold and the name of its items, for errors), takes its items
 /// and flag with `read`, runs `each` on every item off the handler where
 /// they hold more than [`BLOCKING_BYTES`] (`bytes` of each), and answers
-/// the results as a JSON array, or the first failure's 422.
+/// the results as a JSON array, or the first failure's 422. It holds
+/// `weight` bytes of the memory budget per byte of its body from the read
+/// until its answer is written (429 when they are not free), so that
+/// concurrent requests at the limit cannot add gigabytes.
 async fn each_of<I, O>(
     svc: &Service<Embedder>,
     headers: &HeaderMap,
     body: Body,
-    (shape, field): (&str, &'static str),
+    (shape, field, weight): (&str, &'static str, u64),
     read: impl FnOnce(&serde_json::Map<String, Value>) -> Result<(Vec<I>, bool), Response>,
     bytes: impl Fn(&I) -> usize,
     each: impl Fn(&Embedder, &I, bool) -> Result<O, TokenizeError> + Send + 'static,
@@ -104,6 +121,10 @@ where
         Ok(b) => b,
         Err(r) => return r,
     };
+    let held = match svc.take_budget(weight.saturating_mul(body.len() as u64)) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
     let parsed = object(&body, shape).and_then(|obj| read(&obj));
     drop(body);
     let (items, flag) = match parsed {
@@ -112,8 +133,10 @@ where
     };
     let model = svc.model().clone();
     let size = items.iter().map(bytes).sum();
-    let answers = off_the_handler(size, move || {
-        items
+    // The budget goes along with the work and then with the answer's
+    // bytes, until the server drops them.
+    let answer = off_the_handler(size, move || {
+        let answers = items
             .iter()
             .enumerate()
             .map(|(k, item)| {
@@ -125,11 +148,14 @@ where
                     )
                 })
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, _>>()?;
+        let json = serde_json::to_vec(&answers)
+            .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        Ok(held_body(json, held))
     })
     .await;
-    match answers {
-        Ok(a) => json_response(serde_json::to_string(&a)),
+    match answer {
+        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
         Err(r) => r,
     }
 }
