@@ -136,11 +136,32 @@ impl Embedder {
 
     /// The token ids of `text` (`[CLS] … [SEP]`), cut to the model's limit
     /// when `truncate`, refused past it otherwise.
+    ///
+    /// A long text is tokenised by its first bytes, cut at a space, when
+    /// they already hold more tokens than the model takes: the tokens kept
+    /// are the same as the whole text's (every tokenizer here splits words
+    /// at spaces before it cuts them into tokens), and a text of a hundred
+    /// MB costs what its first KBs cost, not gigabytes of offsets.
     pub fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>, TokenizeError> {
-        let enc = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+        let encode = |t: &str| {
+            self.tokenizer
+                .encode(t, true)
+                .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
+        };
+        // A token is rarely past 16 bytes; a prefix 32 bytes a token long
+        // almost always overflows, and one four times as long is tried
+        // where it does not.
+        let mut len = self.max_input_length().saturating_mul(32).max(4096);
+        let enc = loop {
+            let Some(prefix) = prefix_at_space(text, len) else {
+                break encode(text)?;
+            };
+            let enc = encode(prefix)?;
+            if !enc.get_overflowing().is_empty() {
+                break enc;
+            }
+            len = len.saturating_mul(4);
+        };
         if !truncate && !enc.get_overflowing().is_empty() {
             return Err(TokenizeError::TooLong {
                 max: self.max_input_length(),
@@ -346,6 +367,25 @@ fn check_probe(t: &Tokenizer, w: &Arc<BertWeights>, dir: &Path) -> Result<(), Ke
         });
     }
     Ok(())
+}
+
+/// The text's first bytes, at most `len` of them, cut before a space (so
+/// no word is cut in two); `None` when the text is no longer than `len`
+/// or its first `len` bytes hold no space past the first.
+fn prefix_at_space(text: &str, len: usize) -> Option<&str> {
+    if text.len() <= len {
+        return None;
+    }
+    let mut end = len;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let at = text[..end]
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+        .map(|(i, _)| i)?;
+    (at > 0).then(|| &text[..at])
 }
 
 /// One token of a text ([`Embedder::tokens`]), as TEI's `/tokenize` shows

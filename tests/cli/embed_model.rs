@@ -620,3 +620,51 @@ fn coexec_embed_writes_the_service_vectors_and_resumes() {
     drop(srv);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A long text is tokenised by its first words (`Embedder::tokenize` cuts
+/// it at a space once they hold more tokens than the model takes): the ids
+/// are the whole text's, cut as the tokenizer cuts them.
+#[test]
+fn a_long_text_is_cut_as_the_whole_text_would_be() {
+    let Some(dir) = model_dir("a_long_text_is_cut_as_the_whole_text_would_be") else {
+        return;
+    };
+    let model = Embedder::load(&dir).unwrap();
+    let max = model.max_input_length();
+    let words = [
+        "river",
+        "Stone,",
+        "unbelievably",
+        "éclair",
+        "naïve",
+        "x-ray",
+        "3.14",
+        "東京",
+        "don't",
+        "a\tb",
+        "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+    ];
+    for n in [3, 100, 300, 2_000, 60_000] {
+        let text = (0..n)
+            .map(|i| words[i * 7 % words.len()])
+            .collect::<Vec<_>>()
+            .join(" ");
+        let whole: Vec<u32> = model
+            .tokens(&text, true)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        let want = if whole.len() <= max {
+            whole.clone()
+        } else {
+            [&whole[..max - 1], &whole[whole.len() - 1..]].concat()
+        };
+        assert_eq!(model.tokenize(&text, true).unwrap(), want, "{n} words");
+        assert_eq!(
+            model.tokenize(&text, false).is_err(),
+            whole.len() > max,
+            "{n} words"
+        );
+    }
+}

@@ -120,6 +120,8 @@ fn embed_killed(model: &str, input: &Path, output: &Path, shard: &str) -> bool {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("embed did not write a row in 60 s");
 }
 
@@ -369,5 +371,60 @@ fn a_line_past_the_cap_is_embedded_by_its_first_bytes_or_refused_alone() {
         stderr.contains("c.jsonl:1:") && stderr.contains("past --max-line-bytes 65536"),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A copy of the model whose first layer's query and key weights are
+/// scaled by 1e19: every attention score overflows.
+fn overflowing(model: &str, to: &Path) {
+    std::fs::create_dir_all(to.join("1_Pooling")).unwrap();
+    let from = Path::new(model);
+    for f in [
+        "config.json",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    let mut b = std::fs::read(from.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    for name in [
+        "encoder.layer.0.attention.self.query.weight",
+        "encoder.layer.0.attention.self.key.weight",
+    ] {
+        let t = &header[name];
+        assert_eq!(t["dtype"], "F32", "{name}");
+        let (lo, hi) = (
+            8 + n + t["data_offsets"][0].as_u64().unwrap() as usize,
+            8 + n + t["data_offsets"][1].as_u64().unwrap() as usize,
+        );
+        for c in b[lo..hi].chunks_exact_mut(4) {
+            let v = f32::from_le_bytes(c.try_into().unwrap()) * 1e19;
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(to.join("model.safetensors"), b).unwrap();
+}
+
+#[test]
+fn a_model_whose_vectors_overflow_is_refused_before_a_row_is_written() {
+    let Some(m) = model() else {
+        return skipped("a_model_whose_vectors_overflow_is_refused_before_a_row_is_written");
+    };
+    let d = scratch("overflow");
+    let bad = d.join("model");
+    overflowing(&m, &bad);
+    let input = d.join("c.txt");
+    std::fs::write(&input, "a cat sat\nthe dog slept\n").unwrap();
+    let out = d.join("v.npy");
+    let (code, stdout, stderr) = embed(s(&bad), &input, &out, &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("model.safetensors") && stderr.contains("finite"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "no NaN rows written");
     let _ = std::fs::remove_dir_all(&d);
 }

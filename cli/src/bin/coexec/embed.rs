@@ -477,10 +477,33 @@ impl Sink {
     }
 }
 
-/// Whether a request's error is its own input's (a bad row), not the
-/// run's.
-fn is_inputs_own(e: &StreamError) -> bool {
-    matches!(e, StreamError::Invalid { .. })
+/// What one line's answer from the stream makes of its row.
+#[derive(Debug)]
+enum Row {
+    /// Its vector (normalised where asked).
+    Vector(Vec<f32>),
+    /// A NaN row: the model's vector was not finite.
+    NotFinite(String),
+    /// A NaN row: the model refused the input.
+    Refused(String),
+    /// The run stops: its batch failed (the rows before it are kept for
+    /// `--resume`).
+    Failed(StreamError),
+}
+
+fn row_of(got: Result<Vec<f32>, StreamError>, normalized: bool) -> Row {
+    match got {
+        Ok(mut v) if v.iter().all(|x| x.is_finite()) => {
+            if normalized {
+                normalize(&mut v);
+            }
+            Row::Vector(v)
+        }
+        Ok(_) => Row::NotFinite("the model's vector is not finite".into()),
+        Err(StreamError::Output { why }) => Row::NotFinite(why),
+        Err(e @ StreamError::Invalid { .. }) => Row::Refused(e.to_string()),
+        Err(e) => Row::Failed(e),
+    }
 }
 
 pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
@@ -602,20 +625,18 @@ pub(crate) async fn embed(a: EmbedArgs) -> Result<(), Failure> {
         for p in pending {
             let line = first + at + 1;
             let row = match p {
-                Ok(h) => match h.await.map_err(|e| Failure::Run(e.to_string()))? {
-                    Ok(mut v) if v.iter().all(|x| x.is_finite()) => {
-                        if normalized {
-                            normalize(&mut v);
+                Ok(h) => {
+                    let got = h.await.map_err(|e| Failure::Run(e.to_string()))?;
+                    match row_of(got, normalized) {
+                        Row::Vector(v) => Ok(v),
+                        Row::NotFinite(why) => {
+                            not_finite += 1;
+                            Err(why)
                         }
-                        Ok(v)
+                        Row::Refused(why) => Err(why),
+                        Row::Failed(e) => return Err(Failure::Run(format!("line {line}: {e}"))),
                     }
-                    Ok(_) => {
-                        not_finite += 1;
-                        Err("the model's vector is not finite".to_string())
-                    }
-                    Err(e) if is_inputs_own(&e) => Err(e.to_string()),
-                    Err(e) => return Err(Failure::Run(format!("line {line}: {e}"))),
-                },
+                }
                 Err(why) => Err(why),
             };
             match &row {
@@ -689,6 +710,33 @@ mod tests {
                 assert_eq!(next, lines);
             }
         }
+    }
+
+    #[test]
+    fn each_answer_is_a_vector_a_nan_row_or_the_runs_end() {
+        assert!(matches!(row_of(Ok(vec![3.0, 4.0]), true), Row::Vector(v) if v == [0.6, 0.8]));
+        assert!(matches!(row_of(Ok(vec![3.0, 4.0]), false), Row::Vector(v) if v == [3.0, 4.0]));
+        assert!(matches!(
+            row_of(Ok(vec![1.0, f32::NAN]), true),
+            Row::NotFinite(_)
+        ));
+        assert!(matches!(
+            row_of(Ok(vec![f32::INFINITY]), false),
+            Row::NotFinite(_)
+        ));
+        let out = StreamError::Output {
+            why: "value 3 is inf".into(),
+        };
+        assert!(matches!(row_of(Err(out), true), Row::NotFinite(w) if w == "value 3 is inf"));
+        let bad = StreamError::Invalid {
+            index: 0,
+            why: "0 tokens".into(),
+        };
+        assert!(matches!(row_of(Err(bad), true), Row::Refused(w) if w.contains("0 tokens")));
+        assert!(matches!(
+            row_of(Err(StreamError::Closed), true),
+            Row::Failed(_)
+        ));
     }
 
     #[test]
