@@ -103,6 +103,44 @@ impl Hostile {
     pub fn arg(&self) -> &str {
         self.dir.to_str().unwrap()
     }
+
+    /// A copy of `model` whose query and key weights are scaled by 1e19:
+    /// attention's scores overflow, and every vector is NaN.
+    pub fn overflowing(model: &std::path::Path, tag: &str) -> Self {
+        use safetensors::tensor::TensorView;
+        let h = Self::new(model, tag);
+        let bytes = h.read("model.safetensors");
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(name, t)| {
+                let data = if name.ends_with("attention.self.query.weight")
+                    || name.ends_with("attention.self.key.weight")
+                {
+                    assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+                    t.data()
+                        .chunks_exact(4)
+                        .flat_map(|b| {
+                            (f32::from_le_bytes(b.try_into().unwrap()) * 1e19).to_le_bytes()
+                        })
+                        .collect()
+                } else {
+                    t.data().to_vec()
+                };
+                (name, t.dtype(), t.shape().to_vec(), data)
+            })
+            .collect();
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|(n, dtype, s, d)| (n.clone(), TensorView::new(*dtype, s.clone(), d).unwrap()))
+            .collect();
+        h.write(
+            "model.safetensors",
+            &safetensors::serialize(views, None).unwrap(),
+        );
+        h
+    }
 }
 
 impl Drop for Hostile {

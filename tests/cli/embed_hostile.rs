@@ -68,38 +68,7 @@ fn a_model_whose_outputs_overflow_is_refused_at_load() {
     else {
         return;
     };
-    let h = Hostile::new(&model, "overflow");
-    let bytes = h.read("model.safetensors");
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(name, t)| {
-            let data = if name.ends_with("attention.self.query.weight")
-                || name.ends_with("attention.self.key.weight")
-            {
-                assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
-                t.data()
-                    .chunks_exact(4)
-                    .flat_map(|b| (f32::from_le_bytes(b.try_into().unwrap()) * 1e19).to_le_bytes())
-                    .collect()
-            } else {
-                t.data().to_vec()
-            };
-            (name, t.dtype(), t.shape().to_vec(), data)
-        })
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, dtype, s, d)| {
-            let v = safetensors::tensor::TensorView::new(*dtype, s.clone(), d).unwrap();
-            (n.clone(), v)
-        })
-        .collect();
-    h.write(
-        "model.safetensors",
-        &safetensors::serialize(views, None).unwrap(),
-    );
+    let h = Hostile::overflowing(&model, "overflow");
     let e = load_error(&h.dir);
     assert!(
         e.contains("model.safetensors") && e.contains("not finite"),

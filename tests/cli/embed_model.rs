@@ -23,21 +23,7 @@ use server::{Server, http};
 
 /// The model folder, or `None` (and a line saying the test is skipped).
 fn model_dir(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("COEXEC_EMBED_MODEL")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
-        })?;
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "{test}: skipped, no model at {} (scripts/fetch_model.sh fetches it)",
-            dir.display()
-        );
-        None
-    }
+    common::embed_model(test)
 }
 
 fn sentences() -> Vec<String> {

@@ -12,20 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
-fn model() -> Option<String> {
-    let dir = std::env::var_os("COEXEC_EMBED_MODEL")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
-        })?;
-    dir.join("model.safetensors")
-        .is_file()
-        .then(|| dir.to_str().unwrap().to_string())
-}
-
-fn skipped(test: &str) {
-    eprintln!("{test}: skipped, no model (scripts/fetch_model.sh fetches it)");
+/// The model folder as an argument, or `None` (and `test` said skipped).
+fn model(test: &str) -> Option<String> {
+    common::embed_model(test).map(|d| d.to_str().unwrap().to_string())
 }
 
 fn scratch(tag: &str) -> PathBuf {
@@ -127,8 +116,8 @@ fn embed_killed(model: &str, input: &Path, output: &Path, shard: &str) -> bool {
 
 #[test]
 fn shards_killed_resumed_and_merged_in_any_order_equal_one_run() {
-    let Some(m) = model() else {
-        return skipped("shards_killed_resumed_and_merged_in_any_order_equal_one_run");
+    let Some(m) = model("shards_killed_resumed_and_merged_in_any_order_equal_one_run") else {
+        return;
     };
     let d = scratch("eleven");
     let input = d.join("corpus.jsonl");
@@ -259,8 +248,8 @@ fn shards_killed_resumed_and_merged_in_any_order_equal_one_run() {
 
 #[test]
 fn json_lines_outputs_are_resumed_only_when_their_rows_are_this_runs() {
-    let Some(m) = model() else {
-        return skipped("json_lines_outputs_are_resumed_only_when_their_rows_are_this_runs");
+    let Some(m) = model("json_lines_outputs_are_resumed_only_when_their_rows_are_this_runs") else {
+        return;
     };
     let d = scratch("jsonl");
     let input = d.join("corpus.jsonl");
@@ -294,8 +283,9 @@ fn json_lines_outputs_are_resumed_only_when_their_rows_are_this_runs() {
 
 #[test]
 fn the_input_is_never_the_output_and_special_files_are_refused_at_once() {
-    let Some(m) = model() else {
-        return skipped("the_input_is_never_the_output_and_special_files_are_refused_at_once");
+    let Some(m) = model("the_input_is_never_the_output_and_special_files_are_refused_at_once")
+    else {
+        return;
     };
     let d = scratch("same");
     let input = d.join("c.jsonl");
@@ -340,8 +330,9 @@ fn the_input_is_never_the_output_and_special_files_are_refused_at_once() {
 
 #[test]
 fn a_line_past_the_cap_is_embedded_by_its_first_bytes_or_refused_alone() {
-    let Some(m) = model() else {
-        return skipped("a_line_past_the_cap_is_embedded_by_its_first_bytes_or_refused_alone");
+    let Some(m) = model("a_line_past_the_cap_is_embedded_by_its_first_bytes_or_refused_alone")
+    else {
+        return;
     };
     let d = scratch("long");
     // A plain-text line of 4 MB: its vector is its first words'.
@@ -374,52 +365,17 @@ fn a_line_past_the_cap_is_embedded_by_its_first_bytes_or_refused_alone() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// A copy of the model whose first layer's query and key weights are
-/// scaled by 1e19: every attention score overflows.
-fn overflowing(model: &str, to: &Path) {
-    std::fs::create_dir_all(to.join("1_Pooling")).unwrap();
-    let from = Path::new(model);
-    for f in [
-        "config.json",
-        "tokenizer.json",
-        "sentence_bert_config.json",
-        "1_Pooling/config.json",
-    ] {
-        std::fs::copy(from.join(f), to.join(f)).unwrap();
-    }
-    let mut b = std::fs::read(from.join("model.safetensors")).unwrap();
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    for name in [
-        "encoder.layer.0.attention.self.query.weight",
-        "encoder.layer.0.attention.self.key.weight",
-    ] {
-        let t = &header[name];
-        assert_eq!(t["dtype"], "F32", "{name}");
-        let (lo, hi) = (
-            8 + n + t["data_offsets"][0].as_u64().unwrap() as usize,
-            8 + n + t["data_offsets"][1].as_u64().unwrap() as usize,
-        );
-        for c in b[lo..hi].chunks_exact_mut(4) {
-            let v = f32::from_le_bytes(c.try_into().unwrap()) * 1e19;
-            c.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-    std::fs::write(to.join("model.safetensors"), b).unwrap();
-}
-
 #[test]
 fn a_model_whose_vectors_overflow_is_refused_before_a_row_is_written() {
-    let Some(m) = model() else {
-        return skipped("a_model_whose_vectors_overflow_is_refused_before_a_row_is_written");
+    let Some(m) = model("a_model_whose_vectors_overflow_is_refused_before_a_row_is_written") else {
+        return;
     };
     let d = scratch("overflow");
-    let bad = d.join("model");
-    overflowing(&m, &bad);
+    let bad = common::Hostile::overflowing(Path::new(&m), "pipeline-overflow");
     let input = d.join("c.txt");
     std::fs::write(&input, "a cat sat\nthe dog slept\n").unwrap();
     let out = d.join("v.npy");
-    let (code, stdout, stderr) = embed(s(&bad), &input, &out, &[]);
+    let (code, stdout, stderr) = embed(bad.arg(), &input, &out, &[]);
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(
         stderr.contains("model.safetensors") && stderr.contains("finite"),

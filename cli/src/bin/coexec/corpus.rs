@@ -14,7 +14,7 @@
 //! one line than the cap, whatever the file holds.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -157,14 +157,10 @@ impl Corpus {
         }
         let index = build_index(path, file, stamp)?;
         // Written whole, then renamed into place: a reader sees the old
-        // index, or none, or the new one.
-        let tmp = at.with_extension(format!("tmp{}", std::process::id()));
-        let written = serde_json::to_vec(&index)
-            .map_err(std::io::Error::other)
-            .and_then(|json| std::fs::write(&tmp, json))
-            .and_then(|()| std::fs::rename(&tmp, &at));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // index, or none, or the new one. One that cannot be written costs
+        // the next run a pass of its own, nothing else.
+        if let Ok(json) = serde_json::to_vec(&index) {
+            let _ = write_atomically(&at, &json);
         }
         drop(lock);
         Ok(index)
@@ -408,23 +404,36 @@ pub(crate) fn read_line(r: &mut impl BufRead, cap: usize) -> std::io::Result<(Ra
     ))
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it, renamed
-/// into place once whole and on disk.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `path` through a temporary file beside it (`path` and `suffix`),
+/// renamed into place once whole and on disk; nothing is left on an error.
+pub(crate) fn write_via_temp(
+    path: &Path,
+    suffix: &str,
+    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Failure>,
+) -> Result<(), Failure> {
     let mut name = path.as_os_str().to_owned();
-    name.push(format!(".tmp{}", std::process::id()));
+    name.push(suffix);
     let tmp = PathBuf::from(name);
-    let done = File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
+    let io = |e: std::io::Error| Failure::Run(format!("{}: {e}", path.display()));
+    let done = File::create(&tmp).map_err(io).and_then(|file| {
+        let mut w = BufWriter::new(file);
+        f(&mut w)?;
+        w.flush().map_err(io)?;
+        w.get_ref().sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
     });
-    match done.and_then(|()| std::fs::rename(&tmp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
+    done
+}
+
+/// Writes `bytes` to `path` whole or not at all ([`write_via_temp`]).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    write_via_temp(path, &format!(".tmp{}", std::process::id()), |w| {
+        w.write_all(bytes)
+            .map_err(|e| Failure::Run(format!("{}: {e}", path.display())))
+    })
 }
 
 #[cfg(test)]

@@ -451,12 +451,10 @@ impl Sink {
 
     fn row(&mut self, line: usize, v: Result<&[f32], &str>) -> std::io::Result<()> {
         match self {
-            Sink::Npy(w, dim) => {
-                let nan = vec![f32::NAN; *dim];
-                let v = v.unwrap_or(&nan);
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                w.write_all(&bytes)
-            }
+            Sink::Npy(w, dim) => match v {
+                Ok(v) => v.iter().try_for_each(|x| w.write_all(&x.to_le_bytes())),
+                Err(_) => (0..*dim).try_for_each(|_| w.write_all(&f32::NAN.to_le_bytes())),
+            },
             Sink::Jsonl(w) => {
                 let s = match v {
                     Ok(v) => serde_json::json!({"line": line, "embedding": v}),

@@ -7,12 +7,11 @@
 //! joined file is written through a temporary file, with a record of its
 //! own (shard 0/1).
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::Failure;
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, write_via_temp};
 use crate::embed::{Shard, index_dir, jsonl_rows, not_the_input, npy_header, output_is_npy};
 use crate::record::{RunRecord, mismatch};
 
@@ -139,17 +138,16 @@ fn parts(shards: &[PathBuf]) -> Result<Vec<Part>, Failure> {
     let lines = parts[0].record.corpus_lines as usize;
     for (i, p) in parts.iter().enumerate() {
         let r = &p.record;
+        let want = Shard::new(i, count).map_err(Failure::Usage)?.range(lines);
         // Sorted and without repeats: the first index out of place is the
         // first one missing.
         if r.shard_index != i {
-            let want = Shard::new(i, count).map_err(Failure::Usage)?.range(lines);
             return Err(Failure::Usage(format!(
                 "shard {i}/{count} (lines {} to {}) is missing",
                 want.start + 1,
                 want.end
             )));
         }
-        let want = Shard::new(i, count).map_err(Failure::Usage)?.range(lines);
         if (r.first_line, r.last_line, r.rows) != (want.start + 1, want.end, want.len()) {
             return Err(Failure::Usage(format!(
                 "{}: its record gives lines {} to {} ({} rows), where shard {} of {lines} lines owns {} to {}",
@@ -231,7 +229,7 @@ pub(crate) fn merge(a: MergeArgs) -> Result<(), Failure> {
     };
     joined(first).write(&a.output)?;
     let written = if let Some(shapes) = shapes {
-        write_all(&a.output, |w| {
+        write_via_temp(&a.output, ".merging", |w| {
             w.write_all(&npy_header(rows, dim)).map_err(io)?;
             for (s, p) in shapes.iter().zip(&parts) {
                 let mut f = crate::corpus::open(&p.path)?;
@@ -248,7 +246,7 @@ pub(crate) fn merge(a: MergeArgs) -> Result<(), Failure> {
             Ok(())
         })
     } else {
-        write_all(&a.output, |w| {
+        write_via_temp(&a.output, ".merging", |w| {
             for p in &parts {
                 let f = crate::corpus::open(&p.path)?;
                 let (n, _) = jsonl_rows(
@@ -293,26 +291,4 @@ fn joined(first: &RunRecord) -> RunRecord {
     r.rows = first.corpus_lines as usize;
     r.read_sha256 = first.corpus_sha256.clone();
     r
-}
-
-/// Writes `path` through a temporary file beside it, renamed into place
-/// once whole and on disk, with its record; nothing is left on an error.
-fn write_all(
-    path: &Path,
-    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Failure>,
-) -> Result<(), Failure> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".merging");
-    let tmp = PathBuf::from(name);
-    let io = |e: std::io::Error| Failure::Run(format!("{}: {e}", path.display()));
-    let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
-    let done = f(&mut w).and_then(|()| {
-        w.flush().map_err(io)?;
-        w.get_ref().sync_all().map_err(io)
-    });
-    if let Err(e) = done {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, path).map_err(io)
 }

@@ -130,7 +130,7 @@ impl RunRecord {
         let path = Self::path_of(output);
         let mut json = serde_json::to_vec_pretty(self).map_err(|e| Failure::Run(e.to_string()))?;
         json.push(b'\n');
-        write_atomically(&path, &json).map_err(|e| Failure::Run(format!("{}: {e}", path.display())))
+        write_atomically(&path, &json)
     }
 
     /// The fields in which `self` and `other` differ, each as
