@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coexec::embed::{BertWeights, Encoder};
 use coexec::kernels::{Kernel, with_chunk};
+use coexec_models::bert::{BertWeights, Encoder};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 fn forward(c: &mut Criterion) {

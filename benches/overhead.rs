@@ -14,7 +14,6 @@
 //! cargo bench -p coexec --bench overhead
 //! ```
 
-use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use coexec::kernels::Empty;
@@ -26,15 +25,13 @@ const WORKERS: usize = 2;
 const CHUNKS_PER_WORKER: usize = 16;
 const ITEMS: usize = WORKERS * CHUNKS_PER_WORKER;
 
-fn runtime(metrics: Option<SocketAddr>) -> Runtime {
-    let mut b = Runtime::builder()
+fn runtime() -> Runtime {
+    Runtime::builder()
         .devices(&format!("cpu:{WORKERS}"))
         .expect("a valid device spec")
-        .in_memory_profiles();
-    if let Some(addr) = metrics {
-        b = b.metrics(addr);
-    }
-    b.build().expect("the runtime starts")
+        .in_memory_profiles()
+        .build()
+        .expect("the runtime starts")
 }
 
 fn options() -> JobOptions {
@@ -46,18 +43,20 @@ fn overhead(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let free = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port");
-
     let mut g = c.benchmark_group(format!(
         "overhead/empty_{ITEMS}_items_{WORKERS}_cpu_dynamic"
     ));
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    for (label, metrics) in [("metrics_off", None), ("metrics_on", Some(free))] {
-        let rt = runtime(metrics);
+    for label in ["metrics_off", "metrics_on"] {
+        if label == "metrics_on" {
+            // The Prometheus recorder, as `coexec-serve`'s exporter installs it.
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("no recorder installed before");
+        }
+        let rt = runtime();
         let opts = options();
         // Chunks per job, as the runtime cut it: the unit of the throughput line.
         let done = tokio

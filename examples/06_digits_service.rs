@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use axum::routing::get;
 use coexec::kernels::workloads::{LabeledRows, MlpWeights};
-use coexec::serve::{ServeConfig, Service};
 use coexec::stream::{MlpModel, Placement, StreamConfig};
+use coexec_serve::{ServeConfig, Service};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .in_flight(3)
         .placement(Placement::Hybrid);
     // The process's metrics recorder is the app's to install.
-    let prometheus = coexec::metrics::install()?;
+    let prometheus = coexec_serve::metrics::install()?;
     let cfg = ServeConfig::new()
         .deadline(Some(Duration::from_millis(500)))
         .prometheus(prometheus);
@@ -48,11 +48,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .merge(svc.router());
 
-    let listener = coexec::serve::bind("127.0.0.1:0".parse()?).await?;
+    let listener = coexec_serve::bind("127.0.0.1:0".parse()?).await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(coexec::serve::serve(listener, app, async {
+    let server = tokio::spawn(coexec_serve::serve(listener, app, async {
         let _ = stopped.await;
     }));
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use axum::routing::get;
 use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
-use coexec::serve::{ServeConfig, ServeModel, Service};
 use coexec::stream::{Model, StreamConfig};
+use coexec_serve::{ServeConfig, ServeModel, Service};
 use serde::{Deserialize, Serialize};
 
 /// A point on the Earth, in degrees.
@@ -164,11 +164,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/", get(|| async { "routes: POST /v1/infer\n" }))
         .route("/metrics", get(move || async move { prometheus.render() }))
         .merge(svc.router());
-    let listener = coexec::serve::bind("127.0.0.1:0".parse()?).await?;
+    let listener = coexec_serve::bind("127.0.0.1:0".parse()?).await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(coexec::serve::serve(listener, app, async {
+    let server = tokio::spawn(coexec_serve::serve(listener, app, async {
         let _ = stopped.await;
     }));
 

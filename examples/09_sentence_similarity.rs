@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use coexec::embed::{Embedder, normalize};
 use coexec::stream::{Stream, StreamConfig};
+use coexec_models::{Embedder, normalize};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

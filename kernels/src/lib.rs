@@ -32,13 +32,13 @@
 pub mod baseline;
 mod buf;
 mod claim;
-#[cfg(feature = "embed")]
-pub mod embed;
 mod error;
 mod file;
 mod kernel;
-#[cfg(any(feature = "workloads", feature = "embed"))]
-mod tensors;
+#[cfg(feature = "bert")]
+pub mod ops;
+#[cfg(any(feature = "workloads", feature = "bert"))]
+pub mod tensors;
 mod twin;
 mod workload;
 #[cfg(feature = "workloads")]
@@ -57,6 +57,6 @@ pub use file::{open_regular, read_file};
 pub use kernel::Kernel;
 pub use twin::{CudaSource, DeviceCopy, GpuTwin, Twin, TwinInput};
 pub use workload::{
-    Empty, OneShot, Synthetic, Workload, busy_ns_per_round, check_bytes, memory_limit,
-    run_sequential,
+    Empty, OneShot, Synthetic, Workload, busy_ns_per_round, check_bytes, check_chunk, memory_limit,
+    run_sequential, try_zeroed,
 };

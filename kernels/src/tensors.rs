@@ -10,7 +10,7 @@ use crate::KernelError;
 
 /// The bytes of the regular file `path`, at most what this machine can
 /// hold ([`crate::memory_limit`]), or an error naming it.
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
+pub fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
     crate::read_file(path, crate::memory_limit())
 }
 
@@ -18,12 +18,15 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>, KernelError> {
 /// elements (little-endian in the file, copied out since the file's bytes need
 /// not be aligned).
 #[cfg_attr(not(feature = "workloads"), allow(dead_code))]
-pub(crate) struct Tensor<T = f32> {
-    pub(crate) shape: Vec<usize>,
-    pub(crate) data: Box<[T]>,
+pub struct Tensor<T = f32> {
+    /// Its dimensions.
+    pub shape: Vec<usize>,
+    /// Its elements, row-major.
+    pub data: Box<[T]>,
 }
 
-pub(crate) fn tensor_err(path: &Path, tensor: &str, e: impl std::fmt::Display) -> KernelError {
+/// A [`KernelError::Tensor`] naming the file and the tensor.
+pub fn tensor_err(path: &Path, tensor: &str, e: impl std::fmt::Display) -> KernelError {
     KernelError::Tensor {
         path: path.to_path_buf(),
         tensor: tensor.to_string(),
@@ -33,7 +36,7 @@ pub(crate) fn tensor_err(path: &Path, tensor: &str, e: impl std::fmt::Display) -
 
 /// Reads `name` as `dtype` with `rank = want.len()` dimensions, each equal to
 /// `want[d]` where that is `Some`, and every dimension positive.
-pub(crate) fn read_raw<'a>(
+pub fn read_raw<'a>(
     st: &SafeTensors<'a>,
     path: &Path,
     name: &str,
@@ -72,7 +75,8 @@ pub(crate) fn read_raw<'a>(
     Ok((shape, t.data()))
 }
 
-pub(crate) fn read_f32(
+/// Reads `name` as f32 ([`read_raw`]'s checks).
+pub fn read_f32(
     st: &SafeTensors<'_>,
     path: &Path,
     name: &str,
@@ -94,7 +98,8 @@ pub(crate) fn read_f32(
 }
 
 #[cfg(feature = "workloads")]
-pub(crate) fn read_i64(
+/// Reads `name` as i64 ([`read_raw`]'s checks).
+pub fn read_i64(
     st: &SafeTensors<'_>,
     path: &Path,
     name: &str,
@@ -112,7 +117,7 @@ pub(crate) fn read_i64(
 /// `sgemm`; the MLP's): `x` is `rows × inp`, `W` row-major `out × inp` (PyTorch's
 /// layout, read as its transpose), `y` `rows × out`.
 #[cfg(feature = "workloads")]
-pub(crate) fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize, y: &mut [f32]) {
+pub fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize, y: &mut [f32]) {
     // Internal invariant (the callers size the slices); checked because the
     // GEMM below reads through raw pointers.
     assert!(x.len() >= rows * inp && w.len() >= out * inp && y.len() >= rows * out);
@@ -145,14 +150,7 @@ pub(crate) fn add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize,
 /// `W` row-major `out × inp` (read as its transpose), `y` `rows × out`.
 /// The encoder's dense layers, and the MLP's rows one at a time (where it
 /// reads `W` in place, without `matrixmultiply`'s packing).
-pub(crate) fn gemm_add_xwt(
-    x: &[f32],
-    rows: usize,
-    w: &[f32],
-    inp: usize,
-    out: usize,
-    y: &mut [f32],
-) {
+pub fn gemm_add_xwt(x: &[f32], rows: usize, w: &[f32], inp: usize, out: usize, y: &mut [f32]) {
     // Internal invariant (the callers size the slices); checked because the
     // GEMM below reads through raw pointers.
     assert!(x.len() >= rows * inp && w.len() >= out * inp && y.len() >= rows * out);

@@ -28,8 +28,6 @@ use crate::{Error, Runtime};
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
     pub(crate) cfg: EngineConfig,
-    #[cfg(feature = "exporter")]
-    pub(crate) metrics: Option<std::net::SocketAddr>,
 }
 
 impl Builder {
@@ -166,25 +164,6 @@ impl Builder {
     /// ```
     pub fn host_pinning(mut self, choice: crate::kernels::cuda::HostPinning) -> Self {
         self.cfg.host_pinning = choice;
-        self
-    }
-
-    /// Serve Prometheus metrics at `addr` (`/metrics` only). Use a loopback
-    /// address unless the metrics are meant to be reachable from elsewhere.
-    ///
-    /// The server and its thread end with the runtime. The recorder the
-    /// metrics go to does not: the `metrics` crate takes one global
-    /// recorder per process and never gives it back, so coexec installs its
-    /// recorder on the first runtime built with `metrics` and it stays for
-    /// the life of the process — later runtimes (with or without an
-    /// exporter) record into it and later exporters serve it, values
-    /// accumulated by earlier runtimes included. A program that installed a
-    /// recorder of its own first gets [`Error::Metrics`] here; without any
-    /// recorder, coexec's metrics cost nothing. (Feature `exporter`, on by
-    /// default.)
-    #[cfg(feature = "exporter")]
-    pub fn metrics(mut self, addr: std::net::SocketAddr) -> Self {
-        self.metrics = Some(addr);
         self
     }
 

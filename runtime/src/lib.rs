@@ -42,20 +42,10 @@
 #![forbid(unsafe_code)]
 
 mod builder;
-#[cfg(feature = "embed")]
-pub mod embed;
 mod error;
-#[cfg(feature = "exporter")]
-mod exporter;
 mod host;
-#[cfg(feature = "exporter")]
-mod net;
 mod runtime;
-#[cfg(feature = "serve")]
-pub mod serve;
 pub mod stream;
-#[cfg(feature = "telemetry")]
-mod telemetry;
 pub mod trace;
 
 pub use builder::Builder;
@@ -147,20 +137,12 @@ pub mod machine {
     }
 }
 
-/// coexec's Prometheus recorder, for the application to install, and the
-/// GPUs' telemetry ([`GpuTelemetry`](metrics::GpuTelemetry)).
-///
-/// The `metrics` crate has one global recorder per process, and a library
-/// must not take it behind the application's back: coexec installs its own
-/// only when asked, here or by [`Builder::metrics`] (which also serves it).
-/// Without any recorder coexec's metrics cost nothing; with another
-/// recorder the application installed, they go to it.
-#[cfg(any(feature = "exporter", feature = "telemetry"))]
+/// What coexec records through the `metrics` facade, for an application
+/// that installs its own recorder: the chunk-duration histogram's buckets
+/// (seconds), and the metrics' descriptions (`describe`, for the
+/// recorder's `# HELP` lines). `coexec-serve`'s exporter uses both.
 pub mod metrics {
-    #[cfg(feature = "exporter")]
-    pub use crate::exporter::install;
-    #[cfg(feature = "telemetry")]
-    pub use crate::telemetry::GpuTelemetry;
+    pub use coexec_actors::metrics::{CHUNK_BUCKETS, describe};
 }
 
 /// Policies: the built-in ones by name, and the trait to write one.

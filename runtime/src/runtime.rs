@@ -41,10 +41,6 @@ pub struct Done<K> {
 #[derive(Debug)]
 pub struct Runtime {
     engine: Engine,
-    /// Stops with the runtime (declared after `engine`: it outlives the
-    /// last job's metrics).
-    #[cfg(feature = "exporter")]
-    metrics: Option<crate::exporter::MetricsServer>,
 }
 
 impl Runtime {
@@ -55,15 +51,8 @@ impl Runtime {
     }
 
     pub(crate) fn start(b: Builder) -> Result<Self, Error> {
-        #[cfg(feature = "exporter")]
-        let metrics = b
-            .metrics
-            .map(crate::exporter::MetricsServer::start)
-            .transpose()?;
         Ok(Self {
             engine: Engine::start(b.cfg)?,
-            #[cfg(feature = "exporter")]
-            metrics,
         })
     }
 
@@ -221,13 +210,6 @@ impl Runtime {
             .collect()
     }
 
-    /// Where `/metrics` is served, with the port the system chose if the
-    /// builder asked for port 0 (`None`: no exporter).
-    #[cfg(feature = "exporter")]
-    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
-        self.metrics.as_ref().map(|m| m.addr())
-    }
-
     /// The GPUs in use.
     pub fn gpus(&self) -> &[GpuInfo] {
         self.engine.gpus()
@@ -267,7 +249,7 @@ impl Runtime {
     }
 
     /// Waits for every submitted job to finish, then stops every thread,
-    /// saves the profile and stops the metrics exporter.
+    /// and saves the profile.
     ///
     /// It never blocks the executor it is awaited on: the worker and actor
     /// threads (each worker first finishes the chunk in hand) are waited for
@@ -277,10 +259,6 @@ impl Runtime {
     pub async fn shutdown(mut self) {
         self.engine.drain().await;
         self.engine.shutdown_async(false).await;
-        #[cfg(feature = "exporter")]
-        if let Some(m) = self.metrics.take() {
-            m.stop().await;
-        }
     }
 
     /// Stops now: jobs still running fail with

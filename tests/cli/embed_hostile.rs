@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use coexec::embed::Embedder;
+use coexec_models::Embedder;
 
 use crate::common::{self, Hostile};
 use crate::server::{Server, http};

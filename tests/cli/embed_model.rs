@@ -14,8 +14,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use coexec::embed::{Embedder, normalize};
 use coexec::stream::{Stream, StreamConfig};
+use coexec_models::{Embedder, normalize};
 
 use crate::common;
 use crate::server;

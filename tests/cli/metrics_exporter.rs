@@ -163,10 +163,10 @@ fn free_loopback_port() -> std::io::Result<SocketAddr> {
 async fn scrape_after_a_job_shows_its_items_chunks_and_durations()
 -> Result<(), Box<dyn std::error::Error>> {
     let addr = free_loopback_port()?;
+    let _exporter = coexec_serve::metrics::MetricsServer::start(addr)?;
     let rt = coexec::Runtime::builder()
         .devices("cpu:2,sim:1@2")?
         .in_memory_profiles()
-        .metrics(addr)
         .build()?;
     let mut done = rt.run(Synthetic::new(ITEMS, 50)).await?;
     done.kernel.verify()?;
@@ -302,12 +302,12 @@ fn within<T: Send + 'static>(
 #[test]
 fn a_scrape_answers_while_idle_and_slow_clients_hold_connections()
 -> Result<(), Box<dyn std::error::Error>> {
+    let exporter = coexec_serve::metrics::MetricsServer::start("127.0.0.1:0".parse()?)?;
     let rt = coexec::Runtime::builder()
         .devices("cpu:1")?
         .in_memory_profiles()
-        .metrics("127.0.0.1:0".parse()?)
         .build()?;
-    let addr = rt.metrics_addr().ok_or("no metrics address")?;
+    let addr = exporter.addr();
     assert_ne!(addr.port(), 0, "the bound port is reported");
 
     // 50 clients that connect and say nothing.
@@ -371,24 +371,23 @@ fn a_scrape_answers_while_idle_and_slow_clients_hold_connections()
     );
     drop(idle);
 
-    // Another runtime cannot take the port; the error says so.
-    let taken = coexec::Runtime::builder()
-        .devices("cpu:1")?
-        .in_memory_profiles()
-        .metrics(addr)
-        .build();
+    // Another exporter cannot take the port; the error says so.
+    let taken = coexec_serve::metrics::MetricsServer::start(addr);
     assert!(
         matches!(taken, Err(coexec::Error::MetricsBind { .. })),
         "{taken:?}"
     );
 
-    // The server ends with its runtime.
+    // The server ends when stopped, its runtime's shutdown beside it.
     let rt_done = within(Duration::from_secs(10), move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?
-            .block_on(rt.shutdown());
+            .block_on(async {
+                rt.shutdown().await;
+                exporter.stop().await;
+            });
         Ok(())
     });
     rt_done?;

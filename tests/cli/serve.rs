@@ -506,8 +506,8 @@ fn a_body_left_unread_closes_its_connection() {
 #[test]
 fn draining_turns_readyz_and_new_requests_to_503() {
     use coexec::kernels::workloads::MlpWeights;
-    use coexec::serve::{ServeConfig, Service};
     use coexec::stream::StreamConfig;
+    use coexec_serve::{ServeConfig, Service};
     use std::sync::Arc;
 
     let dir = TempDir(std::env::temp_dir().join(format!("coexec-drain-{}", std::process::id())));
@@ -534,12 +534,12 @@ fn draining_turns_readyz_and_new_requests_to_503() {
         );
         let model = coexec::stream::MlpModel::new(weights);
         let svc = Service::start(rt, model, StreamConfig::new(), ServeConfig::new()).unwrap();
-        let listener = coexec::serve::bind("127.0.0.1:0".parse().unwrap())
+        let listener = coexec_serve::bind("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(coexec::serve::serve(listener, svc.router(), async {
+        let server = tokio::spawn(coexec_serve::serve(listener, svc.router(), async {
             let _ = rx.await;
         }));
         (svc, addr, (tx, server))

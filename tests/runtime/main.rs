@@ -4,9 +4,9 @@
 
 mod broker_exactly_once;
 mod cancel;
-#[cfg(feature = "workloads")]
-mod embed_tokio;
 mod gpu_twin;
+#[cfg(feature = "workloads")]
+mod in_tokio;
 #[cfg(feature = "workloads")]
 mod mlp_accuracy;
 mod split_learning;

@@ -118,17 +118,17 @@ impl Blas {
     }
 
     /// Enqueues the strided-batched product `g` (column-major, as
-    /// [`Gemm`](crate::embed::plan::Gemm) describes it).
+    /// [`Gemm`](crate::cuda::bert::plan::Gemm) describes it).
     ///
     /// # Safety
     ///
     /// `a`, `b` and `c` are device addresses of this handle's context
     /// holding at least `g.extents()` f32 each, valid until the stream is
     /// synchronised; `c` overlaps neither input.
-    #[cfg(feature = "embed")]
+    #[cfg(feature = "bert")]
     pub(super) unsafe fn gemm(
         &self,
-        g: &crate::embed::plan::Gemm,
+        g: &crate::cuda::bert::plan::Gemm,
         a: DevPtr,
         b: DevPtr,
         c: DevPtr,

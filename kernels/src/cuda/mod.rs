@@ -39,11 +39,11 @@
 //! }
 //! ```
 
-#[cfg(any(feature = "workloads", feature = "embed"))]
+#[cfg(feature = "bert")]
+pub mod bert;
+#[cfg(any(feature = "workloads", feature = "bert"))]
 mod blas;
 mod driver;
-#[cfg(feature = "embed")]
-mod embed;
 mod nvrtc;
 mod pin;
 mod stream;

@@ -43,7 +43,7 @@ program!(MATMUL, "matmul.cu");
 program!(PATHFINDER, "pathfinder.cu");
 #[cfg(feature = "workloads")]
 program!(MLP, "mlp.cu");
-#[cfg(feature = "embed")]
+#[cfg(feature = "bert")]
 program!(BERT, "bert.cu");
 
 /// Whether an NVRTC library can be opened. Only `dlopen`s.
@@ -181,7 +181,7 @@ mod tests {
         let mut programs = vec![&SYNTHETIC];
         #[cfg(feature = "workloads")]
         programs.extend([&MATMUL, &PATHFINDER, &MLP]);
-        #[cfg(feature = "embed")]
+        #[cfg(feature = "bert")]
         programs.push(&BERT);
         for p in programs {
             assert!(p.src.contains("extern \"C\" __global__"), "{}", p.name);

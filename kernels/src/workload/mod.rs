@@ -108,7 +108,7 @@ impl<K: Kernel> Workload for OneShot<K> {
 /// Checks that `chunk` lies in `0..items` and starts on a multiple of `grain`
 /// and ends on one or at `items` (what the runtime promises every kernel).
 #[cfg_attr(not(any(feature = "cuda", feature = "workloads")), allow(dead_code))]
-pub(crate) fn check_chunk(chunk: &Chunk, items: usize, grain: usize) -> Result<(), KernelError> {
+pub fn check_chunk(chunk: &Chunk, items: usize, grain: usize) -> Result<(), KernelError> {
     let (lo, hi) = (chunk.lo(), chunk.hi());
     if lo > hi || hi > items {
         return Err(KernelError::invalid(
@@ -177,10 +177,7 @@ pub fn memory_limit() -> u64 {
 /// A zero-filled vector of `n` elements, or an error instead of an abort when
 /// the allocation fails. Large ones keep spare capacity, so that a GPU
 /// stream may page-lock them ([`crate::buf::pinnable_capacity`]).
-pub(crate) fn try_zeroed<T: Copy + Default>(
-    what: &'static str,
-    n: usize,
-) -> Result<Vec<T>, KernelError> {
+pub fn try_zeroed<T: Copy + Default>(what: &'static str, n: usize) -> Result<Vec<T>, KernelError> {
     let mut v = Vec::new();
     v.try_reserve_exact(crate::buf::pinnable_capacity::<T>(n))
         .map_err(|e| KernelError::invalid(what, format!("cannot allocate {n} elements: {e}")))?;

@@ -95,7 +95,7 @@ pub use error::{Rejected, StreamError};
 #[cfg(feature = "workloads")]
 pub use mlp::{Classification, MlpModel};
 pub use model::Model;
-pub(crate) use model::check_input;
+use model::check_input;
 pub use place::Placement;
 use place::Placer;
 pub use request::Pending;
@@ -116,6 +116,28 @@ pub struct Stream<M: Model> {
     shared: Arc<Shared>,
     /// For [`Model::check_input`] at admission.
     model: Arc<M>,
+}
+
+/// Inputs each of which passed the model's [`Model::check_input`]
+/// ([`Stream::check`]), for [`Stream::try_infer_checked`].
+#[derive(Debug)]
+pub struct Checked<I>(Vec<I>);
+
+impl<I> Checked<I> {
+    /// Inputs checked.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The inputs back.
+    pub fn into_inner(self) -> Vec<I> {
+        self.0
+    }
 }
 
 impl<M: Model> Clone for Stream<M> {
@@ -334,19 +356,31 @@ impl<M: Model> Stream<M> {
         self.try_infer_many_inner(inputs, Some(deadline), true)
     }
 
+    /// Runs the model's [`Model::check_input`] on each of `inputs`, in
+    /// order: [`Checked`] inputs, or the first refusal
+    /// ([`StreamError::Invalid`] with its index; [`StreamError::Failed`]
+    /// where the check panicked). A service checks a request's inputs
+    /// first, to answer with the index of a bad one before anything else
+    /// (a draining server's 503 included), and hands the stream the
+    /// checked inputs ([`Stream::try_infer_checked`]), which it does not
+    /// check twice.
+    pub fn check(&self, inputs: Vec<M::Input>) -> Result<Checked<M::Input>, StreamError> {
+        for (k, x) in inputs.iter().enumerate() {
+            check_input(&*self.model, x, k)?;
+        }
+        Ok(Checked(inputs))
+    }
+
     /// [`Stream::try_infer_many`] (with a deadline where given) for inputs
-    /// the caller has already passed through [`check_input`]: the HTTP
-    /// service checks each one first, to answer 400 with its index before
-    /// a draining server's 503, and is not charged the check twice.
-    #[cfg(feature = "serve")]
+    /// [`Stream::check`] passed.
     // The whole type in the signature reads better than an alias would.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn try_infer_many_checked(
+    pub fn try_infer_checked(
         &self,
-        inputs: Vec<M::Input>,
+        inputs: Checked<M::Input>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Pending<M::Output>>, Rejected<Vec<M::Input>>> {
-        self.try_infer_many_inner(inputs, deadline, false)
+        self.try_infer_many_inner(inputs.0, deadline, false)
     }
 
     /// Requests waiting in the queue (not yet in a batch).

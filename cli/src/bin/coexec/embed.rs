@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec::Runtime;
-use coexec::embed::{Embedder, TokenizeError, normalize};
 use coexec::stream::{Stream, StreamConfig, StreamError};
+use coexec_models::{Embedder, TokenizeError, normalize};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::Failure;

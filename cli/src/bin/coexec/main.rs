@@ -325,9 +325,6 @@ pub(crate) fn build(
     if let Some(d) = devices.or(common.devices.as_deref()) {
         b = b.devices(d)?;
     }
-    if let Some(addr) = common.metrics {
-        b = b.metrics(addr);
-    }
     b = match &common.profile_dir {
         Some(d) => b.profile_dir(d),
         None if in_memory => b.in_memory_profiles(),
@@ -337,26 +334,35 @@ pub(crate) fn build(
         },
     };
     let rt = b.build()?;
-    if let Some(addr) = rt.metrics_addr() {
+    if let Some(addr) = common.metrics
+        && EXPORTER.get().is_none()
+    {
+        let m = coexec_serve::metrics::MetricsServer::start(addr)?;
         // On stderr: stdout may be JSON. With port 0 this is the only way to
         // learn the port.
-        errln!("coexec: metrics at http://{addr}/metrics");
+        errln!("coexec: metrics at http://{}/metrics", m.addr());
+        let _ = EXPORTER.set(m);
     }
     Ok(rt)
 }
 
+/// With --metrics: the exporter, started with the command's first runtime
+/// and kept for the life of the process.
+static EXPORTER: std::sync::OnceLock<coexec_serve::metrics::MetricsServer> =
+    std::sync::OnceLock::new();
+
 /// With --metrics: the GPUs' telemetry (`coexec_gpu_*`) on the same
 /// exporter, sampled every second while the command lives (a run is short;
 /// `serve` has its own interval).
-pub(crate) fn gpu_telemetry(common: &Common) -> Option<coexec::metrics::GpuTelemetry> {
+pub(crate) fn gpu_telemetry(common: &Common) -> Option<coexec_serve::metrics::GpuTelemetry> {
     common
         .metrics
-        .map(|_| coexec::metrics::GpuTelemetry::start(std::time::Duration::from_secs(1)))
+        .map(|_| coexec_serve::metrics::GpuTelemetry::start(std::time::Duration::from_secs(1)))
 }
 
-/// Keeps `rt`'s exporter up for `--metrics-linger` seconds after the work.
-pub(crate) async fn linger(common: &Common, rt: &Runtime) {
-    let (Some(secs), Some(addr)) = (common.metrics_linger, rt.metrics_addr()) else {
+/// Keeps the exporter up for `--metrics-linger` seconds after the work.
+pub(crate) async fn linger(common: &Common) {
+    let (Some(secs), Some(addr)) = (common.metrics_linger, EXPORTER.get().map(|m| m.addr())) else {
         return;
     };
     errln!("coexec: metrics stay at http://{addr}/metrics for {secs} s (Ctrl-C ends it)");
@@ -486,7 +492,7 @@ async fn run(
             t_output.elapsed().as_secs_f64()
         );
     }
-    linger(common, &rt).await;
+    linger(common).await;
     match std::sync::Arc::try_unwrap(rt) {
         Ok(rt) => rt.shutdown().await,
         Err(_) => {

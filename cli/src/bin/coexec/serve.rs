@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::Runtime;
-use coexec::embed::Embedder;
 use coexec::kernels::workloads::MlpWeights;
-use coexec::serve::{ServeConfig, ServeModel, ServerConfig, Service};
 use coexec::stream::{MlpModel, Placement, StreamConfig};
+use coexec_models::Embedder;
+use coexec_serve::{ServeConfig, ServeModel, ServerConfig, Service};
 
 use crate::Failure;
 
@@ -86,7 +86,7 @@ pub(crate) struct ServeArgs {
     in_flight: Option<u64>,
     /// Connections served at once; past it, a new client takes the slot of
     /// the keep-alive connection idle longest (keep it below `ulimit -n`).
-    #[arg(long, default_value_t = coexec::serve::MAX_CONNECTIONS as u64,
+    #[arg(long, default_value_t = coexec_serve::MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     max_connections: u64,
     /// Longest a client may take to send a request head, in ms, from its
@@ -103,7 +103,7 @@ pub(crate) struct ServeArgs {
     /// and the process exits 0. The exit comes at most delay + timeout
     /// after the signal (and the profile's save, at most 5 s): keep that
     /// sum under Kubernetes' terminationGracePeriodSeconds.
-    #[arg(long, default_value_t = coexec::serve::DRAIN_TIMEOUT.as_secs(),
+    #[arg(long, default_value_t = coexec_serve::DRAIN_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     drain_timeout_s: u64,
     /// Seconds between SIGTERM and the drain: `/readyz` answers 503 at
@@ -250,10 +250,12 @@ async fn run<M: ServeModel>(
     );
     // The application installs the process's recorder; the service only
     // records into it and serves it.
-    let prometheus = coexec::metrics::install()?;
+    let prometheus = coexec_serve::metrics::install()?;
     // Sampled until the service ends.
     let _telemetry = (a.gpu_telemetry_s > 0.0).then(|| {
-        coexec::metrics::GpuTelemetry::start(Duration::from_secs_f64(a.gpu_telemetry_s.min(3600.0)))
+        coexec_serve::metrics::GpuTelemetry::start(Duration::from_secs_f64(
+            a.gpu_telemetry_s.min(3600.0),
+        ))
     });
     let cfg = cfg
         .deadline(a.deadline_ms.map(Duration::from_millis))
@@ -275,7 +277,7 @@ async fn run<M: ServeModel>(
         }
         Err(e) => tracing::warn!("warm-up failed, serving on: {e}"),
     }
-    let listener = coexec::serve::bind(a.addr).await?;
+    let listener = coexec_serve::bind(a.addr).await?;
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::Run(format!("{}: {e}", a.addr)))?;
@@ -305,7 +307,7 @@ async fn run<M: ServeModel>(
         .max_connections(usize::try_from(a.max_connections).unwrap_or(usize::MAX))
         .drain_timeout(Duration::from_secs(a.drain_timeout_s))
         .head_deadline(Duration::from_millis(a.head_timeout_ms));
-    coexec::serve::serve_with(listener, routes(&svc), signal, server).await;
+    coexec_serve::serve_with(listener, routes(&svc), signal, server).await;
     svc.shutdown().await;
     drop(svc);
     match Arc::try_unwrap(rt) {

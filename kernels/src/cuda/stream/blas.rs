@@ -36,10 +36,10 @@ impl StreamWorker {
     /// `a`, `b` and `c` are device addresses of this worker's device
     /// holding at least `g.extents()` f32 each, valid until the stream is
     /// synchronised; `c` overlaps neither input.
-    #[cfg(feature = "embed")]
+    #[cfg(feature = "bert")]
     pub(crate) unsafe fn gemm(
         &mut self,
-        g: &crate::embed::plan::Gemm,
+        g: &crate::cuda::bert::plan::Gemm,
         a: DevPtr,
         b: DevPtr,
         c: DevPtr,

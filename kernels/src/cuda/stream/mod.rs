@@ -28,7 +28,7 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, sys,
 };
 
-#[cfg(any(feature = "workloads", feature = "embed"))]
+#[cfg(any(feature = "workloads", feature = "bert"))]
 use super::blas::Blas;
 use super::driver::{self, Device, error_for};
 use super::nvrtc::Program;
@@ -38,7 +38,7 @@ use crate::buf::Pinnable;
 use crate::error::panic_message;
 use crate::{Chunk, KernelError};
 
-#[cfg(any(feature = "workloads", feature = "embed"))]
+#[cfg(any(feature = "workloads", feature = "bert"))]
 mod blas;
 mod fit;
 mod memory;
@@ -63,7 +63,7 @@ pub(crate) type DevPtr = u64;
 pub struct StreamWorker {
     /// cuBLAS on this stream, opened by the first kernel that asks (first
     /// field: dropped before the stream it works on).
-    #[cfg(any(feature = "workloads", feature = "embed"))]
+    #[cfg(any(feature = "workloads", feature = "bert"))]
     blas: Option<Blas>,
     dev: Arc<Device>,
     stream: Arc<CudaStream>,
@@ -123,7 +123,7 @@ impl StreamWorker {
             dev.ctx.new_stream().map_err(driver::error)
         })?;
         Ok(Self {
-            #[cfg(any(feature = "workloads", feature = "embed"))]
+            #[cfg(any(feature = "workloads", feature = "bert"))]
             blas: None,
             dev,
             stream: s,

@@ -233,7 +233,7 @@ pub(crate) async fn bench(
             .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
     }
     // The files are written first: lingering only keeps the exporter up.
-    crate::linger(common, &rt).await;
+    crate::linger(common).await;
     if let Ok(rt) = std::sync::Arc::try_unwrap(rt) {
         rt.shutdown().await;
     }

@@ -17,16 +17,21 @@ pub(super) async fn overhead(common: &Common, repeat: usize) -> Result<Overhead,
     let chunks = 1_000_000;
     let opts = JobOptions::new().chunk(1);
     once(&plain, &opts, chunks).await?; // warm-up; registers this runtime's handles as no-ops
-    // The same runtime as `--metrics` makes: exporter on an ephemeral loopback port.
-    let metered = match Runtime::builder()
-        .devices(devices)?
-        .in_memory_profiles()
-        .metrics(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .build()
-    {
-        Ok(rt) => {
+    // As `--metrics` runs: the exporter on an ephemeral loopback port.
+    let exporter = coexec_serve::metrics::MetricsServer::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        0,
+    )));
+    let metered = match exporter.and_then(|m| {
+        let rt = Runtime::builder()
+            .devices(devices)?
+            .in_memory_profiles()
+            .build()?;
+        Ok((rt, m))
+    }) {
+        Ok((rt, exporter)) => {
             once(&rt, &opts, chunks).await?;
-            Some(rt)
+            Some((rt, exporter))
         }
         Err(e) => {
             errln!("no Prometheus exporter ({e}): measuring without metrics only");
@@ -38,7 +43,7 @@ pub(super) async fn overhead(common: &Common, repeat: usize) -> Result<Overhead,
     let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..repeat {
         match &metered {
-            Some(rt) => {
+            Some((rt, _)) => {
                 let (m, p) = if i % 2 == 1 {
                     let m = once(rt, &opts, chunks).await?;
                     (m, once(&plain, &opts, chunks).await?)
@@ -54,8 +59,9 @@ pub(super) async fn overhead(common: &Common, repeat: usize) -> Result<Overhead,
         }
     }
     plain.shutdown().await;
-    if let Some(rt) = metered {
+    if let Some((rt, exporter)) = metered {
         rt.shutdown().await;
+        exporter.stop().await;
     }
     let secs = median(&off);
     Ok(Overhead {

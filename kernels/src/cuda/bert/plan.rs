@@ -27,7 +27,7 @@ const SHORT: usize = 32;
 /// piece, so the device buffers stay bounded (for MiniLM about 126 MB for
 /// the token-sized activations, plus the padded Q, K, V and the scores).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) const PIECE_TOKENS: usize = 8192;
+pub const PIECE_TOKENS: usize = 8192;
 
 /// Sequences of one attention group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

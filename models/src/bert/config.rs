@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::KernelError;
+use coexec_kernels::KernelError;
 
 /// A model folder's JSON files are a few KiB: past this, not read.
 const MAX_JSON_BYTES: u64 = 16 << 20;
@@ -69,7 +69,7 @@ fn config_err(path: &Path, field: &'static str, why: impl Into<String>) -> Kerne
 /// file was meant to be there (a model copied without its target), and
 /// taking it as absent would serve another pooling or length.
 fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, KernelError> {
-    let bytes = match crate::read_file(path, MAX_JSON_BYTES) {
+    let bytes = match coexec_kernels::read_file(path, MAX_JSON_BYTES) {
         Ok(b) => b,
         Err(KernelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return match std::fs::read_link(path) {

@@ -9,8 +9,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 mod conn;
-// Without the service, only the exporter's part of the server is used.
-#[cfg_attr(not(feature = "serve"), allow(dead_code, unreachable_pub))]
 pub(crate) mod server;
 pub(crate) use conn::{Connections, Requests, TimedIo, WatchedBody};
 

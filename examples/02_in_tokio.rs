@@ -2,7 +2,7 @@
 //! once, served fairly, while the service's own tasks keep running; a
 //! request whose deadline passes cancels its job.
 //!
-//! `cargo run --release --example 02_embed_tokio`
+//! `cargo run --release --example 02_in_tokio`
 
 use std::sync::Arc;
 use std::time::Duration;

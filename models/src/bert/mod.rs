@@ -1,4 +1,4 @@
-//! embed: a sentence-embedding encoder of the BERT family
+//! A sentence-embedding encoder of the BERT family
 //! (all-MiniLM-L6-v2 and any encoder of its layout) over a batch of
 //! tokenised sequences, on every CPU worker at once.
 //!
@@ -6,8 +6,8 @@
 //! `bert`, widths, depth, heads, vocabulary), `model.safetensors`, and
 //! optionally sentence-transformers' `1_Pooling/config.json` (mean or
 //! `[CLS]` pooling) and `sentence_bert_config.json` (`max_seq_length`).
-//! Tokenising is the caller's (the `coexec` crate's `embed` module, with
-//! the `tokenizers` crate): an [`Encoder`] takes token ids.
+//! Tokenising is the caller's ([`crate::Embedder`], with the `tokenizers`
+//! crate): an [`Encoder`] takes token ids.
 //!
 //! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
 //! costs `L` dense-layer tokens plus attention's `L²` term
@@ -37,30 +37,29 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use coexec_kernels::embed::{BertWeights, Encoder};
-//! use coexec_kernels::{run_sequential, OneShot};
+//! use coexec_models::bert::{BertWeights, Encoder};
+//! use coexec::kernels::{run_sequential, OneShot};
 //!
 //! let w = Arc::new(BertWeights::load("all-MiniLM-L6-v2")?);
 //! // [CLS] hello world [SEP], as the model's tokenizer gives it.
 //! let k = Encoder::new(w, vec![vec![101, 7592, 2088, 102]])?;
 //! let k = run_sequential(OneShot::new(k))?.expect("absorbed");
 //! assert_eq!(k.into_vectors()[0].len(), 384);
-//! # Ok::<(), coexec_kernels::KernelError>(())
+//! # Ok::<(), coexec::kernels::KernelError>(())
 //! ```
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
-use crate::workload::check_chunk;
-use crate::{Chunk, Kernel, KernelError};
+use coexec_kernels::{Chunk, Kernel, KernelError, check_chunk};
 
 mod config;
-pub(crate) mod cpu;
-#[cfg(any(test, feature = "cuda"))]
-pub(crate) mod plan;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod gpu;
 #[cfg(test)]
 mod tests;
-pub(crate) mod weights;
+mod weights;
 
 pub use config::{ATTENTION_COST, BertConfig, Pooling};
 pub use weights::BertWeights;
@@ -133,7 +132,7 @@ impl Encoder {
             mids.push(units + w / 2);
             units += w;
         }
-        let out = crate::workload::try_zeroed("encoder output", seqs.len() * c.hidden)?;
+        let out = coexec_kernels::try_zeroed("encoder output", seqs.len() * c.hidden)?;
         Ok(Self {
             weights,
             ids,
@@ -234,7 +233,7 @@ impl Kernel for Encoder {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda(&self) -> Option<&dyn crate::cuda::CudaKernel> {
+    fn cuda(&self) -> Option<&dyn coexec_kernels::cuda::CudaKernel> {
         Some(self)
     }
 }

@@ -46,8 +46,8 @@ use serde_json::{Value, json};
 use super::body::{Received, full, receive, record};
 use super::infer::{error, error_of, submit};
 use super::{ServeModel, Service};
-use crate::embed::{Embedder, TokenizeError, normalize};
-use crate::stream::{StreamError, check_input};
+use coexec::stream::StreamError;
+use coexec_models::{Embedder, TokenizeError, normalize};
 
 mod request;
 pub(super) mod tokens;
@@ -274,20 +274,18 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     // Each text's ids checked on their own before any is queued (at least
     // one token, each within the embedding matrix): a text the model
     // cannot take is refused with its request, and fails no batch-mate.
-    for (k, x) in ids.iter().enumerate() {
-        match check_input(svc.model(), x, k) {
-            Ok(()) => {}
-            Err(StreamError::Invalid { why, .. }) => {
-                return error_of(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Validation",
-                    format!("`{}`: {why}", api.at(k)),
-                );
-            }
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        }
-    }
     let tokens: usize = ids.iter().map(Vec::len).sum();
+    let ids = match svc.inner.stream.check(ids) {
+        Ok(ids) => ids,
+        Err(StreamError::Invalid { index, why }) => {
+            return error_of(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Validation",
+                format!("`{}`: {why}", api.at(index)),
+            );
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
     // A vector that is not finite is the model's failure, TEI's
     // `Backend`, for its own request: never a 200 of `null`s.
     let refused = |k, why| {
@@ -426,7 +424,7 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
     let i = &svc.inner;
     let m = svc.model();
     let pooling = match m.weights().config().pooling {
-        coexec_kernels::embed::Pooling::Cls => "cls",
+        coexec_models::bert::Pooling::Cls => "cls",
         _ => "mean",
     };
     let body = json!({

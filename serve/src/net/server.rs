@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{Connections, Requests, TimedIo, WatchedBody};
-use crate::Error;
+use coexec::Error;
 
 /// Longest a client may take to send a request head, from its first byte
 /// (the default of [`ServerConfig::head_deadline`]).
@@ -66,7 +66,7 @@ pub(crate) const EVICT_AGAIN: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use std::time::Duration;
-/// let cfg = coexec::serve::ServerConfig::new()
+/// let cfg = coexec_serve::ServerConfig::new()
 ///     .max_connections(512)
 ///     .drain_timeout(Duration::from_secs(25));
 /// assert_eq!(cfg.max_connections_len(), 512);
@@ -156,7 +156,7 @@ pub struct Drained {
 /// Serves `app` on `listener` until `signal` completes; then accepts the
 /// connections already in the listen queue (they get an answer, not a
 /// reset), stops accepting, lets open connections go on for up to
-/// [`DRAIN_GRACE`] (a draining [`Service`](crate::serve::Service) answers their requests 503 with
+/// [`DRAIN_GRACE`] (a draining [`Service`](crate::Service) answers their requests 503 with
 /// `Connection: close`), and returns once every connection's requests are
 /// answered, or at [`DRAIN_TIMEOUT`] after the signal, closing the
 /// connections still open.

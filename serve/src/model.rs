@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[cfg(feature = "workloads")]
-use crate::stream::MlpModel;
-use crate::stream::Model;
+use coexec::stream::MlpModel;
+use coexec::stream::Model;
 
 /// A [`Model`] the HTTP service can serve: a request's inputs are read as
 /// its `Input` type from JSON and the answers written from its `Output`
@@ -20,7 +20,7 @@ use crate::stream::Model;
 ///
 /// ```
 /// use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
-/// use coexec::serve::ServeModel;
+/// use coexec_serve::ServeModel;
 /// use coexec::stream::Model;
 ///
 /// struct Double;

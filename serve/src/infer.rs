@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::body::{Received, receive, record};
 use super::{ServeModel, Service};
-use crate::stream::{Pending, StreamError, check_input};
+use coexec::stream::{Checked, Pending, StreamError};
 
 /// Rows answered per second, measured over windows of at least
 /// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
@@ -309,23 +309,21 @@ pub(super) async fn infer_inner<M: ServeModel>(
             format!("{} inputs in one request; at most {most}", req.inputs.len()),
         );
     }
-    for (k, input) in req.inputs.iter().enumerate() {
-        match check_input(&*i.model, input, k) {
-            Ok(()) => {}
-            Err(StreamError::Invalid { index, why }) => {
-                return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"));
-            }
-            Err(e) => {
-                tracing::error!("the model's input check failed: {e}");
-                return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-            }
+    let inputs = match i.stream.check(req.inputs) {
+        Ok(inputs) => inputs,
+        Err(StreamError::Invalid { index, why }) => {
+            return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"));
         }
-    }
+        Err(e) => {
+            tracing::error!("the model's input check failed: {e}");
+            return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        }
+    };
     let deadline = req.deadline_ms.map(Duration::from_millis);
     // An input the model took can still have no meaningful answer (an
     // MLP's arithmetic overflowing): refused, not answered with `null`s.
     let refused = |k, why| error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
-    let outputs = match submit(svc, accepted, req.inputs, deadline, refused).await {
+    let outputs = match submit(svc, accepted, inputs, deadline, refused).await {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -345,7 +343,7 @@ pub(super) async fn infer_inner<M: ServeModel>(
 pub(super) async fn submit<M: ServeModel>(
     svc: &Service<M>,
     accepted: bool,
-    inputs: Vec<M::Input>,
+    inputs: Checked<M::Input>,
     deadline: Option<Duration>,
     refused: impl FnOnce(usize, String) -> Response,
 ) -> Result<Vec<M::Output>, Response> {
@@ -358,7 +356,7 @@ pub(super) async fn submit<M: ServeModel>(
     // All the request's rows are queued, or none: a refused request leaves
     // nothing in the queue. (A deadline already past is checked first: 504
     // before 429.)
-    let admitted = i.stream.try_infer_many_checked(inputs, deadline);
+    let admitted = i.stream.try_infer_checked(inputs, deadline);
     let pending: Vec<Pending<M::Output>> = match admitted {
         Ok(pending) => pending,
         Err(rejected) => match rejected.error() {

@@ -12,11 +12,11 @@ use serde_json::Value;
 
 use super::request::{flag, kind, object, texts, unprocessable};
 use super::{client_batch, off_the_handler};
-use crate::embed::{Embedder, TokenizeError};
-use crate::serve::Service;
-use crate::serve::body::body_of;
-use crate::serve::budget::held_body;
-use crate::serve::infer::{error, error_of};
+use crate::Service;
+use crate::body::body_of;
+use crate::budget::held_body;
+use crate::infer::{error, error_of};
+use coexec_models::{Embedder, TokenizeError};
 
 /// `/tokenize` refuses a text of more than this many characters per token
 /// the model takes (TEI's bound: 64 000 for a model of 256 tokens).
@@ -25,7 +25,7 @@ const MAX_CHAR_MULTIPLIER: usize = 250;
 /// What `/tokenize` holds per byte of its body, for the memory budget: a
 /// text has at most a token per byte (a run of `.`, each its own token;
 /// `[CLS]` and `[SEP]` fit in the quotes and comma around a text), and a
-/// token held by the tokenizer's encoding, as a [`Token`](crate::embed::Token)
+/// token held by the tokenizer's encoding, as a [`Token`](coexec_models::Token)
 /// and as its JSON (some 65 bytes) took 170 bytes at the peak (measured:
 /// 336 MiB for a body of 2 MB of `.`).
 const TOKENIZE_BYTES_PER_BODY_BYTE: u64 = 192;
@@ -36,7 +36,7 @@ const TOKENIZE_BYTES_PER_BODY_BYTE: u64 = 192;
 const DECODE_BYTES_PER_BODY_BYTE: u64 = 128;
 
 /// `POST /tokenize`: each text's tokens, never truncated.
-pub(in crate::serve) async fn tokenize(
+pub(crate) async fn tokenize(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
@@ -73,7 +73,7 @@ pub(in crate::serve) async fn tokenize(
 }
 
 /// `POST /decode`: the text of each list of token ids.
-pub(in crate::serve) async fn decode(
+pub(crate) async fn decode(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,

@@ -302,9 +302,9 @@ fn a_body_of_tiny_frames_keeps_its_bytes_not_its_frames() {
 #[cfg(feature = "workloads")]
 #[test]
 fn the_mlp_checks_rows_against_its_weights() {
-    use crate::stream::{Classification, MlpModel, Model};
+    use coexec::stream::{Classification, MlpModel, Model};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
-    let w = coexec_kernels::workloads::MlpWeights::load(dir.join("wine_mlp.safetensors")).unwrap();
+    let w = coexec::kernels::workloads::MlpWeights::load(dir.join("wine_mlp.safetensors")).unwrap();
     let m = MlpModel::new(std::sync::Arc::new(w));
     assert_eq!(m.describe_input(), "[13 numbers]");
     assert_eq!(m.check_input(&vec![1.0; 13]), Ok(()));

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coexec::kernels::workloads::MlpWeights;
-use coexec::serve::{ServeConfig, Service};
 use coexec::stream::{MlpModel, StreamConfig};
+use coexec_serve::{ServeConfig, Service};
 
 /// Resident memory in KiB (Linux), `None` elsewhere.
 fn rss_kib() -> Option<u64> {
@@ -50,7 +50,7 @@ async fn histograms_are_drained_without_a_scrape() {
             .unwrap(),
     );
     // coexec's recorder, installed as `coexec serve` does.
-    let prometheus = coexec::metrics::install().unwrap();
+    let prometheus = coexec_serve::metrics::install().unwrap();
     let cfg = ServeConfig::new().prometheus(prometheus);
     let svc = Service::start(rt, MlpModel::new(w), StreamConfig::new(), cfg).unwrap();
 

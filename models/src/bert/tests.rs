@@ -5,9 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::cpu::{erf, exp};
 use super::*;
-use crate::{Kernel, with_chunk};
+use coexec_kernels::{Kernel, with_chunk};
 
 /// SplitMix64: the tests' random numbers.
 struct SplitMix64(u64);
@@ -452,21 +451,4 @@ fn a_dangling_link_for_an_optional_file_is_refused_by_name() {
         Pooling::Mean
     );
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
-fn exp_and_erf_are_within_their_stated_error() {
-    let mut worst_exp: f64 = 0.0;
-    for i in -87_000..=88_000 {
-        let x = i as f32 / 1000.0;
-        let rel = (exp(x) as f64 - (x as f64).exp()).abs() / (x as f64).exp();
-        worst_exp = worst_exp.max(rel);
-    }
-    assert!(worst_exp < 3e-7, "exp: relative error {worst_exp}");
-    let mut worst_erf: f64 = 0.0;
-    for i in -6000..=6000 {
-        let x = i as f32 / 1000.0;
-        worst_erf = worst_erf.max((erf(x) as f64 - erf64(x as f64)).abs());
-    }
-    assert!(worst_erf < 5e-7, "erf: absolute error {worst_erf}");
 }

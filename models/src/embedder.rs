@@ -1,6 +1,5 @@
-//! Sentence embeddings: a BERT-family encoder (all-MiniLM-L6-v2 and any
-//! model folder of its layout) as a stream [`Model`], its inputs
-//! tokenised by the `tokenizers` crate (feature `embed`).
+//! [`Embedder`]: a BERT-family encoder as a stream [`Model`], its inputs
+//! tokenised by the `tokenizers` crate.
 //!
 //! Tokenising runs on the caller's task, before a text is queued
 //! ([`Embedder::tokenize`]): coexec's workers see token ids only, so the
@@ -9,24 +8,7 @@
 //! pool). Texts are truncated as sentence-transformers does (at the
 //! model's `max_seq_length`, `[CLS]` and `[SEP]` included) and never
 //! padded: the encoder lays a batch's sequences back to back
-//! ([`coexec_kernels::embed`]), and counts a batch's work in tokens.
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use coexec::embed::Embedder;
-//! use coexec::stream::{Stream, StreamConfig};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let model = Embedder::load("all-MiniLM-L6-v2")?;
-//! let ids = model.tokenize("A man is eating food.", true)?;
-//! let rt = Arc::new(coexec::Runtime::builder().devices("cpu")?.start().await?);
-//! let stream = Stream::start(rt, model, StreamConfig::new())?;
-//! let mut v = stream.infer(ids).await?;
-//! coexec::embed::normalize(&mut v);
-//! assert_eq!(v.len(), 384);
-//! # Ok(()) }
-//! ```
+//! ([`crate::bert`]), and counts a batch's work in tokens.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,9 +21,9 @@ use tokenizers::{Tokenizer, TruncationParams};
 /// not read.
 const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
 
-use crate::stream::Model;
+use coexec::stream::Model;
 
-pub use coexec_kernels::embed::{ATTENTION_COST, BertConfig, BertWeights, Encoder, Pooling};
+use crate::bert::{BertConfig, BertWeights, Encoder};
 
 /// Why a text was not tokenised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -176,7 +158,7 @@ impl Embedder {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let model = coexec::embed::Embedder::load("all-MiniLM-L6-v2")?;
+    /// let model = coexec_models::Embedder::load("all-MiniLM-L6-v2")?;
     /// let t = model.tokens("Hello there", true)?;
     /// assert_eq!(t.len(), 4); // [CLS] hello there [SEP]
     /// assert_eq!((t[2].text.as_str(), t[2].start, t[2].stop), ("there", Some(6), Some(11)));

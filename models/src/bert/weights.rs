@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 
+use coexec_kernels::KernelError;
+#[cfg(feature = "cuda")]
+use coexec_kernels::cuda::bert::{BertImage, BertShape, LayerRef};
+use coexec_kernels::tensors::{read, read_f32, tensor_err};
+
 use super::config::BertConfig;
-use crate::KernelError;
-use crate::tensors::{read, read_f32, tensor_err};
 
 /// A dense layer `y = x·Wᵀ + b`, `W` row-major `[out, in]` (PyTorch's).
 #[derive(Debug)]
@@ -50,71 +53,44 @@ pub struct BertWeights {
     pub(crate) emb_norm: Norm,
     pub(crate) layers: Vec<Layer>,
     source: PathBuf,
-    /// Names these weights in a device's run cache (never reused).
+    /// The weights as one flat buffer for a GPU, built on first use (or
+    /// why they cannot be).
     #[cfg(feature = "cuda")]
-    pub(crate) id: u64,
-    /// The weights as one flat buffer for a GPU, built on first use.
-    #[cfg(feature = "cuda")]
-    image: std::sync::OnceLock<Image>,
+    image: std::sync::OnceLock<Result<BertImage, String>>,
 }
 
-/// Where one layer's tensors lie in an [`Image`] (floats).
+/// The weights as one buffer in the GPU twin's layout (`coexec_kernels`
+/// checks every tensor's length against the shape as it lays it out).
 #[cfg(feature = "cuda")]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LayerAt {
-    pub(crate) qkv: (usize, usize),
-    pub(crate) attn_out: (usize, usize),
-    pub(crate) attn_norm: (usize, usize),
-    pub(crate) up: (usize, usize),
-    pub(crate) down: (usize, usize),
-    pub(crate) out_norm: (usize, usize),
-}
-
-/// Every tensor back to back in one buffer, so a device takes the whole
-/// model in one upload (and one entry of its run cache): a dense layer as
-/// `(weight, bias)` offsets, a norm as `(gamma, beta)`.
-#[cfg(feature = "cuda")]
-#[derive(Debug)]
-pub(crate) struct Image {
-    pub(crate) data: Box<[f32]>,
-    pub(crate) word: usize,
-    pub(crate) pos_type: usize,
-    pub(crate) emb_norm: (usize, usize),
-    pub(crate) layers: Vec<LayerAt>,
-}
-
-#[cfg(feature = "cuda")]
-impl Image {
-    fn of(w: &BertWeights) -> Self {
-        let mut data = Vec::new();
-        let mut put = |t: &[f32]| {
-            let at = data.len();
-            data.extend_from_slice(t);
-            at
-        };
-        let word = put(&w.word);
-        let pos_type = put(&w.pos_type);
-        let emb_norm = (put(&w.emb_norm.gamma), put(&w.emb_norm.beta));
-        let layers = w
-            .layers
-            .iter()
-            .map(|l| LayerAt {
-                qkv: (put(&l.qkv.w), put(&l.qkv.b)),
-                attn_out: (put(&l.attn_out.w), put(&l.attn_out.b)),
-                attn_norm: (put(&l.attn_norm.gamma), put(&l.attn_norm.beta)),
-                up: (put(&l.up.w), put(&l.up.b)),
-                down: (put(&l.down.w), put(&l.down.b)),
-                out_norm: (put(&l.out_norm.gamma), put(&l.out_norm.beta)),
-            })
-            .collect();
-        Self {
-            data: data.into_boxed_slice(),
-            word,
-            pos_type,
-            emb_norm,
-            layers,
-        }
+fn image_of(w: &BertWeights) -> Result<BertImage, KernelError> {
+    let c = &w.cfg;
+    let shape = BertShape::new(
+        c.hidden,
+        c.heads,
+        c.intermediate,
+        c.vocab,
+        c.max_positions,
+        c.eps,
+        c.pooling == super::Pooling::Mean,
+    )?;
+    fn norm(n: &Norm) -> (&[f32], &[f32]) {
+        (&n.gamma, &n.beta)
     }
+    fn dense(d: &Dense) -> (&[f32], &[f32]) {
+        (&d.w, &d.b)
+    }
+    let mut img = BertImage::new(shape, &w.word, &w.pos_type, norm(&w.emb_norm))?;
+    for l in &w.layers {
+        img.layer(LayerRef {
+            qkv: dense(&l.qkv),
+            attn_out: dense(&l.attn_out),
+            attn_norm: norm(&l.attn_norm),
+            up: dense(&l.up),
+            down: dense(&l.down),
+            out_norm: norm(&l.out_norm),
+        })?;
+    }
+    Ok(img)
 }
 
 /// Reads tensors under one name prefix (`bert.` in checkpoints saved with
@@ -225,8 +201,6 @@ impl BertWeights {
             layers,
             source: origin.to_path_buf(),
             #[cfg(feature = "cuda")]
-            id: crate::claim::next_id(),
-            #[cfg(feature = "cuda")]
             image: std::sync::OnceLock::new(),
         })
     }
@@ -235,8 +209,11 @@ impl BertWeights {
     /// call (a second copy of the weights in host memory, made only where
     /// a GPU runs the encoder).
     #[cfg(feature = "cuda")]
-    pub(crate) fn image(&self) -> &Image {
-        self.image.get_or_init(|| Image::of(self))
+    pub(crate) fn image(&self) -> Result<&BertImage, KernelError> {
+        self.image
+            .get_or_init(|| image_of(self).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|why| KernelError::invalid("encoder image", why.clone()))
     }
 
     /// The encoder's shape.

@@ -213,7 +213,7 @@ impl Source for Nvml {
 ///
 /// ```
 /// use std::time::Duration;
-/// let t = coexec::metrics::GpuTelemetry::start(Duration::from_secs(5));
+/// let t = coexec_serve::metrics::GpuTelemetry::start(Duration::from_secs(5));
 /// match t.status() {
 ///     Ok(gpus) => println!("watching {gpus} GPUs"),
 ///     Err(why) => println!("no GPU telemetry: {why}"),
@@ -311,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "exporter")]
+
     fn without_nvml_no_gpu_series_exists_and_the_reason_does() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let h = recorder.handle();
@@ -364,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "exporter")]
+
     fn readings_become_gauges_and_missing_ones_none() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let h = recorder.handle();

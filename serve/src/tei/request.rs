@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 
-use crate::serve::infer::{error, error_of};
+use crate::infer::{error, error_of};
 
 /// A 422 `Validation`: JSON of the wrong shape.
 pub(super) fn unprocessable(msg: impl Into<String>) -> Response {

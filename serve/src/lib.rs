@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every request gets an answer, never a panic: malformed JSON or an input
-//! the model refuses ([`Model::check_input`](crate::stream::Model::check_input)) 400, naming what was
+//! the model refuses ([`Model::check_input`](coexec::stream::Model::check_input)) 400, naming what was
 //! expected (for an MLP: the width it takes, and finite `f32` numbers;
 //! also an input so large that the model's output overflows, never a
 //! `null` probability), a body over the limit 413 (refused by its
@@ -27,7 +27,7 @@
 //! through whatever recorder the application installed; `/metrics` is
 //! among its routes when it is given a Prometheus handle
 //! ([`ServeConfig::prometheus`], for instance coexec's own recorder from
-//! [`crate::metrics::install`]):
+//! [`metrics::install`]):
 //!
 //! ```no_run
 //! # #[cfg(feature = "workloads")]
@@ -35,48 +35,71 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use coexec::kernels::workloads::MlpWeights;
-//! use coexec::serve::{ServeConfig, Service};
+//! use coexec_serve::{ServeConfig, Service};
 //! use coexec::stream::{MlpModel, StreamConfig};
 //!
-//! let prometheus = coexec::metrics::install()?; // the application's choice
+//! let prometheus = coexec_serve::metrics::install()?; // the application's choice
 //! let rt = Arc::new(coexec::Runtime::builder().devices("cpu:1,sim:1@0.5")?.start().await?);
 //! let weights = Arc::new(MlpWeights::load("examples/models/digits_mlp.safetensors")?);
 //! let cfg = ServeConfig::new().prometheus(prometheus);
 //! let svc = Service::start(rt, MlpModel::new(weights), StreamConfig::new(), cfg)?;
 //! let app = axum::Router::new().merge(svc.router());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! coexec::serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! coexec_serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
 //! svc.shutdown().await; // answers everything queued
 //! # Ok(()) }
 //! # #[cfg(not(feature = "workloads"))]
 //! # fn main() {}
 //! ```
 
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ::metrics::{counter, gauge, histogram};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::stream::{Stream, StreamConfig};
-use crate::{Error, Runtime};
+use coexec::stream::{Stream, StreamConfig};
+use coexec::{Error, Runtime};
 mod body;
 mod budget;
+mod exporter;
 mod infer;
 mod model;
-#[cfg(feature = "embed")]
+mod net;
+#[cfg(feature = "tei")]
 mod tei;
+#[cfg(feature = "telemetry")]
+mod telemetry;
 #[cfg(test)]
 mod tests;
 
+/// coexec's Prometheus recorder, for the application to install, its
+/// `/metrics` server, and the GPUs' telemetry
+/// ([`GpuTelemetry`](metrics::GpuTelemetry)).
+///
+/// The `metrics` crate has one global recorder per process, and a library
+/// must not take it behind the application's back: coexec installs its own
+/// only when asked ([`install`](metrics::install),
+/// [`MetricsServer::start`](metrics::MetricsServer::start)). Without any
+/// recorder coexec's metrics cost nothing; with another recorder the
+/// application installed, they go to it.
+pub mod metrics {
+    pub use crate::exporter::{MetricsServer, install};
+    #[cfg(feature = "telemetry")]
+    pub use crate::telemetry::GpuTelemetry;
+}
+
 pub use model::ServeModel;
-#[cfg(feature = "embed")]
+#[cfg(feature = "tei")]
 pub use tei::BLOCKING_BYTES;
 
 pub use crate::net::server::{
@@ -88,7 +111,7 @@ use infer::{DrainRate, OUTCOMES, error, infer, retry_after};
 ///
 /// ```
 /// use std::time::Duration;
-/// let cfg = coexec::serve::ServeConfig::new()
+/// let cfg = coexec_serve::ServeConfig::new()
 ///     .max_body(1 << 20)
 ///     .deadline(Some(Duration::from_millis(200)));
 /// assert_eq!(cfg.max_body_len(), 1 << 20);
@@ -201,9 +224,9 @@ struct Inner<M: ServeModel> {
     /// What the requests in progress hold ([`ServeConfig::memory_budget`]).
     budget: Arc<budget::Budget>,
     /// The stream's batch limits, for `/info`.
-    #[cfg_attr(not(feature = "embed"), allow(dead_code))]
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
     batch_len: usize,
-    #[cfg_attr(not(feature = "embed"), allow(dead_code))]
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
     batch_cost: Option<usize>,
 }
 
@@ -401,8 +424,8 @@ impl<M: ServeModel> Service<M> {
 }
 
 /// Text Embeddings Inference's API (see `tei.rs`).
-#[cfg(feature = "embed")]
-impl Service<crate::embed::Embedder> {
+#[cfg(feature = "tei")]
+impl Service<coexec_models::Embedder> {
     /// TEI's routes — `POST /embed`, `POST /v1/embeddings` (and
     /// `/embeddings`), `POST /similarity`, `POST /tokenize`, `POST /decode`,
     /// `GET /info`, `GET /health` — and [`Service::router`]'s (token ids on
@@ -433,7 +456,7 @@ impl Service<crate::embed::Embedder> {
 }
 
 fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_histogram!(
         "coexec_request_duration_seconds",
         Unit::Seconds,
@@ -470,7 +493,7 @@ fn describe() {
         "Connections still open at the drain's deadline after a signal, closed then (their answers lost)."
     );
     counter!("coexec_drain_closed_connections_total").increment(0);
-    #[cfg(feature = "embed")]
+    #[cfg(feature = "tei")]
     {
         describe_counter!(
             "coexec_embed_tokens_total",

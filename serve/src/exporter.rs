@@ -11,10 +11,9 @@
 //! What ends with the runtime: the server, its tokio runtime and its thread.
 //! What does not: the recorder and its upkeep thread. The `metrics` crate
 //! has one global recorder per process, set once and never removed, so the
-//! first runtime built with metrics (or the application, through
-//! [`install`]) installs coexec's and it stays until the process exits;
-//! later runtimes record into it and later exporters serve it (see
-//! `Builder::metrics`).
+//! first exporter (or the application, through [`install`]) installs
+//! coexec's and it stays until the process exits; later exporters serve
+//! it.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -24,12 +23,12 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use coexec_actors::metrics::CHUNK_BUCKETS;
+use coexec::metrics::CHUNK_BUCKETS;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::oneshot;
 
-use crate::Error;
 use crate::net::server::ServerConfig;
+use coexec::Error;
 
 /// How often histograms are drained into their buckets, scrape or not.
 const UPKEEP: Duration = Duration::from_secs(1);
@@ -73,14 +72,14 @@ const REQUEST_BUCKETS: [f64; 16] = [
 
 /// Installs coexec's Prometheus recorder as the process's global one (once:
 /// later calls return the same handle) and returns the handle to render it
-/// with, as `GET /metrics` does ([`crate::serve::ServeConfig::prometheus`]).
+/// with, as `GET /metrics` does ([`crate::ServeConfig::prometheus`]).
 /// Its histograms are drained every second whether or not anyone scrapes.
 ///
 /// Errors with [`Error::Metrics`] where the application installed another
 /// recorder first.
 ///
 /// ```
-/// let h = coexec::metrics::install()?;
+/// let h = coexec_serve::metrics::install()?;
 /// metrics::counter!("my_app_requests_total").increment(1);
 /// assert!(h.render().contains("my_app_requests_total 1"));
 /// # Ok::<(), coexec::Error>(())
@@ -116,7 +115,7 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
     let h = recorder.handle();
     start_upkeep(h.clone())?;
     metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
-    coexec_actors::metrics::describe();
+    coexec::metrics::describe();
     Ok(HANDLE.get_or_init(|| h).clone())
 }
 
@@ -138,9 +137,22 @@ fn start_upkeep(h: PrometheusHandle) -> Result<(), Error> {
         .map_err(|e| Error::Metrics(format!("cannot start the histogram upkeep thread: {e}")))
 }
 
-/// A running exporter; dropping it stops the server.
+/// A running exporter: `/metrics` on an address of its own, on a thread
+/// and tokio runtime of its own (it depends on no runtime of the
+/// application's); dropping it stops the server.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), coexec::Error> {
+/// let m = coexec_serve::metrics::MetricsServer::start("127.0.0.1:0".parse().unwrap())?;
+/// let rt = coexec::Runtime::builder().devices("cpu:1")?.in_memory_profiles().start().await?;
+/// println!("metrics at http://{}/metrics", m.addr());
+/// rt.shutdown().await;
+/// m.stop().await;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
-pub(crate) struct MetricsServer {
+pub struct MetricsServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     /// Answered by the server's thread as it ends (its connections closed).
@@ -150,7 +162,11 @@ pub(crate) struct MetricsServer {
 impl MetricsServer {
     /// Binds `addr` now (so a port in use is the caller's error) and serves
     /// `/metrics` there on a thread of its own until dropped.
-    pub(crate) fn start(addr: SocketAddr) -> Result<Self, Error> {
+    ///
+    /// Installs coexec's recorder first where none is ([`install`]); a
+    /// program that installed a recorder of its own gets
+    /// [`Error::Metrics`].
+    pub fn start(addr: SocketAddr) -> Result<Self, Error> {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|source| Error::MetricsBind { addr, source })?;
         let addr = listener
@@ -190,14 +206,14 @@ impl MetricsServer {
     }
 
     /// The address served (with the port the system chose for port 0).
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops the server and waits until its thread has closed every
     /// connection, without blocking the caller's executor (the thread says
     /// so on a channel; nothing is joined).
-    pub(crate) async fn stop(mut self) {
+    pub async fn stop(mut self) {
         self.signal();
         if let Some(ended) = self.ended.take() {
             let _ = ended.await;

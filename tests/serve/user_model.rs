@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use coexec::kernels::{Chunk, DisjointBuf, Kernel, KernelError};
-use coexec::serve::{ServeConfig, ServeModel, Service};
 use coexec::stream::{Model, StreamConfig};
+use coexec_serve::{ServeConfig, ServeModel, Service};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -125,12 +125,12 @@ async fn a_user_model_is_served_with_the_applications_recorder() {
             axum::routing::get(move || async move { handle.render() }),
         )
         .merge(svc.router());
-    let listener = coexec::serve::bind("127.0.0.1:0".parse().unwrap())
+    let listener = coexec_serve::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(coexec::serve::serve(listener, app, async {
+    let server = tokio::spawn(coexec_serve::serve(listener, app, async {
         let _ = stopped.await;
     }));
 
