@@ -4,11 +4,13 @@
 //! claims or completes a chunk: no message is sent on the hot path.
 //!
 //! This file holds the state and the claim / complete / fail cycle; by
-//! concern, the rest: `admit` (the state a plan starts from), `sizing`
-//! (probe ramp, static and dynamic chunk sizes), `guard` (the
-//! earliest-finish guard), `retry` (failed ranges and who takes them),
-//! `overdue` (taking back a chunk far past its prediction), `probe` (δ′ and
-//! the re-plan), `report` (what the submitter and the profiler hear).
+//! concern, the rest: `admit` (the state a plan starts from), `plan` (what
+//! the policy decided), `progress` (the item space and how far the job is
+//! through it), `state` (per class and per worker), `sizing` (probe ramp,
+//! static and dynamic chunk sizes), `guard` (the earliest-finish guard),
+//! `retry` (failed ranges and who takes them), `overdue` (taking back a
+//! chunk far past its prediction), `probe` (δ′ and the re-plan), `report`
+//! (what the submitter and the profiler hear).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -31,9 +33,6 @@ pub(crate) const MAX_ATTEMPTS: u32 = 4;
 /// A cold probe's first chunk per worker: the items over this many times
 /// the workers, then doubling.
 const COLD_FIRST: usize = 4096;
-
-/// In-run samples kept per class for the profiler.
-const RUN_SAMPLES: usize = 256;
 
 /// A chunk handed to a worker.
 #[derive(Debug, Clone)]
@@ -68,59 +67,42 @@ pub(crate) struct After {
     pub(crate) wake: bool,
 }
 
-/// A job's scheduling state.
+/// A job's scheduling state, by concern: how it ends ([`Lifecycle`]),
+/// what the policy planned ([`Plan`]), per class and per worker what it
+/// keeps, where its items stand ([`Progress`]), its failed ranges
+/// ([`Retries`]), its probe ([`Probing`]), its chunk record ([`Trace`]),
+/// and the take-back watch.
 pub(crate) struct JobCore {
+    life: Lifecycle,
+    plan: Plan,
+    classes: Arc<[ClassInfo]>,
+    st: Vec<ClassState>,
+    worker_class: Arc<[usize]>,
+    /// Per worker of the runtime, its part in this job.
+    worker: Vec<WorkerState>,
+    progress: Progress,
+    retries: Retries,
+    probe: Probing,
+    trace: Trace,
+    /// Chunks far past their prediction, taken back (`overdue.rs`).
+    watch: overdue::Watch,
+    /// Reused by the guard: (start, speed) of the other workers.
+    scratch: Vec<(f64, f64)>,
+}
+
+/// The job's kernel while it runs, and how it ended.
+struct Lifecycle {
     kernel: Option<Arc<dyn Kernel>>,
     /// The claim space the job's chunks are minted in; dropped with the
     /// kernel, so the kernel's buffers are free for its next run.
     claims: Option<Arc<ClaimSpace>>,
+    /// The kernel's name, kept once its handle is dropped.
     name: String,
-    policy: String,
-    items: usize,
-    grain: usize,
-    adm: Admission,
-    th: Thresholds,
-    classes: Arc<[ClassInfo]>,
-    st: Vec<ClassState>,
-    home: Vec<usize>,
-    order: Vec<usize>,
-    space: Space,
-    /// Per class, the probe under way; `None` once it is over (or with no
-    /// probe): the static and dynamic phases follow it.
-    probe: Option<Vec<ProbeState>>,
-    probe_report: Option<ProbeReport>,
-    planned: Vec<f64>,
-    retries: VecDeque<Retry>,
-    retried: usize,
-    in_flight: usize,
-    done: usize,
-    worker_class: Arc<[usize]>,
-    /// Per worker of the runtime, its part in this job.
-    worker: Vec<WorkerState>,
     failed: Option<ActorError>,
     finished: bool,
-    trace: Option<Vec<ChunkRecord>>,
-    /// The split stored for this kernel when the job was admitted.
-    stored_split: Vec<f64>,
-    /// Whether this job's static phase may replace it (see [`Admitted`]).
-    learns_split: bool,
-    /// Reused by the guard: (start, speed) of the other workers.
-    scratch: Vec<(f64, f64)>,
-    /// Chunks far past their prediction, taken back (`overdue.rs`).
-    watch: overdue::Watch,
-    /// The policy's forecast, for the report.
-    forecast: Option<crate::policy::Forecast>,
 }
 
-impl JobCore {
-    /// Drops the job's handle on its kernel (the job is over), so that a
-    /// submitter answered next is the kernel's only owner.
-    pub(crate) fn release_kernel(&mut self) {
-        debug_assert!(self.finished, "kernel released from a live job");
-        self.kernel = None;
-        self.claims = None;
-    }
-
+impl Lifecycle {
     /// The job is over: it drops its kernel and its claim space.
     fn finish(&mut self) {
         self.finished = true;
@@ -128,15 +110,37 @@ impl JobCore {
         self.claims = None;
     }
 
+    /// The job fails with `why`, and is over.
+    fn fail(&mut self, why: ActorError) {
+        self.failed = Some(why);
+        self.finish();
+    }
+
+    /// Whether a worker may still claim from the job.
+    fn live(&self) -> bool {
+        !self.finished && self.failed.is_none()
+    }
+
+    /// Handles on the kernel and the claim space, while the job holds them.
+    fn handles(&self) -> Option<(Arc<dyn Kernel>, Arc<ClaimSpace>)> {
+        Some((self.kernel.clone()?, self.claims.clone()?))
+    }
+}
+
+impl JobCore {
+    /// Drops the job's handle on its kernel (the job is over), so that a
+    /// submitter answered next is the kernel's only owner.
+    pub(crate) fn release_kernel(&mut self) {
+        debug_assert!(self.life.finished, "kernel released from a live job");
+        self.life.kernel = None;
+        self.life.claims = None;
+    }
+
     /// Per class, whether its workers can ever claim from this job: it may
     /// run the kernel, the plan gives it a share, and it has workers.
     /// Eligibility is fixed at admission, so this is too.
     pub(crate) fn claimable(&self) -> Box<[bool]> {
-        (0..self.st.len()).map(|c| self.can_claim(c)).collect()
-    }
-
-    fn can_claim(&self, c: usize) -> bool {
-        self.st[c].eligible && self.st[c].workers > 0
+        self.st.iter().map(ClassState::active).collect()
     }
 
     /// The classes rung for this job: those that can claim from it, the
@@ -147,18 +151,17 @@ impl JobCore {
     /// woken can wait a scheduler's time slice for one: the fastest worker
     /// should not be that one. With no plan yet, accelerators first.
     pub(crate) fn wake_order(&self) -> Box<[usize]> {
-        let per_worker = |c: usize| match self.planned.get(c) {
-            Some(&share) if share.is_finite() && self.can_claim(c) => {
-                share / self.st[c].workers as f64
-            }
+        let active = |c: usize| self.st[c].active();
+        let per_worker = |c: usize| match self.plan.planned.get(c) {
+            Some(&share) if share.is_finite() && active(c) => share / self.st[c].workers as f64,
             _ => 0.0,
         };
         let mut order: Vec<usize> = (0..self.st.len())
-            .filter(|&c| self.can_claim(c) || self.st[c].standby)
+            .filter(|&c| active(c) || self.st[c].standby)
             .collect();
         order.sort_by(|&x, &y| {
-            self.can_claim(y)
-                .cmp(&self.can_claim(x))
+            active(y)
+                .cmp(&active(x))
                 .then(per_worker(y).total_cmp(&per_worker(x)))
                 .then(self.classes[y].is_accel().cmp(&self.classes[x].is_accel()))
         });
@@ -167,25 +170,20 @@ impl JobCore {
 
     /// Whether no worker needs to look at this job again.
     pub(crate) fn is_over(&self) -> bool {
-        self.finished
+        self.life.finished
     }
 
     /// The next chunk for worker `w` of class `c` at `now` (seconds since the
     /// job started), or `None` if it should take nothing from this job now.
     pub(crate) fn claim(&mut self, w: usize, c: usize, now: f64) -> Option<Claimed> {
         let standing_by = !self.st[c].eligible && self.st[c].standby;
-        if self.finished
-            || self.failed.is_some()
-            || !(self.st[c].eligible || standing_by)
-            || self.st[c].workers == 0
-        {
+        if !self.life.live() || !(self.st[c].eligible || standing_by) || self.st[c].workers == 0 {
             return None;
         }
-        let kernel = self.kernel.clone()?;
-        let claims = self.claims.clone()?;
+        let (kernel, claims) = self.life.handles()?;
         self.take_back_overdue(now);
         if let Some(r) = self.take_retry(w, c, now) {
-            self.in_flight += 1;
+            self.progress.in_flight += 1;
             self.start_chunk(w, c, r.range.len(), now);
             self.worker[w].declined = false;
             let info = ChunkInfo {
@@ -205,7 +203,7 @@ impl JobCore {
             return None;
         }
         let (range, phase) = self.take_fresh(w, c, now)?;
-        self.in_flight += 1;
+        self.progress.in_flight += 1;
         self.start_chunk(w, c, range.len(), now);
         Some(Claimed {
             info: ChunkInfo {
@@ -222,10 +220,10 @@ impl JobCore {
 
     fn take_fresh(&mut self, w: usize, c: usize, now: f64) -> Option<(Range<usize>, Phase)> {
         let end = self.classes[c].end;
-        let r = self.home[c];
-        if self.space.left(r) > 0 {
+        let r = self.progress.home[c];
+        if self.progress.space.left(r) > 0 {
             let (n, phase) = self.own_size(c);
-            let n = n.max(self.st[c].min_chunk);
+            let n = n.max(self.st[c].fill.min_chunk);
             let n = match phase {
                 // A class given a small region only to be measured again
                 // takes it whatever its old model says: that model (one bad
@@ -244,26 +242,25 @@ impl JobCore {
                 // the model that sizes them (one that co-executed runs
                 // slowed, on a shared memory bus).
                 Phase::Static
-                    if self.adm.guard
+                    if self.plan.adm.guard
                         && !self.one_device_alone(c)
-                        && (!self.adm.keep_static || self.eaten(c)) =>
+                        && (!self.plan.adm.keep_static || self.eaten(c)) =>
                 {
                     let n = n.min(self.dynamic_size(c));
                     self.limit(w, c, n, now)?
                 }
                 _ => n,
             };
-            let got = self.space.take(r, end, n)?;
-            let s = &mut self.st[c];
-            s.claimed += got.len();
+            let got = self.progress.space.take(r, end, n)?;
+            self.st[c].region.claimed += got.len();
             return Some((got, phase));
         }
-        if self.adm.steal == Steal::Never {
+        if self.plan.adm.steal == Steal::Never {
             return None;
         }
         // Steal from the far end of the region with the most predicted time left.
         let victim = (0..self.classes.len())
-            .filter(|&v| v != r && self.space.left(v) > 0)
+            .filter(|&v| v != r && self.progress.space.left(v) > 0)
             .max_by(|&x, &y| self.time_left(x).total_cmp(&self.time_left(y)))?;
         let n = self.dynamic_size(c);
         let n = self.limit(w, c, n, now)?;
@@ -271,27 +268,26 @@ impl JobCore {
             End::Head => End::Tail,
             End::Tail => End::Head,
         };
-        let got = self.space.take(victim, far, n)?;
+        let got = self.progress.space.take(victim, far, n)?;
         Some((got, Phase::Dynamic))
     }
 
     /// Whether class `c` is the only one the job runs on and its workers
     /// are one device's streams.
     fn one_device_alone(&self, c: usize) -> bool {
-        let active = |k: usize| self.st[k].eligible && self.st[k].workers > 0;
-        ClassInfo::one_device_alone(&self.classes, active) == Some(c)
+        ClassInfo::one_device_alone(&self.classes, |k: usize| self.st[k].active()) == Some(c)
     }
 
     /// Whether class `c` is here only to be measured again and none of its
     /// chunks has ended yet.
     fn remeasuring(&self, c: usize) -> bool {
-        self.st[c].remeasured && self.st[c].chunks == 0
+        self.st[c].remeasured && self.st[c].tally.chunks == 0
     }
 
     /// Whether others have taken items from class `c`'s region since the
     /// last (re)plan.
     fn eaten(&self, c: usize) -> bool {
-        self.st[c].claimed + self.space.left(self.home[c]) < self.st[c].region
+        self.st[c].region.eaten(self.progress.own_left(c))
     }
 
     /// Worker `w` of class `c` finished `chunk` in `start..end` (seconds since
@@ -306,63 +302,30 @@ impl JobCore {
     ) -> After {
         let n = chunk.range.len();
         let secs = (end - start).max(1e-9);
-        self.in_flight -= 1;
-        self.done += n;
+        self.progress.in_flight -= 1;
+        self.progress.done += n;
         self.worker[w].busy_until = end;
         self.worker[w].running = false;
         if self.worker[w].first_start.is_nan() {
             self.worker[w].first_start = start;
         }
-        let predicted = self.st[c].admitted.predict(n as f64);
         let s = &mut self.st[c];
-        s.items += n;
-        s.chunks += 1;
-        s.busy += secs;
-        s.finish = s.finish.max(end);
-        if predicted.is_finite() {
-            s.predicted += predicted;
-        } else {
-            s.predicted = f64::NAN;
+        let predicted = s.speed.admitted.predict(n as f64);
+        s.tally.record(n, chunk.phase, secs, end, predicted);
+        s.speed.observe(n, secs);
+        if chunk.phase == Phase::Probe {
+            // A probe chunk still in flight when the probe ended is not
+            // counted in it.
+            self.probe.record(c, n, end, secs);
         }
-        s.model.observe(n as f64, secs);
-        if s.run_samples.len() == RUN_SAMPLES {
-            s.run_samples.pop_front();
-        }
-        s.run_samples.push_back(Sample {
-            items: n as f64,
-            secs,
-        });
-        match chunk.phase {
-            Phase::Probe => {
-                // A probe chunk still in flight when the probe ended is not
-                // counted in it.
-                if let Some(probe) = &mut self.probe {
-                    probe[c].record(n, end, secs);
-                }
-            }
-            Phase::Static => {
-                s.static_items += n;
-                s.static_secs += secs;
-            }
-            _ => {}
-        }
-        if let Some(t) = &mut self.trace {
-            t.push(ChunkRecord {
-                worker: w,
-                lo: chunk.range.start,
-                hi: chunk.range.end,
-                start,
-                end,
-                phase: chunk.phase,
-            });
-        }
+        self.trace.record(w, chunk, start, end);
         let mut after = After::default();
         if self.probe_complete() {
             self.end_probe();
             after.wake = true;
         }
-        if self.done == self.items && self.in_flight == 0 {
-            self.finish();
+        if self.progress.is_done() {
+            self.life.finish();
             after.finished = true;
         }
         after
@@ -370,10 +333,10 @@ impl JobCore {
 
     /// Worker `w` of class `c` failed `chunk`: it goes back for another worker.
     pub(crate) fn fail(&mut self, w: usize, chunk: &ChunkInfo, err: KernelError) -> After {
-        self.in_flight -= 1;
+        self.progress.in_flight -= 1;
         self.worker[w].busy_until = 0.0;
         self.worker[w].running = false;
-        self.retried += 1;
+        self.retries.retried += 1;
         // A chunk taken back did not fail: it does not use up an attempt.
         let attempts = match &err {
             KernelError::TakenBack { secs } => {
@@ -387,42 +350,21 @@ impl JobCore {
             ..After::default()
         };
         if attempts >= MAX_ATTEMPTS {
-            self.failed = Some(ActorError::ChunkFailed {
-                kernel: self.name.clone(),
+            self.life.failed = Some(ActorError::ChunkFailed {
+                kernel: self.life.name.clone(),
                 lo: chunk.range.start,
                 hi: chunk.range.end,
                 attempts,
                 source: err,
             });
         } else {
-            let r = chunk.range.clone();
-            // Out of device memory: try again in halves (on the grain), on
-            // any device; other failures go to another kind of device first.
-            let half = (r.len() / 2).div_ceil(self.grain) * self.grain;
             let oom = matches!(err, KernelError::OutOfMemory { .. });
-            let parts = if oom && half > 0 && half < r.len() {
-                vec![r.start..r.start + half, r.start + half..r.end]
-            } else {
-                vec![r]
-            };
-            // Halves may fit where the whole did not: not counted against
-            // the class.
-            let failures = if parts.len() == 2 {
-                chunk.failures
-            } else {
-                chunk.failures.add(self.worker_class[w])
-            };
-            for range in parts {
-                self.retries.push_back(Retry {
-                    range,
-                    attempts,
-                    not_by: w,
-                    failures,
-                });
-            }
+            let grain = self.progress.grain;
+            self.retries
+                .requeue(chunk, attempts, w, self.worker_class[w], oom, grain);
         }
-        if self.failed.is_some() {
-            self.finish();
+        if self.life.failed.is_some() {
+            self.life.finish();
             after.finished = true;
         }
         after
@@ -435,15 +377,15 @@ impl JobCore {
             wake: true,
             ..After::default()
         };
-        if self.finished {
+        if self.life.finished {
             return after;
         }
-        if self.adm.steal == Steal::Never
+        if self.plan.adm.steal == Steal::Never
             && self.st[c].workers == 0
-            && self.space.left(self.home[c]) > 0
+            && self.progress.own_left(c) > 0
         {
             // Nobody else would take its region: let everyone in.
-            self.adm.steal = Steal::Always;
+            self.plan.adm.steal = Steal::Always;
         }
         if self.total_workers() == 0 && self.st.iter().any(|s| s.standby) {
             // The classes standing by take over, from the lost ones' regions.
@@ -451,14 +393,13 @@ impl JobCore {
                 s.eligible |= s.standby;
                 s.standby = false;
             }
-            self.adm.steal = Steal::Always;
+            self.plan.adm.steal = Steal::Always;
         }
         if self.total_workers() == 0 {
-            self.failed = Some(ActorError::NoDevice {
-                kernel: self.name.clone(),
+            self.life.fail(ActorError::NoDevice {
+                kernel: self.life.name.clone(),
                 why: format!("every device that could run it is out of service (last: {why})"),
             });
-            self.finish();
             after.finished = true;
         }
         after
@@ -467,22 +408,23 @@ impl JobCore {
     /// Ends the job at once (shutdown, or its caller stopped waiting): no
     /// more claims; chunks in flight complete into a job that is over.
     pub(crate) fn cancel(&mut self, why: ActorError) {
-        if !self.finished {
-            self.failed = Some(why);
-            self.finish();
+        if !self.life.finished {
+            self.life.fail(why);
         }
     }
 
     /// Kernel name.
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        &self.life.name
     }
 }
 
 mod admit;
 mod guard;
 mod overdue;
+mod plan;
 mod probe;
+mod progress;
 mod report;
 mod retry;
 mod sizing;
@@ -491,5 +433,9 @@ mod state;
 mod tests;
 
 pub(crate) use admit::Admitted;
-use retry::{Failures, Retry};
-use state::{ClassState, ProbeState, WorkerState};
+use plan::Plan;
+use probe::Probing;
+use progress::Progress;
+use report::Trace;
+use retry::{Failures, Retries};
+use state::{ClassState, ProbeState, Speed, WorkerState};

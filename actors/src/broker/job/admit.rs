@@ -83,45 +83,47 @@ impl JobCore {
                     .copied()
                     .filter(|p| p.is_finite() && *p > 0.0)
                     .unwrap_or(1.0),
-                least: guard::least_work(&model, min_chunk[c], grain),
-                min_chunk: min_chunk[c],
-                model: model.clone(),
-                admitted: model,
+                fill: state::Fill {
+                    min_chunk: min_chunk[c],
+                    least: guard::least_work(&model, min_chunk[c], grain),
+                    tried_small: false,
+                },
+                speed: Speed::new(model),
                 ..Default::default()
             })
             .collect();
-        let forecast = adm.forecast.clone();
         let total_workers: usize = st.iter().filter(|s| s.eligible).map(|s| s.workers).sum();
         let mut probe = vec![ProbeState::default(); k];
         for ((c, s), p) in st.iter_mut().enumerate().zip(&mut probe) {
             let region = if adm.pool { items } else { space.left(c) };
             let w = s.workers.max(1);
+            let reg = &mut s.region;
             match adm.probe {
                 Probe::Warm => {
-                    s.probe_target = (region as f64 * th.warm_probe) as usize;
-                    let chunk = s.probe_target.div_ceil(w).max(min_chunk[c]).min(region);
-                    p.predicted = s.model.predict(chunk.max(1) as f64);
+                    reg.probe_target = (region as f64 * th.warm_probe) as usize;
+                    let chunk = reg.probe_target.div_ceil(w).max(min_chunk[c]).min(region);
+                    p.predicted = s.speed.model.predict(chunk.max(1) as f64);
                 }
                 Probe::Cold => {
                     // A GPU's probe fills it at least once: smaller chunks
                     // measure its launch latency, not its speed.
-                    s.probe_target = ((items as f64 * th.cold_probe) as usize)
+                    reg.probe_target = ((items as f64 * th.cold_probe) as usize)
                         .max(min_chunk[c])
                         .min(region);
                     // Start small and double: bounded in time even on a very
                     // slow device.
                     p.ramp = (items / (COLD_FIRST * total_workers.max(1)))
                         .max(grain)
-                        .min(s.probe_target / w)
+                        .min(reg.probe_target / w)
                         .max(min_chunk[c])
                         .max(1);
                 }
                 Probe::None => {}
             }
-            s.static_target = (region as f64 * adm.static_fraction) as usize;
-            s.region = if adm.pool { 0 } else { region };
+            reg.static_target = (region as f64 * adm.static_fraction) as usize;
+            reg.size = if adm.pool { 0 } else { region };
         }
-        let probe = (adm.probe != Probe::None).then_some(probe);
+        let under_way = (adm.probe != Probe::None).then_some(probe);
         let planned = adm.shares.clone();
         let failed = (items > 0 && total_workers == 0).then(|| ActorError::NoDevice {
             kernel: kernel.name().to_string(),
@@ -132,36 +134,42 @@ impl JobCore {
         // unshared.
         let finished = items == 0 || failed.is_some();
         Self {
-            kernel: (!finished).then(|| kernel.clone()),
-            claims: (!finished).then(ClaimSpace::new),
-            name: kernel.name().to_string(),
-            policy,
-            items,
-            grain,
-            adm,
-            th,
+            life: Lifecycle {
+                kernel: (!finished).then(|| kernel.clone()),
+                claims: (!finished).then(ClaimSpace::new),
+                name: kernel.name().to_string(),
+                failed,
+                finished,
+            },
+            plan: Plan {
+                policy,
+                adm,
+                th,
+                planned,
+                stored_split,
+                learns_split,
+            },
             classes,
             st,
-            home,
-            order,
-            space,
-            probe,
-            probe_report: None,
-            planned,
-            retries: VecDeque::new(),
-            retried: 0,
-            in_flight: 0,
-            done: 0,
             worker: vec![WorkerState::default(); worker_class.len()],
             worker_class,
-            finished,
-            failed,
-            trace: trace.then(Vec::new),
-            stored_split,
-            learns_split,
-            scratch: Vec::new(),
+            progress: Progress {
+                items,
+                grain,
+                space,
+                home,
+                order,
+                done: 0,
+                in_flight: 0,
+            },
+            retries: Retries::default(),
+            probe: Probing {
+                under_way,
+                report: None,
+            },
+            trace: Trace::new(trace),
             watch: overdue::Watch::default(),
-            forecast,
+            scratch: Vec::new(),
         }
     }
 }

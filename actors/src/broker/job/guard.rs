@@ -18,34 +18,39 @@ impl JobCore {
         let Some(b) = self.paced_b(c) else {
             return Some(n);
         };
-        let a = self.st[c].model.a();
-        let need = self.grain.min(self.space.total_left()).max(1);
-        let progress = self.in_flight == 0;
-        if let Chunking::Eft(_) = self.adm.chunking {
+        let a = self.st[c].speed.model.a();
+        let need = self
+            .progress
+            .grain
+            .min(self.progress.space.total_left())
+            .max(1);
+        let progress = self.progress.in_flight == 0;
+        if let Chunking::Eft(_) = self.plan.adm.chunking {
             let mine = now + a + n as f64 / b;
             let beaten = self.worker_class.iter().enumerate().any(|(v, &cv)| {
                 v != w
-                    && self.st[cv].eligible
-                    && self.st[cv].workers > 0
+                    && self.st[cv].active()
                     && self.paced_b(cv).is_some_and(|bv| {
-                        self.worker[v].busy_until.max(now) + self.st[cv].model.a() + n as f64 / bv
+                        self.worker[v].busy_until.max(now)
+                            + self.st[cv].speed.model.a()
+                            + n as f64 / bv
                             < mine
                     })
             });
             return (!beaten || progress).then_some(n);
         }
-        if !self.adm.guard {
+        if !self.plan.adm.guard {
             return Some(n);
         }
         // When the others would finish what is left without this worker:
         // each starts on it once its chunk in flight is done and its fixed
         // cost paid, then goes at its speed (water-filling over the starts).
-        let left = self.space.total_left() as f64;
+        let left = self.progress.space.total_left() as f64;
         let mut starts = std::mem::take(&mut self.scratch);
         starts.clear();
         let mut idle_siblings = 0;
         for (v, &cv) in self.worker_class.iter().enumerate() {
-            if v == w || !self.st[cv].eligible || self.st[cv].workers == 0 {
+            if v == w || !self.st[cv].active() {
                 continue;
             }
             // An idle worker of this worker's own class is in the same place
@@ -85,14 +90,14 @@ impl JobCore {
                 let end = begun + self.predict(cv, items);
                 if end < now { now + (now - end) } else { end }
             } else if ws.first_start.is_nan() {
-                self.st[cv].model.start()
+                self.st[cv].speed.model.start()
             } else {
                 ws.busy_until
             };
-            let start = (free - now).max(0.0) + self.st[cv].model.a();
+            let start = (free - now).max(0.0) + self.st[cv].speed.model.a();
             // Fewer items than its least work take a GPU as long as that.
             let least = self.least_of(cv);
-            let bv = if least > self.grain && left < least as f64 {
+            let bv = if least > self.progress.grain && left < least as f64 {
                 bv * left / least as f64
             } else {
                 bv
@@ -116,7 +121,11 @@ impl JobCore {
         // A GPU's balanced part is at least its least work: a smaller chunk
         // takes as long.
         let least = self.least_of(c);
-        let fair_floor = if least > self.grain { least } else { need };
+        let fair_floor = if least > self.progress.grain {
+            least
+        } else {
+            need
+        };
         let mut max = ((t_others - a) * b)
             .floor()
             .min(fair.max(fair_floor as f64));
@@ -129,13 +138,13 @@ impl JobCore {
         }
         if max >= n as f64 {
             Some(n)
-        } else if self.may_try_small(c, max) && max >= need as f64 {
+        } else if self.st[c].fill.may_try_small(max, self.progress.grain) && max >= need as f64 {
             // The fill is an assumption until a chunk below it is measured:
             // one such chunk a run, where the class's recent chunks hold
             // too few, measures it (at worst it takes a fill's time).
-            self.st[c].tried_small = true;
+            self.st[c].fill.tried_small = true;
             Some(max as usize)
-        } else if least > self.grain && max < least as f64 {
+        } else if least > self.progress.grain && max < least as f64 {
             // A GPU chunk smaller than its least work takes about as long
             // as that (below the device's fill, its few blocks each run the
             // whole kernel, or share the SMs with a sibling stream's chunk):
@@ -157,20 +166,12 @@ impl JobCore {
     /// guard and the EFT rule count it so; chunk sizes and a probe's
     /// re-plan (from the rates the probe measured) follow the model's own.
     pub(super) fn paced_b(&self, c: usize) -> Option<f64> {
-        self.st[c].b().map(|b| b / self.st[c].pace)
+        self.st[c].speed.b().map(|b| b / self.st[c].pace)
     }
 
     /// The least work a chunk of class `c` costs, in items.
     fn least_of(&self, c: usize) -> usize {
-        self.st[c].least.0
-    }
-
-    /// Whether class `c` may take a chunk of `max` items, below its fill,
-    /// to measure what such a chunk costs: its recent chunks did not, and
-    /// it has not tried one this run.
-    fn may_try_small(&self, c: usize, max: f64) -> bool {
-        let fill = self.st[c].min_chunk;
-        fill > self.grain && max < fill as f64 && !self.st[c].least.1 && !self.st[c].tried_small
+        self.st[c].fill.least.0
     }
 
     /// Worker `w` of class `c` claimed `n` items at `now` (seconds since the
@@ -185,7 +186,7 @@ impl JobCore {
     /// worker begins at its claim.
     pub(super) fn start_chunk(&mut self, w: usize, c: usize, n: usize, now: f64) {
         let begins = if self.classes[c].is_accel() && self.worker[w].first_start.is_nan() {
-            now.max(self.st[c].model.start())
+            now.max(self.st[c].speed.model.start())
         } else {
             now
         };
@@ -198,7 +199,7 @@ impl JobCore {
     }
 
     pub(super) fn predict(&self, c: usize, n: usize) -> f64 {
-        let p = self.st[c].model.predict(n as f64);
+        let p = self.st[c].speed.model.predict(n as f64);
         if p.is_finite() { p } else { 0.0 }
     }
 
@@ -214,16 +215,16 @@ impl JobCore {
     pub(super) fn total_speed(&self) -> Option<f64> {
         self.st
             .iter()
-            .filter(|s| s.eligible && s.workers > 0)
-            .map(|s| s.b().map(|b| b * s.workers as f64))
+            .filter(|s| s.active())
+            .map(ClassState::class_speed)
             .sum()
     }
 
     pub(super) fn time_left(&self, r: usize) -> f64 {
         let owner = &self.st[r];
-        let v = owner.b().map(|b| b * owner.workers as f64).unwrap_or(0.0);
+        let v = owner.class_speed().unwrap_or(0.0);
         if v > 0.0 && owner.eligible {
-            self.space.left(r) as f64 / v
+            self.progress.space.left(r) as f64 / v
         } else {
             f64::INFINITY
         }

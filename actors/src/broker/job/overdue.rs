@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::JobCore;
-use crate::perfmodel::Sample;
 
 /// A chunk is overdue past this many times its predicted time...
 pub(crate) const OVERDUE_FACTOR: f64 = 8.0;
@@ -101,11 +100,12 @@ impl JobCore {
             }
             let (start, items) = self.worker[v].in_flight;
             let own = self.st[cv]
+                .speed
                 .b()
-                .map(|_| self.st[cv].model.predict(items as f64));
+                .map(|_| self.st[cv].speed.model.predict(items as f64));
             let fastest = (0..self.st.len())
-                .filter(|&k| self.st[k].eligible && self.st[k].b().is_some())
-                .map(|k| self.st[k].model.predict(items as f64))
+                .filter(|&k| self.st[k].eligible && self.st[k].speed.b().is_some())
+                .map(|k| self.st[k].speed.model.predict(items as f64))
                 .fold(f64::INFINITY, f64::min);
             let predicted = own.unwrap_or(fastest);
             if !(predicted.is_finite() && predicted > 0.0) {
@@ -134,20 +134,12 @@ impl JobCore {
             .classes
             .iter()
             .position(|k| matches!(k.kind, crate::device::DeviceKind::Cpu))?;
-        self.st[c].b().map(|b| n as f64 / b)
+        self.st[c].speed.b().map(|b| n as f64 / b)
     }
 
     /// What a taken-back attempt teaches: its class took at least `secs`
     /// for `items` (a lower bound, so the model learns the device is slow).
     pub(super) fn taken_back(&mut self, c: usize, items: usize, secs: f64) {
-        let s = &mut self.st[c];
-        s.model.observe(items as f64, secs);
-        if s.run_samples.len() == super::RUN_SAMPLES {
-            s.run_samples.pop_front();
-        }
-        s.run_samples.push_back(Sample {
-            items: items as f64,
-            secs,
-        });
+        self.st[c].speed.observe(items, secs);
     }
 }

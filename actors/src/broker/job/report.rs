@@ -2,16 +2,45 @@
 
 use super::*;
 
+/// A record of every chunk that ended, when the job keeps one.
+pub(super) struct Trace(Option<Vec<ChunkRecord>>);
+
+impl Trace {
+    /// A record kept if `on`.
+    pub(super) fn new(on: bool) -> Self {
+        Self(on.then(Vec::new))
+    }
+
+    /// Worker `w` completed `chunk` in `start..end`.
+    pub(super) fn record(&mut self, w: usize, chunk: &ChunkInfo, start: f64, end: f64) {
+        if let Some(t) = &mut self.0 {
+            t.push(ChunkRecord {
+                worker: w,
+                lo: chunk.range.start,
+                hi: chunk.range.end,
+                start,
+                end,
+                phase: chunk.phase,
+            });
+        }
+    }
+
+    /// The record so far (empty if none is kept); later chunks go unrecorded.
+    fn take(&mut self) -> Vec<ChunkRecord> {
+        self.0.take().unwrap_or_default()
+    }
+}
+
 impl JobCore {
     /// The run's report, once it is over; `Err` if it failed.
     pub(crate) fn report(&mut self) -> Result<RunReport, ActorError> {
-        if let Some(e) = self.failed.take() {
+        if let Some(e) = self.life.failed.take() {
             return Err(e);
         }
         // A short job can end before every class finished a probe chunk:
         // report what the probe saw (nothing to do once it is over).
         self.end_probe();
-        let makespan = self.st.iter().map(|s| s.finish).fold(0.0, f64::max);
+        let makespan = self.st.iter().map(|s| s.tally.finish).fold(0.0, f64::max);
         let classes: Vec<ClassReport> = self
             .st
             .iter()
@@ -19,15 +48,15 @@ impl JobCore {
             .map(|(s, info)| ClassReport {
                 name: info.name.clone(),
                 workers: s.workers,
-                items: s.items,
-                chunks: s.chunks,
-                busy_s: s.busy,
-                finish_s: s.finish,
-                share: s.items as f64 / self.items.max(1) as f64,
-                model_a_s: s.model.a(),
-                model_b_items_per_s: s.b().unwrap_or(0.0),
+                items: s.tally.items,
+                chunks: s.tally.chunks,
+                busy_s: s.tally.busy,
+                finish_s: s.tally.finish,
+                share: s.tally.items as f64 / self.progress.items.max(1) as f64,
+                model_a_s: s.speed.model.a(),
+                model_b_items_per_s: s.speed.b().unwrap_or(0.0),
                 start_s: self.class_start(info.index),
-                model_ratio: (s.chunks > 0 && s.predicted > 0.0).then(|| s.busy / s.predicted),
+                model_ratio: s.tally.model_ratio(),
             })
             .collect();
         // δ′ of the whole run: each class's time against its models'.
@@ -47,45 +76,34 @@ impl JobCore {
         let rate: Vec<f64> = self
             .st
             .iter()
-            .map(|s| {
-                if s.static_secs > 0.0 {
-                    s.workers as f64 * s.static_items as f64 / s.static_secs
-                } else {
-                    0.0
-                }
-            })
+            .map(|s| s.tally.static_rate(s.workers))
             .collect();
         let learned_split = if rate.iter().sum::<f64>() > 0.0 {
             normalized(&rate)
         } else {
-            self.planned.clone()
+            self.plan.planned.clone()
         };
-        // The seed's ν rule, as the profiler will apply it to these numbers.
-        let split_delta = self
-            .learns_split
-            .then(|| crate::profiler::split_delta(&self.stored_split, &learned_split));
-        let split_stored =
-            split_delta.is_some_and(|d| d > self.th.nu && learned_split.iter().sum::<f64>() > 0.0);
+        let (split_delta, split_stored) = self.plan.split_verdict(&learned_split);
         Ok(RunReport {
-            kernel: self.name.clone(),
-            policy: self.policy.clone(),
-            items: self.items,
+            kernel: self.life.name.clone(),
+            policy: self.plan.policy.clone(),
+            items: self.progress.items,
             started_s: 0.0,
             makespan_s: makespan,
             ideal_s: self
                 .total_speed()
-                .map_or(f64::NAN, |v| self.items as f64 / v),
+                .map_or(f64::NAN, |v| self.progress.items as f64 / v),
             imbalance,
-            split: self.planned.clone(),
+            split: self.plan.planned.clone(),
             learned_split,
-            probe: self.probe_report.clone(),
-            retries: self.retried,
+            probe: self.probe.report.clone(),
+            retries: self.retries.retried,
             split_delta,
             split_stored,
-            forecast: self.forecast.clone(),
+            forecast: self.plan.adm.forecast.clone(),
             prediction_imbalance,
             classes,
-            chunks: self.trace.take().unwrap_or_default(),
+            chunks: self.trace.take(),
         })
     }
 
@@ -104,9 +122,6 @@ impl JobCore {
 
     /// Samples of this run per class, for the profiler.
     pub(crate) fn samples(&self) -> Vec<Vec<Sample>> {
-        self.st
-            .iter()
-            .map(|s| s.run_samples.iter().copied().collect())
-            .collect()
+        self.st.iter().map(|s| s.speed.samples()).collect()
     }
 }

@@ -6,28 +6,29 @@ impl JobCore {
     /// Chunk size and phase for a claim from the class's own region.
     pub(super) fn own_size(&mut self, c: usize) -> (usize, Phase) {
         let s = &self.st[c];
+        let region = &s.region;
         let w = s.workers.max(1);
-        if let Some(probe) = &mut self.probe {
+        if let Some(probe) = &mut self.probe.under_way {
             let p = &mut probe[c];
-            if s.claimed < s.probe_target {
-                return match self.adm.probe {
+            if region.in_probe() {
+                return match self.plan.adm.probe {
                     Probe::Cold => {
                         let n = p.ramp.max(1);
-                        let cap = (s.probe_target / w).max(self.grain);
+                        let cap = (region.probe_target / w).max(self.progress.grain);
                         p.ramp = (n * 2).min(cap);
                         (n, Phase::Probe)
                     }
-                    _ => ((s.probe_target.div_ceil(w)).max(1), Phase::Probe),
+                    _ => ((region.probe_target.div_ceil(w)).max(1), Phase::Probe),
                 };
             }
-            if self.adm.probe == Probe::Cold {
+            if self.plan.adm.probe == Probe::Cold {
                 // Probe quota spent before every class reported: keep going in
                 // probe-sized chunks rather than commit to an unplanned split.
                 return (p.ramp.max(1), Phase::Probe);
             }
         }
-        if s.claimed < s.probe_target + s.static_target {
-            let per = self.adm.static_chunks_per_worker.max(1);
+        if region.in_static() {
+            let per = self.plan.adm.static_chunks_per_worker.max(1);
             // Fewer, larger static chunks where a chunk's fixed cost would
             // otherwise weigh (an accelerator's launch and transfer setup).
             let floor = self.latency_floor(c).unwrap_or(0.0) as usize;
@@ -35,30 +36,30 @@ impl JobCore {
             // dynamic tail takes the remainder, which would otherwise be a
             // sliver of a chunk paying a whole fixed cost.
             let chunks = w * per;
-            let n = if self.adm.static_fraction >= 1.0 {
-                s.static_target.div_ceil(chunks)
+            let n = if self.plan.adm.static_fraction >= 1.0 {
+                region.static_target.div_ceil(chunks)
             } else {
-                s.static_target / chunks
+                region.static_target / chunks
             };
-            let n = n.max(floor).min(s.static_target.div_ceil(w));
+            let n = n.max(floor).min(region.static_target.div_ceil(w));
             return (n.max(1), Phase::Static);
         }
         (self.dynamic_size(c), Phase::Dynamic)
     }
 
     pub(super) fn dynamic_size(&self, c: usize) -> usize {
-        let g = self.grain;
-        let left = self.space.total_left() as f64;
-        let n = match self.adm.chunking {
+        let g = self.progress.grain;
+        let left = self.progress.space.total_left() as f64;
+        let n = match self.plan.adm.chunking {
             Chunking::Fixed(n) | Chunking::Eft(n) => n as f64,
             Chunking::Guided => {
-                let share = match (self.st[c].b(), self.total_speed()) {
+                let share = match (self.st[c].speed.b(), self.total_speed()) {
                     (Some(b), Some(v)) => b / v,
                     _ => 1.0 / self.total_workers().max(1) as f64,
                 };
                 left * share / 2.0
             }
-            Chunking::TimeGuided => match (self.st[c].b(), self.total_speed()) {
+            Chunking::TimeGuided => match (self.st[c].speed.b(), self.total_speed()) {
                 (Some(b), Some(v)) => {
                     let floor = self.latency_floor(c).unwrap_or(0.0);
                     (b * left / v / 2.0).max(floor)
@@ -66,14 +67,18 @@ impl JobCore {
                 _ => left / (2.0 * self.total_workers().max(1) as f64),
             },
         };
-        (n.ceil() as usize).max(g).max(self.st[c].min_chunk).max(1)
+        (n.ceil() as usize)
+            .max(g)
+            .max(self.st[c].fill.min_chunk)
+            .max(1)
     }
 
     /// The least items of class `c`'s chunks: `latency_chunks·a·b` (`None`
     /// without a model).
     fn latency_floor(&self, c: usize) -> Option<f64> {
-        let s = &self.st[c];
-        s.b()
-            .map(|b| self.th.latency_chunks(&self.classes[c]) * s.model.a() * b)
+        let speed = &self.st[c].speed;
+        speed
+            .b()
+            .map(|b| self.plan.th.latency_chunks(&self.classes[c]) * speed.model.a() * b)
     }
 }

@@ -730,8 +730,8 @@ fn a_job_of_zero_items_is_over_at_admission_and_holds_no_kernel() {
             assert!(job.is_over(), "{}", p.name());
             // The submitter is answered at once: the job must not keep a
             // handle on the kernel (the bug: `Arc::try_unwrap` then failed).
-            assert!(job.kernel.is_none(), "{} keeps the kernel", p.name());
-            assert!(job.claims.is_none());
+            assert!(job.life.kernel.is_none(), "{} keeps the kernel", p.name());
+            assert!(job.life.claims.is_none());
             assert!(job.claim(0, 0, 0.0).is_none());
             let report = job.report().unwrap();
             assert_eq!(report.items, 0);
@@ -900,7 +900,7 @@ fn a_cpu_misjudged_by_a_constant_factor_ends_its_tail_together() {
 fn a_stream_s_first_chunk_is_predicted_to_end_after_its_class_s_start() {
     let sim = Sim::new(vec![(2, 0.0, 1e6, false), (1, 1e-3, 1e7, true)]).known(true);
     let (mut job, _) = sim.job("hybrid", 1_000_000, 1).unwrap();
-    job.st[1].model = job.st[1].model.clone().with_start(0.5);
+    job.st[1].speed.model = job.st[1].speed.model.clone().with_start(0.5);
     let first = job.claim(2, 1, 0.0).expect("the stream gets a chunk");
     let n = first.info.range.len();
     let chunk = 1e-3 + n as f64 / 1e7;
