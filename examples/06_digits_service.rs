@@ -4,7 +4,7 @@
 //! drained and stopped. `08_user_service` does the same for a model of
 //! your own.
 //!
-//! `cargo run --release --example 06_digits_service`
+//! `cargo run --release -p coexec-serve --features workloads --example 06_digits_service`
 //!
 //! `coexec serve` is the same service as a command (see docs/serving.md).
 

@@ -9,7 +9,7 @@
 //! recorder it wants and serves `/metrics` itself, and the service's
 //! metrics land in it. Served on loopback, asked three times, drained.
 //!
-//! `cargo run --release --example 08_user_service`
+//! `cargo run --release -p coexec-serve --example 08_user_service`
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

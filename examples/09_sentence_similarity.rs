@@ -5,7 +5,7 @@
 //! The model folder is fetched and checked by `scripts/fetch_model.sh`:
 //!
 //! ```text
-//! cargo run --release --example 09_sentence_similarity -- "$(scripts/fetch_model.sh | tail -1)"
+//! cargo run --release -p coexec-models --example 09_sentence_similarity -- "$(scripts/fetch_model.sh | tail -1)"
 //! ```
 
 use std::sync::Arc;

@@ -62,7 +62,7 @@ pub use runtime::{Done, Runtime};
 /// What the profiler keeps per machine ([`Runtime::profile`]): per kernel,
 /// a speed model for each device class and the last split.
 pub mod profile {
-    pub use coexec_actors::perfmodel::{Sample, SpeedModel, WINDOW};
+    pub use coexec_actors::perfmodel::{Sample, SpeedModel};
     pub use coexec_actors::profiler::{Fingerprint, KernelProfile, ProfileFile};
 }
 
@@ -71,7 +71,7 @@ pub mod profile {
 pub mod kernels {
     pub use coexec_kernels::{
         Chunk, CudaSource, DeviceCopy, DisjointBuf, Empty, GpuTwin, Kernel, KernelError, OneShot,
-        Synthetic, Twin, TwinInput, Workload, claim_parts, run_sequential, with_chunk,
+        Synthetic, Twin, TwinInput, run_sequential, with_chunk,
     };
 
     /// The built-in workloads: the method's benchmarks and the scheduler's
@@ -90,9 +90,7 @@ pub mod kernels {
     /// A kernel's GPU twin ([`Kernel::cuda`]; declare one with
     /// [`GpuTwin`]) and the GPUs.
     pub mod cuda {
-        pub use coexec_kernels::cuda::{
-            CudaKernel, GpuInfo, HostPinStats, HostPinning, StreamWorker, devices, host_pin_stats,
-        };
+        pub use coexec_kernels::cuda::{CudaKernel, GpuInfo, HostPinning, StreamWorker, devices};
     }
 }
 
@@ -148,8 +146,7 @@ pub mod metrics {
 /// Policies: the built-in ones by name, and the trait to write one.
 pub mod policy {
     pub use coexec_actors::policy::{
-        Admission, Chunking, ClassSpeed, LATENCY_CHUNKS, PlanContext, Policy, Probe, Steal,
-        by_name, plan_shares,
+        Admission, Chunking, ClassSpeed, PlanContext, Policy, Probe, Steal, by_name,
     };
 
     /// The names of the built-in policies, in the order `coexec policies`

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::Error;
 
 /// The `cat` of the per-run span events (chunk events carry their phase).
-pub const RUN_CATEGORY: &str = "run";
+pub(crate) const RUN_CATEGORY: &str = "run";
 
 /// The trace-event JSON of `runs` on a runtime with `classes`
 /// ([`Runtime::classes`](crate::Runtime::classes)).
@@ -51,7 +51,7 @@ pub const RUN_CATEGORY: &str = "run";
 ///     .as_array()
 ///     .unwrap()
 ///     .iter()
-///     .filter(|e| e["ph"] == "X" && e["cat"] != coexec::trace::RUN_CATEGORY)
+///     .filter(|e| e["ph"] == "X" && e["cat"] != "run")
 ///     .count();
 /// assert_eq!(chunks, done.report.chunks.len());
 /// rt.shutdown().await;

@@ -76,7 +76,7 @@ async fn trace_file_holds_every_chunk_on_its_workers_track()
 
     let chunks: Vec<&Value> = events
         .iter()
-        .filter(|e| e["ph"] == "X" && e["cat"] != coexec::trace::RUN_CATEGORY)
+        .filter(|e| e["ph"] == "X" && e["cat"] != "run")
         .collect();
     assert_eq!(
         chunks.len(),

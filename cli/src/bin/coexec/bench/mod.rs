@@ -185,12 +185,12 @@ pub(crate) async fn bench(
         let prepare_s = t.elapsed().as_secs_f64();
         // Bars per class; the bench runs the job many times, so they grow.
         let bars = crate::progress::start(rt.clone(), w.items() as u64, common.quiet);
-        let pins = coexec::kernels::cuda::host_pin_stats();
+        let pins = coexec_kernels::cuda::host_pin_stats();
         let wb = bench_one(&rt, name, &w, args, &classes, &policy_list, rounds, common).await;
         bars.finish();
         let mut wb = wb?;
         wb.inputs_s += prepare_s;
-        let now = coexec::kernels::cuda::host_pin_stats();
+        let now = coexec_kernels::cuda::host_pin_stats();
         wb.host_pinning = crate::report::HostPinning {
             choice: format!("{:?}", crate::host_pinning()?).to_lowercase(),
             locked: now.locked - pins.locked,
