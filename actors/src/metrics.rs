@@ -4,12 +4,18 @@
 //! installs a recorder; without one every call here is a no-op. Labels are
 //! bounded: `device_class` and `worker` by the device spec, `kernel` by the
 //! kernels the program runs, `policy` by the registry, `phase` by the method.
+//!
+//! Histograms are `histogram!`s: their buckets are the exporter's to set
+//! ([`CHUNK_BUCKETS`] for the chunk durations; coexec's exporter sets them).
+//! A recorder may keep every sample until it is drained:
+//! `metrics-exporter-prometheus` keeps each (16 bytes) until a scrape or
+//! `PrometheusHandle::run_upkeep`, which coexec's exporter runs every second.
 
 use std::collections::HashMap;
 
 use metrics::{
-    Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
-    histogram,
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
 };
 
 use crate::RunReport;
@@ -17,21 +23,10 @@ use crate::report::Phase;
 
 /// Registers every metric's help text and unit with the installed recorder.
 pub fn describe() {
-    describe_counter!(
-        "coexec_chunk_duration_seconds_bucket",
-        Unit::Count,
-        "Chunks that took at most `le` seconds on their worker, per device class and kernel \
-         (cumulative, as a Prometheus histogram's buckets: histogram_quantile reads them)."
-    );
-    describe_counter!(
-        "coexec_chunk_duration_seconds_count",
-        Unit::Count,
-        "Chunks timed, per device class and kernel."
-    );
-    describe_gauge!(
-        "coexec_chunk_duration_seconds_sum",
+    describe_histogram!(
+        "coexec_chunk_duration_seconds",
         Unit::Seconds,
-        "Seconds the timed chunks took in all (only ever grows), per device class and kernel."
+        "Seconds a chunk took on its worker, per device class and kernel."
     );
     describe_counter!(
         "coexec_items_total",
@@ -114,6 +109,10 @@ pub fn describe() {
 /// would make the workers contend for them; instead each worker adds up
 /// locally and flushes every [`FLUSH_CHUNKS`] chunks, every
 /// [`FLUSH_BUSY_S`] seconds of work, and whenever it runs out of chunks.
+/// Chunk durations are kept as they are (a histogram takes samples, not
+/// counts) and recorded one by one at the flush, not on each chunk's path
+/// (`metrics-exporter-prometheus` takes some 50 ns a sample on the 2-core
+/// VM, and drains it at upkeep).
 ///
 /// The `metrics` handles are resolved against the recorder installed when
 /// they are made; a recorder installed later (by coexec's exporter, a
@@ -145,76 +144,33 @@ struct Pending {
     items: u64,
     chunks: [u64; 4],
     busy: f64,
-    /// Chunk durations, bucketed here (not cumulative; the last is +Inf).
-    buckets: [u64; CHUNK_BUCKETS.len() + 1],
-    sum: f64,
-    count: usize,
+    /// Seconds each chunk took, at most [`FLUSH_CHUNKS`] (room for them is
+    /// made once, with the worker's labels).
+    durations: Vec<f64>,
 }
 
 struct KernelHandles {
     items: Counter,
     chunks: [Counter; 4],
-    duration: ChunkDurations,
+    duration: Histogram,
 }
 
-/// Upper bounds of the chunk-duration buckets: 10 µs to 100 s.
+/// Upper bounds of `coexec_chunk_duration_seconds`' buckets, 10 µs to
+/// 100 s, for an exporter to set (a `metrics` histogram carries none).
+///
+/// ```
+/// use coexec_actors::metrics::CHUNK_BUCKETS;
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+///
+/// let name = Matcher::Full("coexec_chunk_duration_seconds".into());
+/// let recorder = PrometheusBuilder::new()
+///     .set_buckets_for_metric(name, &CHUNK_BUCKETS)?
+///     .build_recorder();
+/// # Ok::<(), metrics_exporter_prometheus::BuildError>(())
+/// ```
 pub const CHUNK_BUCKETS: [f64; 15] = [
     1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
 ];
-
-/// `coexec_chunk_duration_seconds` for one (device class, kernel), as the
-/// series of a Prometheus histogram (cumulative `_bucket` counters with an
-/// `le` label, `_count`, `_sum`) made of plain counters and a gauge.
-///
-/// A `metrics` histogram keeps every observation until the recorder drains
-/// it, which at a microsecond per chunk would cost more than the chunk;
-/// workers bucket durations locally and add whole buckets here when they
-/// flush, through the facade, so any recorder the application installs
-/// gets them.
-struct ChunkDurations {
-    /// Per bound of [`CHUNK_BUCKETS`], then `+Inf`.
-    buckets: [Counter; CHUNK_BUCKETS.len() + 1],
-    count: Counter,
-    sum: Gauge,
-}
-
-impl ChunkDurations {
-    fn new(class: &str, kernel: &str) -> Self {
-        let labels = |le: String| {
-            [
-                ("device_class", class.to_string()),
-                ("kernel", kernel.to_string()),
-                ("le", le),
-            ]
-        };
-        let bound = |i: usize| CHUNK_BUCKETS.get(i).map_or("+Inf".into(), f64::to_string);
-        let series = [
-            ("device_class", class.to_string()),
-            ("kernel", kernel.to_string()),
-        ];
-        Self {
-            buckets: std::array::from_fn(|i| {
-                counter!("coexec_chunk_duration_seconds_bucket", &labels(bound(i)))
-            }),
-            count: counter!("coexec_chunk_duration_seconds_count", &series),
-            sum: gauge!("coexec_chunk_duration_seconds_sum", &series),
-        }
-    }
-
-    /// Adds chunk counts per bucket (not cumulative), their seconds in all
-    /// and their number.
-    fn add(&self, per_bucket: &[u64], sum: f64, count: u64) {
-        let mut cumulative = 0;
-        for (total, n) in self.buckets.iter().zip(per_bucket) {
-            cumulative += n;
-            if cumulative > 0 {
-                total.increment(cumulative);
-            }
-        }
-        self.sum.increment(sum);
-        self.count.increment(count);
-    }
-}
 
 /// Which recorder the `metrics` macros record into on this thread now: its
 /// address, compared and never followed.
@@ -239,7 +195,10 @@ impl WorkerLabels {
                 "device_class" => class.to_string()
             ),
             per_kernel: HashMap::new(),
-            pending: Pending::default(),
+            pending: Pending {
+                durations: Vec::with_capacity(FLUSH_CHUNKS),
+                ..Pending::default()
+            },
             recorder: recorder_id(),
         }
     }
@@ -263,17 +222,15 @@ impl WorkerLabels {
         p.items += items as u64;
         p.chunks[phase as usize] += 1;
         p.busy += secs;
-        p.buckets[CHUNK_BUCKETS.partition_point(|&b| b < secs)] += 1;
-        p.sum += secs;
-        p.count += 1;
-        if p.count >= FLUSH_CHUNKS || p.busy >= FLUSH_BUSY_S {
+        p.durations.push(secs);
+        if p.durations.len() >= FLUSH_CHUNKS || p.busy >= FLUSH_BUSY_S {
             self.flush();
         }
     }
 
     /// Reports everything batched so far.
     pub(crate) fn flush(&mut self) {
-        if self.pending.count == 0 {
+        if self.pending.durations.is_empty() {
             return;
         }
         self.refresh();
@@ -286,7 +243,7 @@ impl WorkerLabels {
             KernelHandles {
                 items: counter!("coexec_items_total", "device_class" => class.clone(), "kernel" => kernel.clone()),
                 chunks: [l("probe"), l("static"), l("dynamic"), l("retry")],
-                duration: ChunkDurations::new(class, &kernel),
+                duration: histogram!("coexec_chunk_duration_seconds", "device_class" => class.clone(), "kernel" => kernel.clone()),
             }
         });
         h.items.increment(p.items);
@@ -295,13 +252,13 @@ impl WorkerLabels {
                 counter.increment(n);
             }
         }
-        h.duration.add(&p.buckets, p.sum, p.count as u64);
+        for &secs in &p.durations {
+            h.duration.record(secs);
+        }
         p.items = 0;
         p.chunks = [0; 4];
         p.busy = 0.0;
-        p.buckets = Default::default();
-        p.sum = 0.0;
-        p.count = 0;
+        p.durations.clear();
     }
 
     /// A chunk went back to the broker; `taken_back` when it did not fail
@@ -381,18 +338,107 @@ mod tests {
         );
     }
 
+    /// What a recorder is asked for: each metric's kind and name, and
+    /// every sample a histogram gets.
+    #[derive(Default)]
+    struct Registrations {
+        metrics: std::sync::Mutex<Vec<(&'static str, String)>>,
+        samples: std::sync::Arc<Samples>,
+    }
+
+    #[derive(Default)]
+    struct Samples(std::sync::Mutex<Vec<f64>>);
+
+    impl metrics::HistogramFn for Samples {
+        fn record(&self, value: f64) {
+            self.0.lock().unwrap().push(value);
+        }
+    }
+
+    impl Registrations {
+        fn note(&self, kind: &'static str, key: &metrics::Key) {
+            self.metrics
+                .lock()
+                .unwrap()
+                .push((kind, key.name().to_string()));
+        }
+    }
+
+    impl metrics::Recorder for Registrations {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<Unit>, _: metrics::SharedString) {
+        }
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> Counter {
+            self.note("counter", key);
+            Counter::noop()
+        }
+        fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> Gauge {
+            self.note("gauge", key);
+            Gauge::noop()
+        }
+        fn register_histogram(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> Histogram {
+            self.note("histogram", key);
+            Histogram::from_arc(self.samples.clone())
+        }
+    }
+
+    const DURATIONS: [f64; 4] = [2e-5, 2e-5, 5e-3, 50.0];
+
+    fn run_chunks() {
+        let mut l = WorkerLabels::new("cpu", 0);
+        for secs in DURATIONS {
+            l.chunk_done("k", Phase::Dynamic, 1, secs);
+        }
+        l.flush();
+    }
+
     #[test]
-    fn chunk_durations_reach_any_recorder_as_a_histograms_series() {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    fn chunk_durations_reach_any_recorder_as_one_histogram() {
+        let recorder = Registrations::default();
+        metrics::with_local_recorder(&recorder, run_chunks);
+        let metrics = recorder.metrics.lock().unwrap();
+        let durations: Vec<_> = metrics
+            .iter()
+            .filter(|(_, name)| name.starts_with("coexec_chunk_duration_seconds"))
+            .collect();
+        assert_eq!(
+            durations,
+            [&("histogram", "coexec_chunk_duration_seconds".to_string())],
+            "{metrics:?}"
+        );
+        // Nothing else made by hand into a histogram's series.
+        assert!(
+            metrics
+                .iter()
+                .all(|(_, n)| !["_bucket", "_sum", "_count"].iter().any(|s| n.ends_with(s))),
+            "{metrics:?}"
+        );
+        assert_eq!(*recorder.samples.0.lock().unwrap(), DURATIONS);
+    }
+
+    #[test]
+    fn chunk_durations_are_a_prometheus_histogram_with_the_chunk_buckets() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .set_buckets(&CHUNK_BUCKETS)
+            .unwrap()
+            .build_recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
-            let mut l = WorkerLabels::new("cpu", 0);
-            for secs in [2e-5, 2e-5, 5e-3, 50.0] {
-                l.chunk_done("k", Phase::Dynamic, 1, secs);
-            }
-            l.flush();
+            describe();
+            run_chunks();
         });
         let text = handle.render();
+        assert!(
+            text.contains("# TYPE coexec_chunk_duration_seconds histogram\n"),
+            "{text}"
+        );
         let series = |le: &str| {
             format!(
                 "coexec_chunk_duration_seconds_bucket{{device_class=\"cpu\",kernel=\"k\",le=\"{le}\"}}"
