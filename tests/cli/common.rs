@@ -27,9 +27,8 @@ pub fn coexec(tag: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 /// all-MiniLM-L6-v2's folder (`COEXEC_EMBED_MODEL`, else where
-/// `scripts/fetch_model.sh` caches it), or `None` and a line saying `test`
-/// is skipped.
-pub fn embed_model(test: &str) -> Option<std::path::PathBuf> {
+/// `scripts/fetch_model.sh` caches it) where its weights are there.
+fn minilm_dir() -> Option<std::path::PathBuf> {
     use std::path::PathBuf;
     let dir = std::env::var_os("COEXEC_EMBED_MODEL")
         .map(PathBuf::from)
@@ -37,14 +36,101 @@ pub fn embed_model(test: &str) -> Option<std::path::PathBuf> {
             std::env::var_os("HOME")
                 .map(|h| PathBuf::from(h).join(".cache/coexec/models/all-MiniLM-L6-v2"))
         })?;
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "{test}: skipped, no model at {} (scripts/fetch_model.sh fetches it)",
-            dir.display()
+    dir.join("model.safetensors").is_file().then_some(dir)
+}
+
+/// tests/data/tiny-bert: a BERT of all-MiniLM-L6-v2's layout and files,
+/// 32 wide, 2 layers, 357 word pieces, random weights
+/// (`scripts/make_tiny_bert.py` writes it).
+pub fn tiny_bert() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tiny-bert")
+}
+
+/// Whether this run is CI's (`COEXEC_CI=1`, as `.ci/run` sets it), where
+/// what a test needs has been fetched, and its absence is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("COEXEC_CI").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `test` cannot run without `what`: a line saying it is skipped, or,
+/// in CI ([`in_ci`]), a failure.
+pub fn missing(test: &str, what: &str) {
+    assert!(
+        !in_ci(),
+        "{test}: {what}, and COEXEC_CI is set: .ci/run fetches it, so this is a failure, not a skip"
+    );
+    eprintln!("{test}: skipped, {what}");
+}
+
+/// all-MiniLM-L6-v2, for the tests of its own numbers (its similarities,
+/// the fp64 reference): `None` where it is not here, with a line saying
+/// `test` is skipped, or a failure in CI ([`missing`]).
+pub fn minilm(test: &str) -> Option<std::path::PathBuf> {
+    let dir = minilm_dir();
+    if dir.is_none() {
+        missing(
+            test,
+            "all-MiniLM-L6-v2 is not here (COEXEC_EMBED_MODEL, or scripts/fetch_model.sh's cache)",
         );
-        None
+    }
+    dir
+}
+
+/// The sentence encoder the route, pipeline and hostile-folder tests run
+/// on: all-MiniLM-L6-v2 where it is here, else [`tiny_bert`]. What they
+/// assert of it (its width, its vocabulary's ids) is read from its files.
+pub struct EmbedModel {
+    pub dir: std::path::PathBuf,
+    /// Whether it is all-MiniLM-L6-v2 (not the tiny model), whose vectors
+    /// mean something.
+    pub minilm: bool,
+    /// Its vectors' width (`hidden_size`).
+    pub dim: usize,
+    /// Its embedding matrix's rows (`vocab_size`).
+    pub vocab_size: usize,
+    vocab: serde_json::Value,
+}
+
+impl EmbedModel {
+    /// The folder as a command-line argument.
+    pub fn arg(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+
+    /// The id of `token` in its tokenizer.json's vocabulary.
+    pub fn id(&self, token: &str) -> u64 {
+        self.vocab[token]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{token:?} is not in {}", self.dir.display()))
+    }
+
+    /// The ids of `tokens`.
+    pub fn ids(&self, tokens: &[&str]) -> Vec<u64> {
+        tokens.iter().map(|t| self.id(t)).collect()
+    }
+}
+
+/// [`EmbedModel`] for `test`: all-MiniLM-L6-v2 where it is here, else the
+/// tiny model (and a line saying so).
+pub fn embed_model(test: &str) -> EmbedModel {
+    let (dir, minilm) = match minilm_dir() {
+        Some(d) => (d, true),
+        None => {
+            eprintln!("{test}: on tests/data/tiny-bert (all-MiniLM-L6-v2 is not here)");
+            (tiny_bert(), false)
+        }
+    };
+    let json = |file: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(file)).unwrap()).unwrap()
+    };
+    let (config, tokenizer) = (json("config.json"), json("tokenizer.json"));
+    let n = |field: &str| config[field].as_u64().unwrap() as usize;
+    EmbedModel {
+        minilm,
+        dim: n("hidden_size"),
+        vocab_size: n("vocab_size"),
+        vocab: tokenizer["model"]["vocab"].clone(),
+        dir,
     }
 }
 

@@ -1,10 +1,11 @@
 //! The embedding service against hostile model folders and texts (issue
-//! 65): copies of all-MiniLM-L6-v2 with one edit, each refused at load
+//! 65): copies of the test model with one edit, each refused at load
 //! naming its file and field, and texts the model cannot take refused for
 //! their own request while other clients' requests are answered.
 //!
-//! Each test needs the model (`COEXEC_EMBED_MODEL`, or
-//! `scripts/fetch_model.sh`'s cache); without it, it says "skipped".
+//! Each test runs on all-MiniLM-L6-v2 where it is here
+//! (`COEXEC_EMBED_MODEL`, or `scripts/fetch_model.sh`'s cache), else on
+//! tests/data/tiny-bert (`common::embed_model`).
 
 use std::net::SocketAddr;
 
@@ -64,11 +65,8 @@ fn serve_refuses(dir: &str, words: &[&str]) {
 /// with `null`s; now a forward pass on a probe sentence refuses it.
 #[test]
 fn a_model_whose_outputs_overflow_is_refused_at_load() {
-    let Some(model) = common::embed_model("a_model_whose_outputs_overflow_is_refused_at_load")
-    else {
-        return;
-    };
-    let h = Hostile::overflowing(&model, "overflow");
+    let model = common::embed_model("a_model_whose_outputs_overflow_is_refused_at_load");
+    let h = Hostile::overflowing(&model.dir, "overflow");
     let e = load_error(&h.dir);
     assert!(
         e.contains("model.safetensors") && e.contains("not finite"),
@@ -84,12 +82,8 @@ fn a_model_whose_outputs_overflow_is_refused_at_load() {
 /// embedding matrix.
 #[test]
 fn a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load() {
-    let Some(model) =
-        common::embed_model("a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load")
-    else {
-        return;
-    };
-    let h = Hostile::new(&model, "vocab");
+    let model = common::embed_model("a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load");
+    let h = Hostile::new(&model.dir, "vocab");
     h.edit_json("tokenizer.json", |t| {
         t["model"]["vocab"]["hello"] = 99_999.into()
     });
@@ -97,7 +91,7 @@ fn a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load() {
     assert!(
         e.contains("tokenizer.json")
             && e.contains("\"hello\" has id 99999")
-            && e.contains("30522 rows"),
+            && e.contains(&format!("{} rows", model.vocab_size)),
         "{e}"
     );
     serve_refuses(h.arg(), &["tokenizer.json", "99999"]);
@@ -108,12 +102,9 @@ fn a_tokenizer_id_past_the_embedding_matrix_is_refused_at_load() {
 /// to nothing and answered 200. 3 is the least BERT's frame allows.
 #[test]
 fn a_max_seq_length_below_the_special_token_frame_is_refused_at_load() {
-    let Some(model) =
-        common::embed_model("a_max_seq_length_below_the_special_token_frame_is_refused_at_load")
-    else {
-        return;
-    };
-    let h = Hostile::new(&model, "seq-length");
+    let model =
+        common::embed_model("a_max_seq_length_below_the_special_token_frame_is_refused_at_load");
+    let h = Hostile::new(&model.dir, "seq-length");
     for n in [1, 2] {
         h.write(
             "sentence_bert_config.json",
@@ -138,12 +129,9 @@ fn a_max_seq_length_below_the_special_token_frame_is_refused_at_load() {
 /// model's 512 positions).
 #[test]
 fn a_dangling_link_in_the_model_folder_is_refused_by_name() {
-    let Some(model) = common::embed_model("a_dangling_link_in_the_model_folder_is_refused_by_name")
-    else {
-        return;
-    };
+    let model = common::embed_model("a_dangling_link_in_the_model_folder_is_refused_by_name");
     for file in ["1_Pooling/config.json", "sentence_bert_config.json"] {
-        let h = Hostile::new(&model, "dangling");
+        let h = Hostile::new(&model.dir, "dangling");
         let path = h.dir.join(file);
         let _ = std::fs::remove_file(&path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -193,11 +181,8 @@ fn post(addr: SocketAddr, path: &str, body: &serde_json::Value) -> (u16, String)
 /// answered.
 #[test]
 fn a_text_with_no_tokens_fails_only_its_own_request() {
-    let Some(model) = common::embed_model("a_text_with_no_tokens_fails_only_its_own_request")
-    else {
-        return;
-    };
-    let h = Hostile::new(&model, "no-tokens");
+    let model = common::embed_model("a_text_with_no_tokens_fails_only_its_own_request");
+    let h = Hostile::new(&model.dir, "no-tokens");
     h.edit_json("tokenizer.json", |t| {
         t["post_processor"] = serde_json::Value::Null
     });
@@ -256,15 +241,10 @@ fn a_text_with_no_tokens_fails_only_its_own_request() {
 #[test]
 fn tokenize_answers_are_held_in_the_memory_budget_until_written() {
     use std::io::{Read, Write};
-    let Some(model) =
-        common::embed_model("tokenize_answers_are_held_in_the_memory_budget_until_written")
-    else {
-        return;
-    };
-    let model = model.to_str().unwrap().to_string();
+    let model = common::embed_model("tokenize_answers_are_held_in_the_memory_budget_until_written");
     let srv = Server::start(&[
         "--model",
-        &model,
+        model.arg(),
         "--devices",
         "cpu:1",
         "--memory-budget-mib",
