@@ -147,6 +147,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let prometheus = recorder.handle();
     metrics::set_global_recorder(recorder)?;
+    // A histogram holds its samples until the recorder's upkeep drains
+    // them: every second, as coexec's own recorder does.
+    let upkeep = prometheus.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            upkeep.run_upkeep();
+        }
+    });
 
     let rt = Arc::new(
         coexec::Runtime::builder()
