@@ -306,7 +306,7 @@ pub(super) fn fixture(text: &str) -> (usize, Vec<f32>) {
 }
 
 #[test]
-#[ignore = "needs ../shared/data/rodinia-kmeans (or COEXEC_KMEANS_DATA): run with -- --ignored"]
+#[ignore = "needs ../shared/data/rodinia-kmeans (or COEXEC_KMEANS_DATA), outside the repository: .ci/run runs it"]
 fn rodinia_100_file() {
     let path = data_dir().join("100");
     let d = KmeansData::read(&path).unwrap();
@@ -320,10 +320,10 @@ fn rodinia_100_file() {
     assert_eq!(got.centres, r_centres);
 }
 
-/// The real inputs against Rodinia's own single-thread results (release:
-/// `cargo test --release -p coexec-kernels --features workloads -- --ignored`).
+/// The real inputs against Rodinia's own single-thread results (5 s in
+/// release: `cargo test --release -p coexec-kernels --features workloads --lib -- --ignored rodinia`).
 #[test]
-#[ignore = "heavy: run with --release -- --ignored"]
+#[ignore = "needs ../shared/data/rodinia-kmeans (or COEXEC_KMEANS_DATA), outside the repository: .ci/run runs it"]
 fn rodinia_real_files() {
     for (file, fixture_text) in [
         (
