@@ -167,19 +167,6 @@ impl Machine {
         }
     }
 
-    /// The same machine with the engine told what a GPU chunk smaller than
-    /// a fill costs: its fill (`ClassInfo::fill_threads`) set to the
-    /// calibrated least work of a chunk (`min_work_items`), where the engine
-    /// otherwise starts from the device's thread capacity and learns the
-    /// least work from its small chunks. A what-if for the engine's design;
-    /// the machine's own timing is unchanged.
-    pub(crate) fn knowing_small_chunks(mut self) -> Self {
-        let mut classes = self.classes.to_vec();
-        classes[GPU].fill_threads = self.gpu.min_work_items;
-        self.classes = classes.into();
-        self
-    }
-
     /// The machine of a calibrated workload.
     pub(crate) fn of(w: &Workload) -> Self {
         Self::new(w.cpu.clone(), w.gpu.clone())

@@ -61,9 +61,14 @@ fn machines() -> Vec<(String, &'static str, Workload, Machine)> {
     machines
 }
 
-/// Jobs per configuration in the oracle tables.
+/// Jobs per configuration in the oracle's sweeps: for the docs' tables
+/// ([`tests::docs_tables`]) as many as their figures took, else fewer.
 fn rounds(w: &Workload) -> usize {
-    (60 / w.runs).clamp(5, 31)
+    if tests::docs_tables() {
+        (60 / w.runs).clamp(5, 31)
+    } else {
+        (20 / w.runs).clamp(3, 9)
+    }
 }
 
 /// The best fixed split for one run of `items` as the bench chooses it.
@@ -141,63 +146,60 @@ fn means(m: &Machine, w: &Workload, p: &[SweepPoint], best: BestSplit) -> (f64, 
     )
 }
 
-/// [`table`]'s ratios as means over hybrid's seeds 11, 13 and 15 (one
-/// seed's point at 1 ms moves by up to 2% between builds that run it
-/// alike): per workload, machine and job length, hybrid over the best
-/// class alone and T_oracle over hybrid's T, each the mean of the three;
-/// T_oracle as the bench reports it (the chosen split run again on each
-/// seed) and, beside it, the sweep's least median.
-/// `cargo test -p coexec-actors --release --lib vtime::oracle::table_three_seeds -- --ignored --nocapture`.
+/// Over hybrid's seeds 11, 13 and 15 (one seed's point at 1 ms moves by up
+/// to 2% between builds that run it alike), hybrid keeps within 5% of
+/// T_oracle, the best fixed split as the bench finds it (chosen on seed
+/// 12, run again on each seed), or of the best class alone where that is
+/// less, on every modelled machine, at 1, 10 and 100 ms a run: the goal a
+/// GPU's bench must show (`coexec bench --oracle`). With
+/// `COEXEC_VTIME_TABLES=1` (the jobs per point the figures took) it prints
+/// the tables of `docs/results/vtime-oracle-and-fit.md`: per workload,
+/// machine and length, seed 11's each class alone, hybrid and T_oracle
+/// (with the split's CPU share), then the three seeds' means of hybrid
+/// over the best class alone, T_oracle over hybrid's T, and the same with
+/// the sweep's least median. Modelled.
+/// `COEXEC_VTIME_TABLES=1 cargo test -p coexec-actors --release --lib vtime::oracle::hybrid_keeps -- --nocapture`.
 #[test]
-#[ignore]
-fn table_three_seeds() {
-    println!(
-        "| workload | machine | run (best alone) | hybrid / best alone | T_oracle / T hybrid | the sweep's least / T hybrid |"
-    );
-    println!("| --- | --- | ---: | ---: | ---: | ---: |");
-    for (name, label, w, m) in &machines() {
-        for run_s in [1e-3, 1e-2, 1e-1] {
-            let p = three_seeds(m, w, run_s, Thresholds::default());
-            let (vs_best, vs_oracle, vs_sweep) = means(m, w, &p, best_split(m, w, p[0].items));
-            println!(
-                "| {name} | {label} | {:.3} ms | {vs_best:.3} | {vs_oracle:.3} | {vs_sweep:.3} |",
-                p[0].run_s * 1e3,
-            );
-        }
-    }
-}
-
-/// Per workload, machine and job length: each class alone, hybrid and
-/// T_oracle (one run's time: the best fixed split's, chosen on seed 12 and
-/// run again on hybrid's seed 11, with its CPU share, or the best class
-/// alone's where that is less, as the bench counts it), hybrid over the
-/// best class alone and T_oracle over hybrid's T.
-/// `cargo test -p coexec-actors --release --lib vtime::oracle::table -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn table() {
+fn hybrid_keeps_within_5_percent_of_the_oracle_over_three_seeds() {
     println!(
         "| workload | machine | run (best alone) | T cpu | T gpu | hybrid | T_oracle (best split's CPU share) | hybrid / best alone | T_oracle / T hybrid |"
     );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (name, label, w, m) in &machines() {
+    let (machines, mut three) = (machines(), Vec::new());
+    for (name, label, w, m) in &machines {
         for run_s in [1e-3, 1e-2, 1e-1] {
-            let p = sweep_point(m, w, run_s, rounds(w), 11, Thresholds::default());
-            let alone = p.alone[CPU].min(p.alone[GPU]);
-            let share = best_split(m, w, p.items).share;
-            let split = confirmed(m, w, p.items, share, 11);
-            let (t_oracle, how) = t_oracle((split, share), alone);
+            let p = three_seeds(m, w, run_s, Thresholds::default());
+            let best = best_split(m, w, p[0].items);
+            let alone = p[0].alone[CPU].min(p[0].alone[GPU]);
+            let split = confirmed(m, w, p[0].items, best.share, SEEDS[0]);
+            let (t_oracle, how) = t_oracle((split, best.share), alone);
             println!(
                 "| {name} | {label} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms ({how}) | {:.3} | {:.3} |",
-                p.run_s * 1e3,
-                p.alone[CPU] * 1e3,
-                p.alone[GPU] * 1e3,
-                p.hybrid * 1e3,
+                p[0].run_s * 1e3,
+                p[0].alone[CPU] * 1e3,
+                p[0].alone[GPU] * 1e3,
+                p[0].hybrid * 1e3,
                 t_oracle * 1e3,
-                p.vs_best(),
-                t_oracle / p.hybrid,
+                p[0].vs_best(),
+                t_oracle / p[0].hybrid,
+            );
+            let (vs_best, vs_oracle, vs_sweep) = means(m, w, &p, best);
+            three.push((name, label, p[0].run_s, vs_best, vs_oracle, vs_sweep));
+            assert!(
+                vs_oracle >= 0.95,
+                "{name} {label} at {run_s} s: T_oracle / T hybrid {vs_oracle:.3}, seeds {SEEDS:?} (modelled)"
             );
         }
+    }
+    println!(
+        "\n| workload | machine | run (best alone) | hybrid / best alone | T_oracle / T hybrid | the sweep's least / T hybrid |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    for (name, label, run_s, vs_best, vs_oracle, vs_sweep) in three {
+        println!(
+            "| {name} | {label} | {:.3} ms | {vs_best:.3} | {vs_oracle:.3} | {vs_sweep:.3} |",
+            run_s * 1e3,
+        );
     }
 }
 
@@ -205,11 +207,13 @@ fn table() {
 /// co-executed run: hybrid beside the rules that send runs to one class
 /// turned off (`hold_off(false)`; `single_class(false)`, every run
 /// co-executes), each as hybrid over the best class alone and T_oracle
-/// over its T, means of seeds 11, 13, 15.
-/// `cargo test -p coexec-actors --release --lib vtime::oracle::kmeans_lease_rules -- --ignored --nocapture`.
+/// over its T, means of seeds 11, 13, 15. With its rules hybrid is within
+/// 1% of the best class alone at 1, 10 and 100 ms; at 1 ms, where
+/// co-executing loses, it is ahead of hybrid without the single-class
+/// rule. Modelled.
+/// `cargo test -p coexec-actors --release --lib vtime::oracle::kmeans_on_the_lease -- --nocapture`.
 #[test]
-#[ignore]
-fn kmeans_lease_rules() {
+fn kmeans_on_the_lease_s_machine_keeps_to_the_best_class_with_its_rules() {
     let cal = h100();
     let w = cal
         .workloads
@@ -229,6 +233,7 @@ fn kmeans_lease_rules() {
             ),
         ];
         let mut split = None;
+        let mut vs = Vec::new();
         for (name, th) in variants {
             let p = three_seeds(&m, w, run_s, th);
             let split = *split.get_or_insert_with(|| best_split(&m, w, p[0].items));
@@ -236,6 +241,20 @@ fn kmeans_lease_rules() {
             println!(
                 "| {:.0} ms | {name} | {vs_best:.3} | {vs_oracle:.3} |",
                 run_s * 1e3
+            );
+            vs.push(vs_best);
+        }
+        assert!(
+            vs[0] <= 1.01,
+            "{run_s} s: hybrid {:.3}x the best class alone",
+            vs[0]
+        );
+        if run_s == 1e-3 {
+            assert!(
+                vs[0] < vs[2],
+                "1 ms: hybrid {:.3}x the best class alone, {:.3}x without the single-class rule",
+                vs[0],
+                vs[2]
             );
         }
     }

@@ -258,18 +258,50 @@ fn lease_and_calm(w: &Workload) -> [(&'static str, Machine); 2] {
     [("lease", Machine::fitted(w)), ("calm", calm(w))]
 }
 
-/// Jobs per point of a printed sweep: more than the tests take, so that
-/// the median's noise stays under 1%.
-fn table_rounds(w: &Workload) -> usize {
-    (600 / w.runs).clamp(15, 121)
+/// Whether the sweeps make the tables of docs/results (`COEXEC_VTIME_TABLES`
+/// set): at the jobs per point the figures took, minutes in release.
+/// Otherwise they run at a few jobs a point, in seconds, and assert the
+/// same bounds.
+pub(super) fn docs_tables() -> bool {
+    std::env::var_os("COEXEC_VTIME_TABLES").is_some()
 }
 
-/// The figures of `docs/results/vtime-h100-2026-11-23.md`:
-/// `cargo test -p coexec-actors --release --lib vtime::tests::table -- --ignored --nocapture`.
+/// Jobs per point of a printed sweep: for the docs, more than the other
+/// tests take, so that the median's noise stays under 1%.
+fn table_rounds(w: &Workload) -> usize {
+    if docs_tables() {
+        (600 / w.runs).clamp(15, 121)
+    } else {
+        3
+    }
+}
+
+/// The job lengths of a printed sweep: for the docs all 13 of
+/// [`lengths`], else one a decade (0.1 ms to 1 s).
+fn table_lengths() -> Vec<f64> {
+    let all = lengths();
+    if docs_tables() {
+        all
+    } else {
+        all.into_iter().step_by(3).collect()
+    }
+}
+
+/// Hybrid is never behind the best class alone by more than 5% at any
+/// sweep point (every workload, both machines; 104 points for the docs),
+/// on seed 11 alone, and by more than 2% over seeds 11 to 13 (the sum of
+/// the seeds' medians over the sum of theirs: one seed's point moves by up
+/// to 2% between builds that run it alike, where the classes' choices at
+/// its first runs differ). With `COEXEC_VTIME_TABLES=1` it prints the two
+/// tables of `docs/results/vtime-h100-2026-11-23.md` and
+/// `vtime-oracle-and-fit.md`: seed 11's point (each class alone, hybrid
+/// over the best, E, E of the method as the lease ran it, E's bound), and
+/// the three seeds' ratios. Modelled.
+/// `COEXEC_VTIME_TABLES=1 cargo test -p coexec-actors --release --lib vtime::tests::hybrid_is_never_behind -- --nocapture`.
 #[test]
-#[ignore]
-fn table() {
+fn hybrid_is_never_behind_the_best_class_alone_at_any_length() {
     let cal = h100();
+    let mut three = Vec::new();
     println!(
         "| workload | machine | run (best alone) | T cpu | T gpu | hybrid / best | E | E, lease's method | E bound |"
     );
@@ -277,90 +309,47 @@ fn table() {
     for w in &cal.workloads {
         for (label, m) in lease_and_calm(w) {
             let rounds = table_rounds(w);
-            for l in lengths() {
-                let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
+            for l in table_lengths() {
+                let p: Vec<SweepPoint> = [11, 12, 13]
+                    .map(|seed| sweep_point(&m, w, l, rounds, seed, Thresholds::default()))
+                    .into();
                 let q = sweep_point(&m, w, l, rounds, 11, lease_thresholds());
                 println!(
                     "| {} | {label} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} | {:.3} | {:.3} | {:.3} |",
                     w.name,
-                    p.run_s * 1e3,
-                    p.alone[CPU] * 1e3,
-                    p.alone[GPU] * 1e3,
-                    p.vs_best(),
-                    p.e(),
-                    q.e(),
-                    m.e_bound(p.items),
-                );
-            }
-        }
-    }
-}
-
-/// [`table`]'s hybrid over the best class alone and E over three seeds
-/// (each the sum of the seeds' medians over the sum of theirs): one seed's
-/// point moves by up to 2% between builds that run it alike, where the
-/// classes' choices at its first runs differ.
-/// `cargo test -p coexec-actors --release --lib vtime::tests::table_three_seeds -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn table_three_seeds() {
-    let cal = h100();
-    println!("| workload | machine | run (best alone) | hybrid / best | E |");
-    println!("| --- | --- | ---: | ---: | ---: |");
-    for w in &cal.workloads {
-        for (label, m) in lease_and_calm(w) {
-            let rounds = table_rounds(w);
-            for l in lengths() {
-                let p: Vec<SweepPoint> = [11, 12, 13]
-                    .map(|seed| sweep_point(&m, w, l, rounds, seed, Thresholds::default()))
-                    .into();
-                let sum = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>();
-                println!(
-                    "| {} | {label} | {:.3} ms | {:.3} | {:.3} |",
-                    w.name,
                     p[0].run_s * 1e3,
-                    sum(&|p| p.hybrid) / sum(&|p| p.alone[CPU].min(p.alone[GPU])),
-                    sum(&|p| p.ideal()) / sum(&|p| p.hybrid),
+                    p[0].alone[CPU] * 1e3,
+                    p[0].alone[GPU] * 1e3,
+                    p[0].vs_best(),
+                    p[0].e(),
+                    q.e(),
+                    m.e_bound(p[0].items),
+                );
+                let sum = |f: &dyn Fn(&SweepPoint) -> f64| p.iter().map(f).sum::<f64>();
+                let vs_best = sum(&|p| p.hybrid) / sum(&|p| p.alone[CPU].min(p.alone[GPU]));
+                let e = sum(&|p| p.ideal()) / sum(&|p| p.hybrid);
+                three.push((w.name.clone(), label, p[0].run_s, vs_best, e));
+                assert!(
+                    p[0].vs_best() <= 1.05,
+                    "{} {label} at {l} s: hybrid {:.3}x the best class alone, seed 11 (modelled)",
+                    w.name,
+                    p[0].vs_best()
+                );
+                assert!(
+                    vs_best <= 1.02,
+                    "{} {label} at {l} s: hybrid {vs_best:.3}x the best class alone, seeds 11-13 (modelled)",
+                    w.name
                 );
             }
         }
     }
-}
-
-/// What learning a GPU's least work leaves: hybrid at every sweep point with
-/// the engine as it is (the least work taken as the fill until chunks below
-/// half a fill measure it) and with the engine told each workload's
-/// calibrated least work per chunk from the start
-/// (`Machine::knowing_small_chunks`), same seeds.
-/// `cargo test -p coexec-actors --release --lib vtime::tests::small_chunks_what_if -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn small_chunks_what_if() {
-    let cal = h100();
-    println!(
-        "| workload | machine | run (best alone) | GPU fill, items | least work, items | hybrid / best, fill assumed | hybrid / best, known | E, fill assumed | E, known |"
-    );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for w in &cal.workloads {
-        for (label, m) in lease_and_calm(w) {
-            let rounds = table_rounds(w);
-            let knowing = m.clone().knowing_small_chunks();
-            for l in lengths() {
-                let p = sweep_point(&m, w, l, rounds, 11, Thresholds::default());
-                let q = sweep_point(&knowing, w, l, rounds, 11, Thresholds::default());
-                println!(
-                    "| {} | {label} | {:.3} ms | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-                    w.name,
-                    p.run_s * 1e3,
-                    m.gpu.capacity_items,
-                    m.gpu.min_work_items,
-                    p.vs_best(),
-                    q.vs_best(),
-                    p.e(),
-                    q.e(),
-                );
-            }
-        }
+    println!("\n| workload | machine | run (best alone) | hybrid / best | E |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    for (name, label, run_s, vs_best, e) in three {
+        println!(
+            "| {name} | {label} | {:.3} ms | {vs_best:.3} | {e:.3} |",
+            run_s * 1e3
+        );
     }
 }
 
@@ -402,15 +391,18 @@ fn a_short_co_executed_run_does_not_cut_the_cpu_s_tail_into_slivers() {
     );
 }
 
-/// Where kmeans' 10 ms point on the calm machine loses its E: 20 traced
-/// warm hybrid runs, each with when the GPU's and the CPU's last chunks
-/// ended, the CPU's chunks and those of under 1000 items (each pays the
-/// class's ~0.1 ms fixed cost), and the CPU's share; T* and the sweep's
-/// median first.
-/// `cargo test -p coexec-actors --release --lib vtime::tests::kmeans_tail -- --ignored --nocapture`.
+/// kmeans' 10 ms point on the calm machine, where a CPU tail of slivers
+/// (each paying the class's ~0.1 ms fixed cost) cost E before the CPU's
+/// chunks were floored at `4·a·b` and the GPU learned its least work: in
+/// each of 20 traced warm hybrid runs the classes end within 15% of the
+/// run of each other and the CPU takes at most 16 chunks of under 1000
+/// items (up to 46 before). The table (for
+/// `docs/results/vtime-h100-2026-11-23.md`): per run, when the GPU's and
+/// the CPU's last chunks ended, the CPU's chunks and its slivers, and its
+/// share; T* and the sweep's median first. Modelled.
+/// `cargo test -p coexec-actors --release --lib vtime::tests::kmeans_s_cpu_tail -- --nocapture`.
 #[test]
-#[ignore]
-fn kmeans_tail() {
+fn kmeans_s_cpu_tail_ends_with_the_gpu() {
     let cal = h100();
     let w = cal.workload("kmeans");
     let m = calm(w);
@@ -454,6 +446,12 @@ fn kmeans_tail() {
             last(CPU) * 1e3,
             cpu.len(),
             100.0 * r.classes[CPU].items as f64 / r.items as f64,
+        );
+        assert!(
+            (last(GPU) - last(CPU)).abs() <= 0.15 * r.makespan_s && small <= 16,
+            "run {i}: the GPU ends at {:.3} ms, the CPU at {:.3} ms, {small} CPU chunks of under 1000 items",
+            last(GPU) * 1e3,
+            last(CPU) * 1e3
         );
     }
 }
