@@ -1,17 +1,20 @@
 //! A request's way in, shared by every route that takes a body: the body
-//! read under its limits, a full queue's 429 before the parse, and each
-//! answer counted by outcome.
+//! read under its limits and its share of the memory budget taken; and
+//! its answer's way out, as JSON ([`Json`]), counted by outcome.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use metrics::{counter, histogram};
+use serde::Serialize;
 
+use super::bounded::Limits;
 use super::budget::Held;
-use super::infer::{error, inputs_in, outcome_of};
+use super::error::{ErrorResponse, ErrorType};
+use super::infer::outcome_of;
 use super::{ServeModel, Service};
 
 /// The default of [`super::ServeConfig::body_deadline`].
@@ -76,16 +79,17 @@ pub(super) async fn read_body(
 }
 
 /// The body under the service's limits, or the answer to send instead
-/// (413, 408, 400, each closing the connection).
+/// (413, 408, 400 `Validation`, each closing the connection: the rest of
+/// the body was not read).
 pub(super) async fn body_of<M: ServeModel>(
     svc: &Service<M>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Bytes, Response> {
+) -> Result<Bytes, ErrorResponse> {
     let i = &svc.inner;
-    match read_body(headers, body, i.cfg.max_body, i.cfg.body_deadline).await {
-        Ok(b) => Ok(b),
-        Err(fault) => {
+    read_body(headers, body, i.cfg.max_body, i.cfg.body_deadline)
+        .await
+        .map_err(|fault| {
             let (status, why) = match fault {
                 BodyFault::TooLarge => (
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -100,69 +104,79 @@ pub(super) async fn body_of<M: ServeModel>(
                     format!("cannot read the body: {e}"),
                 ),
             };
-            // The rest of the body was not read: the connection cannot
-            // carry another request.
-            let mut r = error(status, why);
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            Err(r)
-        }
-    }
+            ErrorResponse::new(ErrorType::Validation, why)
+                .with_status(status)
+                .closing()
+        })
 }
 
 /// What a queued route's request holds, per byte of its body: the body,
-/// what is parsed from it (a TEI text's `Value`, then its `String`), its
-/// inputs (an MLP's `f32`s take fewer bytes than their digits); its
-/// outputs are bounded by the queue's places.
+/// what is parsed from it (a TEI text's `String`), its inputs (an MLP's
+/// `f32`s take fewer bytes than their digits); its outputs are bounded by
+/// the queue's places.
 const QUEUED_BYTES_PER_BODY_BYTE: u64 = 4;
 
-/// A request's body, read and not refused for a full queue.
+/// A queued route's request body, read, with its share of the budget.
 pub(super) struct Received {
     pub(super) body: Bytes,
     /// Its share of the memory budget, while the request lives.
     pub(super) held: Held,
     /// The drain had not begun when its head came.
     pub(super) accepted: bool,
-    /// The most inputs a request may carry.
-    pub(super) most: usize,
 }
 
-/// Whether the queue has no room now for `rows` more inputs of a request
-/// the drain had not begun for (`accepted`): the 429 before its parse.
-pub(super) fn full<M: ServeModel>(svc: &Service<M>, rows: usize, accepted: bool) -> bool {
+/// The bounds of a queued route's input list now: the most a request may
+/// carry ([`client_batch`]), and the queue's free places, unless the drain
+/// began before its head (`accepted` false: it gets its 503 when queued).
+pub(super) fn limits<M: ServeModel>(svc: &Service<M>, accepted: bool) -> Limits {
     let s = &svc.inner.stream;
-    accepted && s.queued() + rows > s.capacity()
+    let room = if accepted {
+        s.capacity().saturating_sub(s.queued())
+    } else {
+        usize::MAX
+    };
+    Limits::new(client_batch(svc), room)
 }
 
-/// Reads a request's body ([`body_of`]), and refuses it with 429 when the
-/// inputs it holds (counted by a scan) cannot fit in the queue.
+/// The most inputs a request may carry: `/info`'s
+/// `max_client_batch_size` (more rows than the queue holds could never be
+/// accepted).
+pub(super) fn client_batch<M: ServeModel>(svc: &Service<M>) -> usize {
+    let i = &svc.inner;
+    i.cfg.max_inputs.min(i.stream.capacity())
+}
+
+/// Reads a queued route's request body ([`body_of`]) and takes its share
+/// of the memory budget (429 when the budget cannot cover it now).
 pub(super) async fn receive<M: ServeModel>(
     svc: &Service<M>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Received, Response> {
-    let i = &svc.inner;
+) -> Result<Received, ErrorResponse> {
     // A request whose head came before the drain began is answered, though
     // its body may finish arriving after it.
-    let accepted = !i.draining.load(Ordering::Acquire);
+    let accepted = !svc.inner.draining.load(Ordering::Acquire);
     let body = body_of(svc, headers, body).await?;
-    // Under overload most requests are turned away, and the parse is a
-    // large part of a request's cost on the handlers (a third of a 200's,
-    // by `perf`): a request whose inputs (counted by a scan) cannot fit is
-    // refused before it.
-    // One that could never fit is left to the parse, to get its 400 (413).
-    let most = i.cfg.max_inputs.min(i.stream.capacity());
-    let rows = inputs_in(&body);
-    if rows <= most && full(svc, rows, accepted) {
-        return Err(svc.overloaded());
-    }
     let held = svc.take_budget(QUEUED_BYTES_PER_BODY_BYTE * body.len() as u64)?;
     Ok(Received {
         body,
         held,
         accepted,
-        most,
     })
+}
+
+/// An answer's body: `T` as JSON (`Content-Type: application/json`).
+pub(super) struct Json<T>(pub(super) T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.0) {
+            Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
+            // Not reached for the service's types (no map with non-string
+            // keys); not an ErrorResponse, whose own body goes through here.
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        }
+    }
 }
 
 /// Counts and times an answer in `coexec_requests_total` and
@@ -172,4 +186,14 @@ pub(super) fn record(r: &Response, t0: Instant) {
     counter!("coexec_requests_total", "outcome" => o).increment(1);
     histogram!("coexec_request_duration_seconds", "outcome" => o)
         .record(t0.elapsed().as_secs_f64());
+}
+
+/// A queued route's answer, counted and timed ([`record`]).
+pub(super) async fn timed<T: IntoResponse>(
+    answer: impl Future<Output = Result<T, ErrorResponse>>,
+) -> Response {
+    let t0 = Instant::now();
+    let r = answer.await.into_response();
+    record(&r, t0);
+    r
 }

@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use metrics::gauge;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::body::{Received, receive, record};
+use super::body::{Json, Received, limits, receive, timed};
+use super::bounded::{Batch, Overflow, Refused, parse};
+use super::error::{ErrorResponse, ErrorType};
 use super::{ServeModel, Service};
 use coexec::stream::{Checked, Pending, StreamError};
 
@@ -89,86 +91,28 @@ pub(super) fn retry_after(backlog: usize, rate: f64, cap: Duration) -> u64 {
     ((backlog as f64 / rate).ceil() as u64).clamp(1, cap)
 }
 
-/// Why a request was refused, as its JSON body says: `{"error": why,
-/// "error_type": kind}`, the kind as Text Embeddings Inference names it
-/// (from the status: 429 `Overloaded`, 503 `Unhealthy`, 5xx `Backend`,
-/// other 4xx `Validation`).
-pub(super) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    let kind = match status {
-        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
-        StatusCode::SERVICE_UNAVAILABLE => "Unhealthy",
-        s if s.is_server_error() => "Backend",
-        _ => "Validation",
-    };
-    error_of(status, kind, msg)
+/// 503 `Unhealthy` while draining, with `Connection: close`: the client
+/// opens no more requests on a connection that is about to close (a
+/// request sent on an idle keep-alive connection as the server closes it
+/// is lost on the wire).
+pub(super) fn draining() -> ErrorResponse {
+    ErrorResponse::new(ErrorType::Unhealthy, "draining: not accepting requests").closing()
 }
 
-/// [`error`] with the `error_type` given.
-pub(super) fn error_of(status: StatusCode, kind: &str, msg: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": msg.into(), "error_type": kind }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// 400 `Validation`: `/v1/infer`'s status for every request it cannot
+/// take (malformed, of the wrong shape, an input the model refuses).
+pub(super) fn invalid(msg: impl Into<String>) -> ErrorResponse {
+    ErrorResponse::new(ErrorType::Validation, msg).with_status(StatusCode::BAD_REQUEST)
 }
 
-/// 503 while draining, with `Connection: close`: the client opens no more
-/// requests on a connection that is about to close (a request sent on an
-/// idle keep-alive connection as the server closes it is lost on the wire).
-pub(super) fn draining() -> Response {
-    let mut r = error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "draining: not accepting requests",
-    );
-    r.headers_mut().insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("close"),
-    );
-    r
+/// 500 `Backend`.
+pub(super) fn failed(msg: impl Into<String>) -> ErrorResponse {
+    ErrorResponse::new(ErrorType::Backend, msg)
 }
 
-/// The inputs a body `{"inputs": [...], ...}` holds, at least 1: a cheap
-/// count for refusing before the parse. It counts the values of the first
-/// array at the object's top level by its commas, whatever the inputs are
-/// (numbers, arrays, objects; strings skipped, escapes and all). A
-/// malformed body may count wrong; it then gets a 429 instead of its 400
-/// while the queue is full.
-pub(super) fn inputs_in(body: &[u8]) -> usize {
-    let (mut depth, mut commas, mut any) = (0usize, 0usize, false);
-    let (mut in_inputs, mut in_str, mut escaped) = (false, false, false);
-    for &b in body {
-        if in_str {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        let element = in_inputs && depth == 2;
-        match b {
-            b'"' => {
-                in_str = true;
-                any |= element;
-            }
-            b'[' if depth == 1 && !in_inputs => {
-                in_inputs = true;
-                depth += 1;
-            }
-            b'[' | b'{' => {
-                any |= element;
-                depth += 1;
-            }
-            b']' | b'}' => {
-                depth = depth.saturating_sub(1);
-                if in_inputs && depth < 2 {
-                    break;
-                }
-            }
-            b',' if element => commas += 1,
-            b if b.is_ascii_whitespace() => {}
-            _ => any |= element,
-        }
-    }
-    (commas + usize::from(any)).max(1)
+/// 504 `Backend`: the request's deadline passed before its answer.
+fn deadline_passed() -> ErrorResponse {
+    failed("deadline passed").with_status(StatusCode::GATEWAY_TIMEOUT)
 }
 
 /// What a request to `svc` looks like, for its 400s.
@@ -179,10 +123,12 @@ pub(super) fn expected<M: ServeModel>(svc: &Service<M>) -> String {
     )
 }
 
+/// `/v1/infer`'s body: `{"inputs": [Input, ...], "deadline_ms": n}`, no
+/// other field; the inputs bounded while they are read ([`Batch`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, bound = "I: DeserializeOwned")]
 pub(super) struct InferRequest<I> {
-    inputs: Vec<I>,
+    inputs: Batch<I>,
     #[serde(default, deserialize_with = "deadline_ms")]
     pub(super) deadline_ms: Option<u64>,
 }
@@ -223,9 +169,10 @@ impl Drop for Counted<'_> {
     }
 }
 
+/// `/v1/infer`'s answer: one output per input, in order.
 #[derive(Serialize)]
-pub(super) struct InferResponse<'a, O> {
-    outputs: &'a [O],
+pub(super) struct InferResponse<O> {
+    outputs: Vec<O>,
 }
 
 /// The outcomes of `coexec_requests_total` and
@@ -258,80 +205,61 @@ pub(super) async fn infer<M: ServeModel>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let t0 = Instant::now();
-    let r = infer_inner(&svc, &headers, body).await;
-    record(&r, t0);
-    r
+    timed(infer_inner(&svc, &headers, body)).await
 }
 
-pub(super) async fn infer_inner<M: ServeModel>(
+async fn infer_inner<M: ServeModel>(
     svc: &Service<M>,
     headers: &HeaderMap,
     body: Body,
-) -> Response {
+) -> Result<Json<InferResponse<M::Output>>, ErrorResponse> {
     let i = &svc.inner;
     let Received {
         body,
         held: _held,
         accepted,
-        most,
-    } = match receive(svc, headers, body).await {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+    } = receive(svc, headers, body).await?;
     // serde's derived structs also take a JSON array of their fields
     // (`[[[...]], 100]`): only an object is the documented form.
     if body.trim_ascii_start().first() != Some(&b'{') {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("expected {}: the body is not a JSON object", expected(svc)),
-        );
+        return Err(invalid(format!(
+            "expected {}: the body is not a JSON object",
+            expected(svc)
+        )));
     }
-    let req: InferRequest<M::Input> = match serde_json::from_slice(&body) {
+    let req: InferRequest<M::Input> = match parse(&body, limits(svc, accepted)) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("expected {}: {e}", expected(svc)),
-            );
+        Err(Refused::Overflow(Overflow::NoRoom { .. })) => return Err(svc.overloaded()),
+        Err(Refused::Overflow(Overflow::TooMany { at_least, most })) => {
+            return Err(invalid(format!(
+                "at least {at_least} inputs in one request; at most {most}"
+            )));
         }
+        Err(Refused::Json(e)) => return Err(invalid(format!("expected {}: {e}", expected(svc)))),
     };
-    if req.inputs.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("expected {}: `inputs` is empty", expected(svc)),
-        );
+    if req.inputs.0.is_empty() {
+        return Err(invalid(format!(
+            "expected {}: `inputs` is empty",
+            expected(svc)
+        )));
     }
-    // More rows than the queue holds could never be accepted.
-    if req.inputs.len() > most {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("{} inputs in one request; at most {most}", req.inputs.len()),
-        );
-    }
-    let inputs = match i.stream.check(req.inputs) {
+    let inputs = match i.stream.check(req.inputs.0) {
         Ok(inputs) => inputs,
         Err(StreamError::Invalid { index, why }) => {
-            return error(StatusCode::BAD_REQUEST, format!("inputs[{index}]: {why}"));
+            return Err(invalid(format!("inputs[{index}]: {why}")));
         }
         Err(e) => {
             tracing::error!("the model's input check failed: {e}");
-            return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            return Err(failed(e.to_string()));
         }
     };
     let deadline = req.deadline_ms.map(Duration::from_millis);
     // An input the model took can still have no meaningful answer (an
     // MLP's arithmetic overflowing): refused, not answered with `null`s.
-    let refused = |k, why| error(StatusCode::BAD_REQUEST, format!("inputs[{k}]: {why}"));
-    let outputs = match submit(svc, accepted, inputs, deadline, refused).await {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    let outputs = &outputs[..];
-    match serde_json::to_string(&InferResponse { outputs }) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    let refused = |k, why| invalid(format!("inputs[{k}]: {why}"));
+    drop(body);
+    let outputs = submit(svc, accepted, inputs, deadline, refused).await?;
+    Ok(Json(InferResponse { outputs }))
 }
 
 /// Queues a request's checked `inputs` on the stream, all or none, and
@@ -345,8 +273,8 @@ pub(super) async fn submit<M: ServeModel>(
     accepted: bool,
     inputs: Checked<M::Input>,
     deadline: Option<Duration>,
-    refused: impl FnOnce(usize, String) -> Response,
-) -> Result<Vec<M::Output>, Response> {
+    refused: impl FnOnce(usize, String) -> ErrorResponse,
+) -> Result<Vec<M::Output>, ErrorResponse> {
     let i = &svc.inner;
     if !accepted {
         return Err(draining());
@@ -361,13 +289,9 @@ pub(super) async fn submit<M: ServeModel>(
         Ok(pending) => pending,
         Err(rejected) => match rejected.error() {
             StreamError::Overloaded { .. } => return Err(svc.overloaded()),
-            StreamError::DeadlinePassed => {
-                return Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"));
-            }
+            StreamError::DeadlinePassed => return Err(deadline_passed()),
             // Not reached: the callers refuse more rows than the queue holds.
-            e @ StreamError::TooMany { .. } => {
-                return Err(error(StatusCode::BAD_REQUEST, e.to_string()));
-            }
+            e @ StreamError::TooMany { .. } => return Err(invalid(e.to_string())),
             _ => return Err(draining()),
         },
     };
@@ -390,20 +314,19 @@ pub(super) async fn submit<M: ServeModel>(
         .answered(rows as u64, svc.now());
     match failure {
         None => Ok(outputs),
-        Some((_, StreamError::DeadlinePassed)) => {
-            Err(error(StatusCode::GATEWAY_TIMEOUT, "deadline passed"))
-        }
+        Some((_, StreamError::DeadlinePassed)) => Err(deadline_passed()),
         Some((_, StreamError::Overloaded { .. })) => Err(svc.overloaded()),
-        Some((_, StreamError::Closed)) => {
-            Err(error(StatusCode::SERVICE_UNAVAILABLE, "the stream closed"))
-        }
+        Some((_, StreamError::Closed)) => Err(ErrorResponse::new(
+            ErrorType::Unhealthy,
+            "the stream closed",
+        )),
         Some((k, StreamError::Output { why })) => {
             tracing::warn!("output {k} of a request refused: {why}");
             Err(refused(k, why))
         }
         Some((_, e)) => {
             tracing::error!("inference failed: {e}");
-            Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+            Err(failed(e.to_string()))
         }
     }
 }

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use ::metrics::{counter, gauge, histogram};
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -70,7 +70,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use coexec::stream::{Stream, StreamConfig};
 use coexec::{Error, Runtime};
 mod body;
+mod bounded;
 mod budget;
+mod error;
 mod exporter;
 mod infer;
 mod model;
@@ -105,7 +107,8 @@ pub use tei::BLOCKING_BYTES;
 pub use crate::net::server::{
     DRAIN_GRACE, DRAIN_TIMEOUT, Drained, MAX_CONNECTIONS, ServerConfig, bind, serve, serve_with,
 };
-use infer::{DrainRate, OUTCOMES, error, infer, retry_after};
+use error::{ErrorResponse, ErrorType};
+use infer::{DrainRate, OUTCOMES, infer, retry_after};
 
 /// The service's limits. Build with [`ServeConfig::new`] and its setters.
 ///
@@ -185,7 +188,8 @@ impl ServeConfig {
         self
     }
 
-    /// Most inputs in one request (more: 400).
+    /// Most inputs in one request (more: 400 on `/v1/infer`, 413 on TEI's
+    /// routes), refused as the body is read, at the first input past it.
     pub fn max_inputs(mut self, n: usize) -> Self {
         self.max_inputs = n;
         self
@@ -330,12 +334,7 @@ impl<M: ServeModel> Service<M> {
     /// [`Service::router`]'s routes and `extra`, with `routes` (all of
     /// them) named in the 404s and 405s.
     fn router_with(&self, extra: Router<Self>, routes: &'static str) -> Router {
-        let json405 = move || async move {
-            error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("method not allowed: {routes}"),
-            )
-        };
+        let json405 = move || async move { method_not_allowed(routes) };
         let mut r = extra
             .route("/v1/infer", post(infer::<M>).fallback(json405))
             .route("/healthz", get(|| async { "ok\n" }).fallback(json405))
@@ -343,9 +342,10 @@ impl<M: ServeModel> Service<M> {
         if self.inner.cfg.prometheus.is_some() {
             r = r.route("/metrics", get(scrape::<M>).fallback(json405));
         }
-        r.fallback(
-            move || async move { error(StatusCode::NOT_FOUND, format!("not found: {routes}")) },
-        )
+        r.fallback(move || async move {
+            ErrorResponse::new(ErrorType::Validation, format!("not found: {routes}"))
+                .with_status(StatusCode::NOT_FOUND)
+        })
         .with_state(self.clone())
     }
 
@@ -376,7 +376,7 @@ impl<M: ServeModel> Service<M> {
     }
 
     /// The 429 of a full queue.
-    fn overloaded(&self) -> Response {
+    fn overloaded(&self) -> ErrorResponse {
         let why = format!(
             "the queue of {} requests is full",
             self.inner.stream.capacity()
@@ -385,10 +385,7 @@ impl<M: ServeModel> Service<M> {
     }
 
     /// `bytes` of the memory budget for a request, or its 429.
-    // The error is the answer to send, made once per refused request: not
-    // worth a box (as tei.rs's readers).
-    #[allow(clippy::result_large_err)]
-    fn take_budget(&self, bytes: u64) -> Result<budget::Held, Response> {
+    fn take_budget(&self, bytes: u64) -> Result<budget::Held, ErrorResponse> {
         let b = &self.inner.budget;
         b.try_take(bytes).ok_or_else(|| {
             self.overloaded_because(&format!(
@@ -401,7 +398,7 @@ impl<M: ServeModel> Service<M> {
     }
 
     /// 429 `overloaded: <why>; retry after N s`, with its `Retry-After`.
-    fn overloaded_because(&self, why: &str) -> Response {
+    fn overloaded_because(&self, why: &str) -> ErrorResponse {
         let i = &self.inner;
         let rate = i
             .drain
@@ -413,14 +410,17 @@ impl<M: ServeModel> Service<M> {
         // 429, not 503: a full queue is this moment's load, not the
         // service failing; a 5xx would burn availability budgets, make
         // proxies eject the pod and trigger `retry_on: 5xx` retries.
-        let mut r = error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("overloaded: {why}; retry after {secs} s"),
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        r
+        ErrorResponse::overloaded(format!("overloaded: {why}; retry after {secs} s"), secs)
     }
+}
+
+/// 405 `Validation`, naming the routes there are.
+fn method_not_allowed(routes: &'static str) -> ErrorResponse {
+    ErrorResponse::new(
+        ErrorType::Validation,
+        format!("method not allowed: {routes}"),
+    )
+    .with_status(StatusCode::METHOD_NOT_ALLOWED)
 }
 
 /// Text Embeddings Inference's API (see `tei.rs`).
@@ -436,12 +436,7 @@ impl Service<coexec_models::Embedder> {
         } else {
             "POST /embed, /v1/embeddings, /embeddings, /similarity, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz"
         };
-        let json405 = move || async move {
-            error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("method not allowed: {routes}"),
-            )
-        };
+        let json405 = move || async move { method_not_allowed(routes) };
         let tei = Router::new()
             .route("/embed", post(tei::embed).fallback(json405))
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
@@ -518,30 +513,34 @@ fn describe() {
     }
 }
 
-async fn ready<M: ServeModel>(State(svc): State<Service<M>>) -> Response {
+async fn ready<M: ServeModel>(
+    State(svc): State<Service<M>>,
+) -> Result<&'static str, ErrorResponse> {
     let i = &svc.inner;
+    let unhealthy = |why| Err(ErrorResponse::new(ErrorType::Unhealthy, why));
     if i.draining.load(Ordering::Acquire) {
-        error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+        unhealthy("draining")
     } else if !i.ready.load(Ordering::Acquire) {
-        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down")
+        unhealthy("not ready: shutting down")
     } else {
-        "ready\n".into_response()
+        Ok("ready\n")
     }
 }
 
-async fn scrape<M: ServeModel>(State(svc): State<Service<M>>) -> Response {
+async fn scrape<M: ServeModel>(State(svc): State<Service<M>>) -> Result<Response, ErrorResponse> {
     let i = &svc.inner;
     let Some(h) = &i.cfg.prometheus else {
-        return error(StatusCode::NOT_FOUND, "no metrics here");
+        return Err(ErrorResponse::new(ErrorType::Validation, "no metrics here")
+            .with_status(StatusCode::NOT_FOUND));
     };
     gauge!("coexec_queue_size").set(i.stream.queued() as f64);
     h.run_upkeep();
-    (
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         h.render(),
     )
-        .into_response()
+        .into_response())
 }

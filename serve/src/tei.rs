@@ -1,10 +1,11 @@
 //! Text Embeddings Inference's HTTP API over an [`Embedder`]: a drop-in for
-//! TEI's clients, served on every CPU core and GPU at once.
+//! TEI's clients, served on every CPU core and GPU at once. Each route's
+//! body and answer are the types of `tei/types.rs`, TEI's own.
 //!
 //! ```text
-//!  POST /embed          {"inputs": str | [str], "normalize": true, "truncate": true} → [[f32]]
-//!  POST /v1/embeddings  {"input": str | [str], "model": …}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
-//!  POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters": {"truncate": true}} → [cosine]
+//!  POST /embed          {"inputs": str | [str], "normalize", "truncate", "dimensions"} → [[f32]]
+//!  POST /v1/embeddings  {"input": str | [str], "model", "dimensions"}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
+//!  POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters": {"truncate"}} → [cosine]
 //!  POST /tokenize       {"inputs": str | [str], "add_special_tokens": true} → [[{"id", "text", "special", "start", "stop"}]]
 //!  POST /decode         {"ids": [u32] | [[u32]], "skip_special_tokens": true} → [str]
 //!  GET  /info           model id and sha, max input length, batch limits
@@ -18,41 +19,42 @@
 //! queue; both hold their answers' bytes in the memory budget every route
 //! shares ([`ServeConfig::memory_budget`](super::ServeConfig::memory_budget)).
 //! Errors are `{"error", "error_type"}` with TEI's statuses: 400 `Empty`
-//! (no input, an empty string), 413 `Validation` (too many inputs, an
-//! input past the model's limit with `truncate: false`, a body over the
-//! limit), 400 for a body that is not JSON, 422 `Validation` for JSON of
-//! the wrong shape or a text the model cannot take (no tokens), 422
-//! `Tokenizer`, 429 `Overloaded` with `Retry-After` (a full queue, the
-//! memory budget spent), 500 `Backend` for a vector that is not finite. A
-//! text's and a vector's refusals are their own request's: the requests
-//! batched with them are answered.
-
-// The error of the request readers below is the answer to send (a 4xx
-// `Response`, 128 bytes): made once per refused request, it is not worth a
-// box.
-#![allow(clippy::result_large_err)]
+//! (no input, an empty string), 413 `Validation` (too many inputs, refused
+//! at the first one past the limit; an input past the model's limit with
+//! `truncate: false`; a body over the limit), 400 for a body that is not
+//! JSON, 422 `Validation` for JSON of the wrong shape, a text the model
+//! cannot take (no tokens) or an option coexec does not serve (a
+//! `prompt_name`, a text that would be cut on the left, `base64`,
+//! `dimensions` past the model's), 422 `Tokenizer`, 429 `Overloaded` with
+//! `Retry-After` (a full queue, the memory budget spent), 500 `Backend`
+//! for a vector that is not finite. A text's and a vector's refusals are
+//! their own request's: the requests batched with them are answered.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use metrics::counter;
-use serde::Serialize;
-use serde_json::{Value, json};
 
-use super::body::{Received, full, receive, record};
-use super::infer::{error, error_of, submit};
+use super::body::{Json, Received, limits, receive, timed};
+use super::bounded::{Limits, Overflow, Refused, parse};
+use super::error::{ErrorResponse, ErrorType};
+use super::infer::{failed, submit};
 use super::{ServeModel, Service};
+use crate::budget::Held;
 use coexec::stream::StreamError;
 use coexec_models::{Embedder, TokenizeError, normalize};
 
-mod request;
 pub(super) mod tokens;
+mod types;
 
-use request::{flag, kind, object, texts, unprocessable};
+use types::{
+    EmbedRequest, EmbedResponse, Embedding, EmbeddingModel, EncodingFormat, Info, ModelType,
+    OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, SimilarityRequest,
+    SimilarityResponse, TokenizeInput, TruncationDirection,
+};
 
 /// A request whose texts hold more bytes than this is tokenised on
 /// tokio's blocking pool, not on the handler's worker thread.
@@ -82,7 +84,7 @@ impl ServeModel for Embedder {
     }
 }
 
-/// Which of TEI's shapes a request and its answer take.
+/// Which of the embedding routes a request came to, for its errors.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Api {
     /// `POST /embed`.
@@ -94,183 +96,195 @@ enum Api {
 }
 
 impl Api {
-    fn field(self) -> &'static str {
-        match self {
-            Api::Tei | Api::Similarity => "inputs",
-            Api::OpenAi => "input",
-        }
-    }
-
-    /// Where the request's `k`-th text is, for an error.
+    /// Where the request's `k`-th text is.
     fn at(self, k: usize) -> String {
         match (self, k) {
             (Api::Similarity, 0) => "inputs.source_sentence".into(),
             (Api::Similarity, k) => format!("inputs.sentences[{}]", k - 1),
-            (api, k) => format!("{}[{k}]", api.field()),
+            (Api::Tei, k) => format!("inputs[{k}]"),
+            (Api::OpenAi, k) => format!("input[{k}]"),
         }
     }
 }
 
-/// A request's texts and flags, read from its JSON.
-struct Parsed {
-    texts: Vec<String>,
-    normalize: bool,
+/// A 422 `Validation`.
+fn validation(msg: impl Into<String>) -> ErrorResponse {
+    ErrorResponse::new(ErrorType::Validation, msg)
+}
+
+/// The answer to a body [`parse`] refused as an `R`: 413 for more inputs
+/// than a request may carry, 429 for more than the queue has room for now,
+/// 400 for a body that is not JSON, 422 for JSON of another shape.
+fn refused<R: Request>(svc: &Service<Embedder>, e: Refused) -> ErrorResponse {
+    match e {
+        Refused::Overflow(Overflow::NoRoom { .. }) => svc.overloaded(),
+        Refused::Overflow(Overflow::TooMany { at_least, most }) => ErrorResponse::too_large(
+            format!("batch size of at least {at_least} > maximum allowed batch size {most}"),
+        ),
+        Refused::Json(e) if e.is_data() => validation(format!("expected {}: {e}", R::SHAPE)),
+        Refused::Json(e) => {
+            validation(format!("the body is not JSON: {e}")).with_status(StatusCode::BAD_REQUEST)
+        }
+    }
+}
+
+/// `body` read as an `R`, its input list bounded by `limits`.
+fn read<R: Request>(
+    svc: &Service<Embedder>,
+    body: &[u8],
+    limits: Limits,
+) -> Result<R, ErrorResponse> {
+    // serde's derived structs also take a JSON array of their fields:
+    // only an object is TEI's form.
+    let object = body.trim_ascii_start().first() == Some(&b'{');
+    match parse::<R>(body, limits) {
+        Ok(_) if !object => Err(validation(format!("expected a JSON object {}", R::SHAPE))),
+        Err(Refused::Json(e)) if e.is_data() && !object => {
+            Err(validation(format!("expected a JSON object {}", R::SHAPE)))
+        }
+        parsed => parsed.map_err(|e| refused::<R>(svc, e)),
+    }
+}
+
+/// Refuses what coexec does not serve, rather than answering as if it had
+/// not been asked: a prompt (none is read from the model's configuration).
+fn no_prompt(prompt_name: Option<&str>) -> Result<(), ErrorResponse> {
+    match prompt_name {
+        None => Ok(()),
+        Some(name) => Err(validation(format!(
+            "`prompt_name` {name:?}: the model has no prompts coexec serves"
+        ))),
+    }
+}
+
+/// The vectors' length asked for (`dimensions`), checked against the
+/// model's, or its 422.
+fn dimensions(model: &Embedder, asked: Option<usize>) -> Result<Option<usize>, ErrorResponse> {
+    match asked {
+        Some(0) => Err(validation("`dimensions` should be positive")),
+        Some(d) if d > model.dim() => Err(validation(format!(
+            "`dimensions` {d} is more than the model's {}",
+            model.dim()
+        ))),
+        d => Ok(d),
+    }
+}
+
+/// Each vector cut to its first `dims` values, then normalised if asked:
+/// TEI's order, so that a cut vector is a unit vector too.
+fn finish(vectors: &mut [Vec<f32>], dims: Option<usize>, unit: bool) {
+    for v in vectors {
+        if let Some(d) = dims {
+            v.truncate(d);
+        }
+        if unit {
+            normalize(v);
+        }
+    }
+}
+
+/// How a request's texts are tokenised.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// Cut past the model's limit (else 413).
     truncate: bool,
+    direction: TruncationDirection,
 }
 
-/// The texts of a request body, or its 4xx.
-fn parse(api: Api, body: &[u8], most: usize) -> Result<Parsed, Response> {
-    if api == Api::Similarity {
-        return parse_similarity(body, most);
+impl Cut {
+    fn new(truncate: Option<bool>, direction: TruncationDirection) -> Self {
+        Self {
+            // TEI's `auto_truncate`, on (`/info` says so).
+            truncate: truncate.unwrap_or(true),
+            direction,
+        }
     }
-    let field = api.field();
-    let obj = object(body, &format!("{{\"{field}\": string or [string, ...]}}"))?;
-    let texts = texts(obj.get(field), field, most)?;
-    if api == Api::OpenAi
-        && let Some(f) = obj.get("encoding_format")
-        && f.as_str() != Some("float")
-        && !f.is_null()
-    {
-        return Err(unprocessable(format!(
-            "`encoding_format` {f} is not served; \"float\" is"
-        )));
-    }
-    Ok(Parsed {
-        texts,
-        // OpenAI's embeddings are unit vectors.
-        normalize: if api == Api::Tei {
-            flag(&obj, "normalize")?
-        } else {
-            true
-        },
-        truncate: flag(&obj, "truncate")?,
-    })
 }
 
-/// `/similarity`'s texts (the source sentence, then the others) and its
-/// `parameters.truncate`, or its 4xx. Its vectors are unit vectors: their
-/// dot products are the cosines.
-fn parse_similarity(body: &[u8], most: usize) -> Result<Parsed, Response> {
-    let shape = r#"{"inputs": {"source_sentence": string, "sentences": [string, ...]}}"#;
-    let obj = object(body, shape)?;
-    let Some(Value::Object(inputs)) = obj.get("inputs") else {
-        return Err(unprocessable(format!("`inputs` must be an object {shape}")));
-    };
-    let source = match inputs.get("source_sentence") {
-        Some(Value::String(s)) if s.is_empty() => {
-            return Err(error_of(
-                StatusCode::BAD_REQUEST,
-                "Empty",
-                "`inputs.source_sentence` is an empty string",
-            ));
-        }
-        Some(Value::String(s)) => s.clone(),
-        _ => {
-            return Err(unprocessable("`inputs.source_sentence` must be a string"));
-        }
-    };
-    if matches!(inputs.get("sentences"), Some(Value::Array(a)) if a.is_empty()) {
-        return Err(error_of(
-            StatusCode::BAD_REQUEST,
-            "Empty",
-            "`inputs.sentences` cannot be empty",
-        ));
-    }
-    // The source sentence counts in the batch.
-    if let Some(Value::Array(a)) = inputs.get("sentences")
-        && a.len() + 1 > most
-    {
-        return Err(error_of(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "Validation",
-            format!(
-                "batch size {} > maximum allowed batch size {most}",
-                a.len() + 1
-            ),
-        ));
-    }
-    let sentences = match inputs.get("sentences") {
-        v @ Some(Value::Array(_)) => texts(v, "inputs.sentences", most)?,
-        _ => {
-            return Err(unprocessable(
-                "`inputs.sentences` must be an array of strings",
-            ));
-        }
-    };
-    let truncate = match obj.get("parameters") {
-        None | Some(Value::Null) => true,
-        Some(Value::Object(p)) => flag(p, "truncate")?,
-        Some(v) => {
-            return Err(unprocessable(format!(
-                "`parameters` must be an object, not {}",
-                kind(v)
-            )));
-        }
-    };
-    let mut texts = Vec::with_capacity(sentences.len() + 1);
-    texts.push(source);
-    texts.extend(sentences);
-    Ok(Parsed {
-        texts,
-        normalize: true,
-        truncate,
-    })
-}
-
-/// The ids of each text, or the 4xx of the first that fails.
-fn tokenize(model: &Embedder, api: Api, p: &Parsed) -> Result<Vec<Vec<u32>>, Response> {
-    p.texts
+/// The ids of each text, or the 4xx of the first that fails. A text past
+/// the model's limit that would have to be cut on the left is refused:
+/// only cutting on the right is served.
+fn tokenize(
+    model: &Embedder,
+    api: Api,
+    texts: &[String],
+    cut: Cut,
+) -> Result<Vec<Vec<u32>>, ErrorResponse> {
+    let left = cut.direction == TruncationDirection::Left;
+    texts
         .iter()
         .enumerate()
         .map(|(k, t)| {
-            model.tokenize(t, p.truncate).map_err(|e| match e {
-                TokenizeError::TooLong { .. } => error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("`{}`: {e}", api.at(k)),
-                ),
-                _ => error_of(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Tokenizer",
-                    format!("`{}`: {e}", api.at(k)),
-                ),
-            })
+            model
+                .tokenize(t, cut.truncate && !left)
+                .map_err(|e| match e {
+                    TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
+                        "`{}`: {e}; cutting it on the left (`truncation_direction`) is not served",
+                        api.at(k)
+                    )),
+                    TokenizeError::TooLong { .. } => {
+                        ErrorResponse::too_large(format!("`{}`: {e}", api.at(k)))
+                    }
+                    _ => ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k))),
+                })
         })
         .collect()
 }
 
-async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Body) -> Response {
+/// A request read by [`read`] holds this: its share of the budget and
+/// whether the drain had begun.
+struct Admitted {
+    held: Held,
+    accepted: bool,
+}
+
+/// Reads an embedding route's body as an `R`, its list bounded by the
+/// client batch and the queue's room (`bounds` adapts them to the route).
+async fn receive_as<R: Request>(
+    svc: &Service<Embedder>,
+    headers: &HeaderMap,
+    body: Body,
+    bounds: impl FnOnce(Limits) -> Limits,
+) -> Result<(R, Admitted), ErrorResponse> {
     let Received {
         body,
         held,
         accepted,
-        most,
-    } = match receive(svc, headers, body).await {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let parsed = match parse(api, &body, most) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    drop(body);
-    // The queue checked again by the parsed count, before the tokenizer's
-    // work: the scan counts a top-level array's values, and `/similarity`
-    // nests its texts.
-    if full(svc, parsed.texts.len(), accepted) {
-        return svc.overloaded();
+    } = receive(svc, headers, body).await?;
+    let req = read(svc, &body, bounds(limits(svc, accepted)))?;
+    Ok((req, Admitted { held, accepted }))
+}
+
+/// Whether the queue has no room now for `rows` more inputs of a request
+/// the drain had not begun for (`accepted`).
+fn full(svc: &Service<Embedder>, rows: usize, accepted: bool) -> bool {
+    let s = &svc.inner.stream;
+    accepted && s.queued() + rows > s.capacity()
+}
+
+/// `texts` tokenised off the handler, checked, queued and answered: their
+/// vectors (not normalised) and their tokens.
+async fn embed_texts(
+    svc: &Service<Embedder>,
+    api: Api,
+    admitted: Admitted,
+    texts: Vec<String>,
+    cut: Cut,
+) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
+    let Admitted { held, accepted } = admitted;
+    // A single text is no list the parse bounds: the queue checked by the
+    // parsed count before the tokenizer's work.
+    if full(svc, texts.len(), accepted) {
+        return Err(svc.overloaded());
     }
     let model = svc.model().clone();
-    let bytes: usize = parsed.texts.iter().map(String::len).sum();
+    let bytes: usize = texts.iter().map(String::len).sum();
     // The budget goes along with the work: a client that leaves drops
     // this handler, not the tokenizer's run on the blocking pool.
     let tokenized = off_the_handler(bytes, move || {
-        tokenize(&model, api, &parsed).map(|ids| (ids, parsed, held))
+        tokenize(&model, api, &texts, cut).map(|ids| (ids, held))
     });
-    let (ids, parsed, _held) = match tokenized.await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
+    let (ids, _held) = tokenized.await?;
     // Each text's ids checked on their own before any is queued (at least
     // one token, each within the embedding matrix): a text the model
     // cannot take is refused with its request, and fails no batch-mate.
@@ -278,181 +292,189 @@ async fn handle(svc: &Service<Embedder>, api: Api, headers: &HeaderMap, body: Bo
     let ids = match svc.inner.stream.check(ids) {
         Ok(ids) => ids,
         Err(StreamError::Invalid { index, why }) => {
-            return error_of(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Validation",
-                format!("`{}`: {why}", api.at(index)),
-            );
+            return Err(validation(format!("`{}`: {why}", api.at(index))));
         }
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return Err(failed(e.to_string())),
     };
     // A vector that is not finite is the model's failure, TEI's
     // `Backend`, for its own request: never a 200 of `null`s.
-    let refused = |k, why| {
-        error_of(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Backend",
-            format!("`{}`: {why}", api.at(k)),
-        )
-    };
-    let mut vectors = match submit(svc, accepted, ids, None, refused).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+    let refused = |k, why| failed(format!("`{}`: {why}", api.at(k)));
+    let vectors = submit(svc, accepted, ids, None, refused).await?;
     counter!("coexec_embed_sequences_total").increment(vectors.len() as u64);
     counter!("coexec_embed_tokens_total").increment(tokens as u64);
-    if parsed.normalize {
-        vectors.iter_mut().for_each(|v| normalize(v));
-    }
-    let body = match api {
-        Api::Tei => serde_json::to_string(&vectors),
-        Api::Similarity => {
-            let cosines: Vec<f32> = match vectors.split_first() {
-                Some((source, others)) => others
-                    .iter()
-                    .map(|v| v.iter().zip(source).map(|(a, b)| a * b).sum())
-                    .collect(),
-                None => Vec::new(),
-            };
-            serde_json::to_string(&cosines)
-        }
-        Api::OpenAi => serde_json::to_string(&OpenAiList {
-            object: "list",
-            data: vectors
-                .iter()
-                .enumerate()
-                .map(|(index, embedding)| OpenAiEmbedding {
-                    object: "embedding",
-                    embedding,
-                    index,
-                })
-                .collect(),
-            model: svc.model().id(),
-            usage: Usage {
-                prompt_tokens: tokens,
-                total_tokens: tokens,
-            },
-        }),
-    };
-    json_response(body)
+    Ok((vectors, tokens))
 }
 
-/// `/v1/embeddings`' answer (vectors as `f32`, written shortest).
-#[derive(Serialize)]
-struct OpenAiList<'a> {
-    object: &'static str,
-    data: Vec<OpenAiEmbedding<'a>>,
-    model: &'a str,
-    usage: Usage,
-}
-
-#[derive(Serialize)]
-struct OpenAiEmbedding<'a> {
-    object: &'static str,
-    embedding: &'a [f32],
-    index: usize,
-}
-
-#[derive(Serialize)]
-struct Usage {
-    prompt_tokens: usize,
-    total_tokens: usize,
-}
-
-/// Times and counts a request as `/v1/infer`'s are.
-async fn timed(svc: Service<Embedder>, api: Api, headers: HeaderMap, body: Body) -> Response {
-    let t0 = Instant::now();
-    let r = handle(&svc, api, &headers, body).await;
-    record(&r, t0);
-    r
-}
-
+/// `POST /embed`: a vector per text.
 pub(super) async fn embed(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(svc, Api::Tei, headers, body).await
+    timed(async {
+        let (req, admitted) = receive_as::<EmbedRequest>(&svc, &headers, body, |l| l).await?;
+        no_prompt(req.prompt_name.as_deref())?;
+        let dims = dimensions(svc.model(), req.dimensions)?;
+        let texts = req.inputs.into_texts("inputs")?;
+        let cut = Cut::new(req.truncate, req.truncation_direction);
+        let (mut vectors, _) = embed_texts(&svc, Api::Tei, admitted, texts, cut).await?;
+        finish(&mut vectors, dims, req.normalize.unwrap_or(true));
+        Ok(Json(EmbedResponse(vectors)))
+    })
+    .await
 }
 
-pub(super) async fn similarity(
-    State(svc): State<Service<Embedder>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    timed(svc, Api::Similarity, headers, body).await
-}
-
+/// `POST /v1/embeddings` (and `/embeddings`): OpenAI's answer, of unit
+/// vectors.
 pub(super) async fn openai(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(svc, Api::OpenAi, headers, body).await
+    timed(async {
+        let (req, admitted) = receive_as::<OpenAiRequest>(&svc, &headers, body, |l| l).await?;
+        if req.encoding_format == Some(EncodingFormat::Base64) {
+            return Err(validation(
+                r#"`encoding_format` "base64" is not served; "float" is"#,
+            ));
+        }
+        let dims = dimensions(svc.model(), req.dimensions)?;
+        let texts = req.input.into_texts("input")?;
+        let cut = Cut::new(None, TruncationDirection::Right);
+        let (mut vectors, tokens) = embed_texts(&svc, Api::OpenAi, admitted, texts, cut).await?;
+        finish(&mut vectors, dims, true);
+        let data = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(index, v)| OpenAiEmbedding {
+                object: "embedding",
+                embedding: Embedding::Float(v),
+                index,
+            })
+            .collect();
+        Ok(Json(OpenAiResponse {
+            object: "list",
+            data,
+            model: svc.model().id().to_owned(),
+            usage: OpenAiUsage {
+                prompt_tokens: tokens,
+                total_tokens: tokens,
+            },
+        }))
+    })
+    .await
 }
 
-/// The most texts (or id lists) a request may carry: `/info`'s
-/// `max_client_batch_size`.
-fn client_batch(svc: &Service<Embedder>) -> usize {
-    let i = &svc.inner;
-    i.cfg.max_inputs.min(i.stream.capacity())
-}
-
-/// `body` as JSON, or a 500.
-fn json_response(body: Result<String, serde_json::Error>) -> Response {
-    match body {
-        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+/// `POST /similarity`: the cosine of each sentence with the source
+/// sentence, from unit vectors (their dot products).
+pub(super) async fn similarity(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    timed(async {
+        // The source sentence counts in the batch.
+        let (req, admitted) =
+            receive_as::<SimilarityRequest>(&svc, &headers, body, |l| l.after(1)).await?;
+        let params = req.parameters.unwrap_or_default();
+        no_prompt(params.prompt_name.as_deref())?;
+        let source = req.inputs.source_sentence;
+        if source.is_empty() {
+            return Err(types::empty(
+                "`inputs.source_sentence` is an empty string".into(),
+            ));
+        }
+        let sentences =
+            TokenizeInput::Batch(req.inputs.sentences.0).into_texts("inputs.sentences")?;
+        let mut texts = Vec::with_capacity(sentences.len() + 1);
+        texts.push(source);
+        texts.extend(sentences);
+        let cut = Cut::new(params.truncate, params.truncation_direction);
+        let (mut vectors, _) = embed_texts(&svc, Api::Similarity, admitted, texts, cut).await?;
+        finish(&mut vectors, None, true);
+        let cosines = match vectors.split_first() {
+            Some((source, others)) => others
+                .iter()
+                .map(|v| v.iter().zip(source).map(|(a, b)| a * b).sum())
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Json(SimilarityResponse(cosines)))
+    })
+    .await
 }
 
 /// Runs `f` on tokio's blocking pool where the request holds more than
 /// [`BLOCKING_BYTES`], else here.
 async fn off_the_handler<T: Send + 'static>(
     bytes: usize,
-    f: impl FnOnce() -> Result<T, Response> + Send + 'static,
-) -> Result<T, Response> {
+    f: impl FnOnce() -> Result<T, ErrorResponse> + Send + 'static,
+) -> Result<T, ErrorResponse> {
     if bytes <= BLOCKING_BYTES {
         return f();
     }
     tokio::task::spawn_blocking(f)
         .await
-        .unwrap_or_else(|e| Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
+        .unwrap_or_else(|e| Err(failed(e.to_string())))
 }
 
-pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Response {
+/// `GET /info`.
+pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
     let i = &svc.inner;
     let m = svc.model();
     let pooling = match m.weights().config().pooling {
         coexec_models::bert::Pooling::Cls => "cls",
         _ => "mean",
     };
-    let body = json!({
-        "model_id": m.id(),
-        "model_sha": m.sha256(),
-        "model_dtype": "float32",
-        "model_type": {"embedding": {"pooling": pooling}},
-        "max_concurrent_requests": i.stream.capacity(),
-        "max_input_length": m.max_input_length(),
-        "max_batch_tokens": i.batch_cost,
-        "max_batch_requests": i.batch_len,
-        "max_client_batch_size": client_batch(&svc),
-        "auto_truncate": true,
-        "tokenization_workers": 0,
-        "version": env!("CARGO_PKG_VERSION"),
-        "router": "coexec",
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    Json(Info {
+        model_id: m.id().to_owned(),
+        model_sha: m.sha256().to_owned(),
+        model_dtype: "float32",
+        model_type: ModelType::Embedding(EmbeddingModel { pooling }),
+        max_concurrent_requests: i.stream.capacity(),
+        max_input_length: m.max_input_length(),
+        max_batch_tokens: i.batch_cost,
+        max_batch_requests: i.batch_len,
+        max_client_batch_size: super::body::client_batch(&svc),
+        auto_truncate: true,
+        tokenization_workers: 0,
+        version: env!("CARGO_PKG_VERSION"),
+        router: "coexec",
+    })
 }
 
-pub(super) async fn health(State(svc): State<Service<Embedder>>) -> Response {
+/// `GET /health`: 200, 503 `Unhealthy` while draining.
+pub(super) async fn health(
+    State(svc): State<Service<Embedder>>,
+) -> Result<StatusCode, ErrorResponse> {
     if svc.inner.draining.load(Ordering::Acquire) {
-        error(StatusCode::SERVICE_UNAVAILABLE, "draining")
+        Err(ErrorResponse::new(ErrorType::Unhealthy, "draining"))
     } else {
-        StatusCode::OK.into_response()
+        Ok(StatusCode::OK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// TEI's order: cut, then normalised, so that a cut vector is a unit
+    /// vector too; uncut and not normalised, a vector is as the model gave it.
+    #[test]
+    fn vectors_are_cut_to_their_dimensions_then_normalised() {
+        let mut v = vec![vec![3.0, 4.0, 12.0]];
+        finish(&mut v, Some(2), true);
+        assert_eq!(v, [vec![0.6, 0.8]]);
+        let mut v = vec![vec![3.0, 4.0, 12.0]];
+        finish(&mut v, None, false);
+        assert_eq!(v, [vec![3.0, 4.0, 12.0]]);
+    }
+
+    #[test]
+    fn a_text_is_named_where_the_request_has_it() {
+        assert_eq!(Api::Tei.at(2), "inputs[2]");
+        assert_eq!(Api::OpenAi.at(0), "input[0]");
+        assert_eq!(Api::Similarity.at(0), "inputs.source_sentence");
+        assert_eq!(Api::Similarity.at(3), "inputs.sentences[2]");
     }
 }

@@ -5,17 +5,18 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::Value;
 
-use super::request::{flag, kind, object, texts, unprocessable};
-use super::{client_batch, off_the_handler};
+use super::types::{DecodeRequest, DecodeResponse, TokenizeRequest, TokenizeResponse};
+use super::{no_prompt, off_the_handler, read};
 use crate::Service;
-use crate::body::body_of;
+use crate::body::{body_of, client_batch};
+use crate::bounded::Limits;
 use crate::budget::held_body;
-use crate::infer::{error, error_of};
+use crate::error::{ErrorResponse, ErrorType};
+use crate::infer::failed;
 use coexec_models::{Embedder, TokenizeError};
 
 /// `/tokenize` refuses a text of more than this many characters per token
@@ -31,8 +32,9 @@ const MAX_CHAR_MULTIPLIER: usize = 250;
 const TOKENIZE_BYTES_PER_BODY_BYTE: u64 = 192;
 
 /// What `/decode` holds per byte of its body: an id per 2 bytes (`0,`),
-/// 220 bytes each at the peak (its JSON value, its token's text, the
-/// decoded text; measured: 67 MiB for 320 000 ids).
+/// 220 bytes each at the peak (measured, 67 MiB for 320 000 ids, when each
+/// id was read as a JSON value; its token's text, the decoded text). Read
+/// as `u32`s the ids hold less; the bound stands.
 const DECODE_BYTES_PER_BODY_BYTE: u64 = 128;
 
 /// `POST /tokenize`: each text's tokens, never truncated.
@@ -40,32 +42,30 @@ pub(crate) async fn tokenize(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let most = client_batch(&svc);
+) -> Result<Response, ErrorResponse> {
     // TEI's bound on an untruncated text: its answer is some 35 bytes a
     // character of text (a token's JSON for each one-letter word).
     let limit = svc.model().max_input_length() * MAX_CHAR_MULTIPLIER;
-    let read = |obj: &serde_json::Map<String, Value>| {
-        let texts = texts(obj.get("inputs"), "inputs", most)?;
+    let items = |svc: &Service<Embedder>, body: &[u8], limits| {
+        let req: TokenizeRequest = read(svc, body, limits)?;
+        no_prompt(req.prompt_name.as_deref())?;
+        let texts = req.inputs.into_texts("inputs")?;
         for (k, t) in texts.iter().enumerate() {
             let chars = t.chars().count();
             if chars > limit {
-                return Err(error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
-                ));
+                return Err(ErrorResponse::too_large(format!(
+                    "`inputs[{k}]` must have less than {limit} characters. Given: {chars}"
+                )));
             }
         }
-        Ok((texts, flag(obj, "add_special_tokens")?))
+        Ok((texts, req.add_special_tokens.unwrap_or(true)))
     };
-    let shape = "{\"inputs\": string or [string, ...]}";
-    each_of(
+    each_of::<_, _, TokenizeResponse>(
         &svc,
         &headers,
         body,
-        (shape, "inputs", TOKENIZE_BYTES_PER_BODY_BYTE),
-        read,
+        ("inputs", TOKENIZE_BYTES_PER_BODY_BYTE),
+        items,
         String::len,
         |m, t, special| m.tokens(t, special),
     )
@@ -77,60 +77,55 @@ pub(crate) async fn decode(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let most = client_batch(&svc);
-    let read = |obj: &serde_json::Map<String, Value>| {
-        Ok((id_lists(obj, most)?, flag(obj, "skip_special_tokens")?))
+) -> Result<Response, ErrorResponse> {
+    let items = |svc: &Service<Embedder>, body: &[u8], limits| {
+        let req: DecodeRequest = read(svc, body, limits)?;
+        Ok((
+            req.ids.into_lists()?,
+            req.skip_special_tokens.unwrap_or(true),
+        ))
     };
-    let shape = "{\"ids\": [id, ...] or [[id, ...], ...]}";
     let bytes = |ids: &Vec<u32>| 4 * ids.len();
-    each_of(
+    each_of::<_, _, DecodeResponse>(
         &svc,
         &headers,
         body,
-        (shape, "ids", DECODE_BYTES_PER_BODY_BYTE),
-        read,
+        ("ids", DECODE_BYTES_PER_BODY_BYTE),
+        items,
         bytes,
         |m, ids, skip| m.decode(ids, skip),
     )
     .await
 }
 
-/// A tokenizer route: reads the body's JSON object (`shape`, `field`: what
-/// it should hold and the name of its items, for errors), takes its items
-/// and flag with `read`, runs `each` on every item off the handler where
-/// they hold more than [`BLOCKING_BYTES`] (`bytes` of each), and answers
-/// the results as a JSON array, or the first failure's 422. It holds
-/// `weight` bytes of the memory budget per byte of its body from the read
-/// until its answer is written (429 when they are not free), so that
-/// concurrent requests at the limit cannot add gigabytes.
-async fn each_of<I, O>(
+/// A tokenizer route: reads the body (`items`: its items and flag, or the
+/// refusal; `field` names the items in errors), runs `each` on every item
+/// off the handler where they hold more than [`BLOCKING_BYTES`](super::BLOCKING_BYTES)
+/// (`bytes` of each), and answers the results as an `A`, or the
+/// first failure's 422 `Tokenizer`. It holds `weight` bytes of the memory
+/// budget per byte of its body from the read until its answer is written
+/// (429 when they are not free), so that concurrent requests at the limit
+/// cannot add gigabytes. The batch is bounded by the client batch; these
+/// routes queue nothing, so the queue's room does not bound it.
+async fn each_of<I, O, A>(
     svc: &Service<Embedder>,
     headers: &HeaderMap,
     body: Body,
-    (shape, field, weight): (&str, &'static str, u64),
-    read: impl FnOnce(&serde_json::Map<String, Value>) -> Result<(Vec<I>, bool), Response>,
+    (field, weight): (&'static str, u64),
+    items: impl FnOnce(&Service<Embedder>, &[u8], Limits) -> Result<(Vec<I>, bool), ErrorResponse>,
     bytes: impl Fn(&I) -> usize,
     each: impl Fn(&Embedder, &I, bool) -> Result<O, TokenizeError> + Send + 'static,
-) -> Response
+) -> Result<Response, ErrorResponse>
 where
     I: Send + 'static,
-    O: Serialize + Send + 'static,
+    O: Send + 'static,
+    A: FromIterator<O> + Serialize,
 {
-    let body = match body_of(svc, headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let held = match svc.take_budget(weight.saturating_mul(body.len() as u64)) {
-        Ok(h) => h,
-        Err(r) => return r,
-    };
-    let parsed = object(&body, shape).and_then(|obj| read(&obj));
+    let body = body_of(svc, headers, body).await?;
+    let held = svc.take_budget(weight.saturating_mul(body.len() as u64))?;
+    let parsed = items(svc, &body, Limits::new(client_batch(svc), usize::MAX));
     drop(body);
-    let (items, flag) = match parsed {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+    let (items, flag) = parsed?;
     let model = svc.model().clone();
     let size = items.iter().map(bytes).sum();
     // The budget goes along with the work and then with the answer's
@@ -141,67 +136,13 @@ where
             .enumerate()
             .map(|(k, item)| {
                 each(&model, item, flag).map_err(|e| {
-                    error_of(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Tokenizer",
-                        format!("`{field}[{k}]`: {e}"),
-                    )
+                    ErrorResponse::new(ErrorType::Tokenizer, format!("`{field}[{k}]`: {e}"))
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let json = serde_json::to_vec(&answers)
-            .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            .collect::<Result<A, _>>()?;
+        let json = serde_json::to_vec(&answers).map_err(|e| failed(e.to_string()))?;
         Ok(held_body(json, held))
     })
-    .await;
-    match answer {
-        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
-        Err(r) => r,
-    }
-}
-
-/// `obj["ids"]`: one list of token ids, or at most `most` lists; none
-/// empty. Or the 4xx.
-fn id_lists(obj: &serde_json::Map<String, Value>, most: usize) -> Result<Vec<Vec<u32>>, Response> {
-    let empty = |what: String| error_of(StatusCode::BAD_REQUEST, "Empty", what);
-    let ids = |v: &Value, at: &str| -> Result<Vec<u32>, Response> {
-        let Value::Array(a) = v else {
-            return Err(unprocessable(format!(
-                "`{at}` must be an array of token ids, not {}",
-                kind(v)
-            )));
-        };
-        if a.is_empty() {
-            return Err(empty(format!("`{at}` cannot be empty")));
-        }
-        a.iter()
-            .enumerate()
-            .map(|(k, id)| {
-                id.as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .ok_or_else(|| {
-                        unprocessable(format!("`{at}[{k}]` must be a token id, not {id}"))
-                    })
-            })
-            .collect()
-    };
-    let v = obj
-        .get("ids")
-        .ok_or_else(|| unprocessable("missing field `ids`"))?;
-    match v {
-        Value::Array(a) if a.first().is_some_and(Value::is_array) => {
-            if a.len() > most {
-                return Err(error_of(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Validation",
-                    format!("batch size {} > maximum allowed batch size {most}", a.len()),
-                ));
-            }
-            a.iter()
-                .enumerate()
-                .map(|(k, l)| ids(l, &format!("ids[{k}]")))
-                .collect()
-        }
-        v => Ok(vec![ids(v, "ids")?]),
-    }
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
 }

@@ -1,0 +1,551 @@
+//! Text Embeddings Inference's wire API as types: each route's request and
+//! answer, named and shaped as TEI's own (`router/src/http/types.rs`).
+//! Unknown fields are ignored, as TEI's serde defaults do. Every input
+//! list is bounded while it is read ([`crate::bounded`]); the checks of
+//! values (an empty text, an option coexec does not serve) are the
+//! handlers'.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::bounded::{Batch, bounded_seq};
+use crate::error::{ErrorResponse, ErrorType};
+
+/// A request body of one of TEI's routes.
+pub(crate) trait Request: de::DeserializeOwned {
+    /// What the body should hold, for its 422s.
+    const SHAPE: &'static str;
+}
+
+/// One input or a batch of them: `"text"` or `["text", ...]` (TEI's
+/// untagged `Input`). Written by hand, not derived untagged: serde's
+/// untagged enums buffer the whole value before they choose, where the
+/// batch must be bounded as it is read. TEI's token-id inputs
+/// (`[101, 7592]`, `[[101], [7592]]`) are not served yet: a number is
+/// refused as not a string.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Input<T = InputType> {
+    Single(T),
+    Batch(Vec<T>),
+}
+
+/// One input of `/embed` and `/v1/embeddings`: a text (TEI's `InputType`,
+/// whose other kind, token ids, is not served yet).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InputType {
+    Text(String),
+}
+
+impl From<String> for InputType {
+    fn from(s: String) -> Self {
+        InputType::Text(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for InputType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(InputType::Text)
+    }
+}
+
+/// `/tokenize`'s inputs: texts only (TEI's `TokenizeInput`).
+pub(crate) type TokenizeInput = Input<String>;
+
+impl<'de, T: Deserialize<'de> + From<String>> Deserialize<'de> for Input<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OneOrBatch<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + From<String>> Visitor<'de> for OneOrBatch<T> {
+            type Value = Input<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Input<T>, E> {
+                Ok(Input::Single(s.to_owned().into()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Input<T>, E> {
+                Ok(Input::Single(s.into()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Input<T>, A::Error> {
+                bounded_seq(seq, Vec::new()).map(Input::Batch)
+            }
+        }
+        d.deserialize_any(OneOrBatch(PhantomData))
+    }
+}
+
+impl<T> Input<T> {
+    /// The inputs in order, none missing and none empty, or the 400
+    /// `Empty` (`field` names them in it).
+    pub(crate) fn into_items(
+        self,
+        field: &str,
+        is_empty: impl Fn(&T) -> bool,
+    ) -> Result<Vec<T>, ErrorResponse> {
+        let items = match self {
+            Input::Single(t) => vec![t],
+            Input::Batch(items) if items.is_empty() => {
+                return Err(empty(format!("`{field}` cannot be empty")));
+            }
+            Input::Batch(items) => items,
+        };
+        match items.iter().position(is_empty) {
+            Some(k) => Err(empty(format!("`{field}[{k}]` is an empty string"))),
+            None => Ok(items),
+        }
+    }
+}
+
+impl Input<InputType> {
+    /// The texts, none empty, or the 400 `Empty`.
+    pub(crate) fn into_texts(self, field: &str) -> Result<Vec<String>, ErrorResponse> {
+        let items = self.into_items(field, |InputType::Text(t)| t.is_empty())?;
+        Ok(items.into_iter().map(|InputType::Text(t)| t).collect())
+    }
+}
+
+impl TokenizeInput {
+    /// The texts, none empty, or the 400 `Empty`.
+    pub(crate) fn into_texts(self, field: &str) -> Result<Vec<String>, ErrorResponse> {
+        self.into_items(field, String::is_empty)
+    }
+}
+
+/// A 400 `Empty`.
+pub(crate) fn empty(msg: String) -> ErrorResponse {
+    ErrorResponse::new(ErrorType::Empty, msg)
+}
+
+/// Which end of a text too long for the model is cut. Only the right is
+/// served: `left` is refused, never cut on the right silently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) enum TruncationDirection {
+    #[serde(rename = "left", alias = "Left")]
+    Left,
+    #[default]
+    #[serde(rename = "right", alias = "Right")]
+    Right,
+}
+
+/// `POST /embed`'s body.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EmbedRequest {
+    pub(crate) inputs: Input,
+    /// Cut a text past the model's limit; absent or null: yes (`/info`'s
+    /// `auto_truncate`); false: 413 for such a text.
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    /// A prompt of the model's sentence-transformers configuration to put
+    /// before each text: none are served, and any name is refused.
+    pub(crate) prompt_name: Option<String>,
+    /// Unit vectors; absent or null: yes.
+    pub(crate) normalize: Option<bool>,
+    /// The vectors' first `dimensions` values (Matryoshka), normalised
+    /// after the cut; absent: all of them.
+    pub(crate) dimensions: Option<usize>,
+}
+
+impl Request for EmbedRequest {
+    const SHAPE: &'static str = r#"{"inputs": string or [string, ...], "truncate": bool, "normalize": bool, "dimensions": n}"#;
+}
+
+/// `/embed`'s answer: a vector per input, in order.
+#[derive(Debug, Serialize)]
+pub(crate) struct EmbedResponse(pub(crate) Vec<Vec<f32>>);
+
+/// `POST /v1/embeddings`' body (OpenAI's embeddings API).
+#[derive(Debug, Deserialize)]
+pub(crate) struct OpenAiRequest {
+    pub(crate) input: Input,
+    /// Ignored: the service serves one model, which its answer names.
+    #[allow(dead_code)]
+    pub(crate) model: Option<String>,
+    /// Ignored.
+    #[allow(dead_code)]
+    pub(crate) user: Option<String>,
+    /// Absent or null: `float`.
+    pub(crate) encoding_format: Option<EncodingFormat>,
+    pub(crate) dimensions: Option<usize>,
+}
+
+impl Request for OpenAiRequest {
+    const SHAPE: &'static str = r#"{"input": string or [string, ...], "model": string, "encoding_format": "float", "dimensions": n}"#;
+}
+
+/// How `/v1/embeddings` writes a vector. `base64` is not served yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EncodingFormat {
+    #[default]
+    Float,
+    Base64,
+}
+
+/// `/v1/embeddings`' answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenAiResponse {
+    pub(crate) object: &'static str,
+    pub(crate) data: Vec<OpenAiEmbedding>,
+    pub(crate) model: String,
+    pub(crate) usage: OpenAiUsage,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenAiEmbedding {
+    pub(crate) object: &'static str,
+    pub(crate) embedding: Embedding,
+    pub(crate) index: usize,
+}
+
+/// A vector as `/v1/embeddings` writes it (TEI's untagged `Embedding`,
+/// whose `Base64` is not served yet).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Embedding {
+    Float(Vec<f32>),
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenAiUsage {
+    pub(crate) prompt_tokens: usize,
+    pub(crate) total_tokens: usize,
+}
+
+/// `POST /similarity`'s body.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SimilarityRequest {
+    pub(crate) inputs: SimilarityInput,
+    pub(crate) parameters: Option<SimilarityParameters>,
+}
+
+impl Request for SimilarityRequest {
+    const SHAPE: &'static str = r#"{"inputs": {"source_sentence": string, "sentences": [string, ...]}, "parameters": {"truncate": bool}}"#;
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SimilarityInput {
+    /// The sentence the others are compared with; it counts in the batch.
+    pub(crate) source_sentence: String,
+    pub(crate) sentences: Batch<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SimilarityParameters {
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    pub(crate) prompt_name: Option<String>,
+}
+
+/// `/similarity`'s answer: the cosine of each sentence with the source.
+#[derive(Debug, Serialize)]
+pub(crate) struct SimilarityResponse(pub(crate) Vec<f32>);
+
+/// `POST /tokenize`'s body.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenizeRequest {
+    pub(crate) inputs: TokenizeInput,
+    /// `[CLS]` and `[SEP]` among the tokens; absent or null: yes.
+    pub(crate) add_special_tokens: Option<bool>,
+    pub(crate) prompt_name: Option<String>,
+}
+
+impl Request for TokenizeRequest {
+    const SHAPE: &'static str =
+        r#"{"inputs": string or [string, ...], "add_special_tokens": bool}"#;
+}
+
+/// `/tokenize`'s answer: each text's tokens.
+pub(crate) type TokenizeResponse = Vec<Vec<coexec_models::Token>>;
+
+/// `/decode`'s ids: one list, or a batch of lists (TEI's `InputIds`).
+/// Written by hand for the batch's bound: its first element tells which.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InputIds {
+    Single(Vec<u32>),
+    Batch(Vec<Vec<u32>>),
+}
+
+impl<'de> Deserialize<'de> for InputIds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// The first element of `ids`: an id, or a list of them.
+        enum First {
+            Id(u32),
+            Ids(Vec<u32>),
+        }
+        impl<'de> Deserialize<'de> for First {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct IdOrIds;
+                impl<'de> Visitor<'de> for IdOrIds {
+                    type Value = First;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a token id or an array of token ids")
+                    }
+                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<First, E> {
+                        u32::try_from(v)
+                            .map(First::Id)
+                            .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+                    }
+                    fn visit_i64<E: de::Error>(self, v: i64) -> Result<First, E> {
+                        u32::try_from(v)
+                            .map(First::Id)
+                            .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<First, A::Error> {
+                        let mut ids = Vec::new();
+                        while let Some(id) = seq.next_element()? {
+                            ids.push(id);
+                        }
+                        Ok(First::Ids(ids))
+                    }
+                }
+                d.deserialize_any(IdOrIds)
+            }
+        }
+        struct Ids;
+        impl<'de> Visitor<'de> for Ids {
+            type Value = InputIds;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of token ids or an array of arrays of them")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<InputIds, A::Error> {
+                match seq.next_element::<First>()? {
+                    None => Ok(InputIds::Single(Vec::new())),
+                    Some(First::Id(id)) => {
+                        let mut ids = vec![id];
+                        while let Some(id) = seq.next_element()? {
+                            ids.push(id);
+                        }
+                        Ok(InputIds::Single(ids))
+                    }
+                    Some(First::Ids(ids)) => bounded_seq(seq, vec![ids]).map(InputIds::Batch),
+                }
+            }
+        }
+        d.deserialize_seq(Ids)
+    }
+}
+
+impl InputIds {
+    /// The lists in order, none empty, or the 400 `Empty`.
+    pub(crate) fn into_lists(self) -> Result<Vec<Vec<u32>>, ErrorResponse> {
+        match self {
+            InputIds::Single(ids) if ids.is_empty() => Err(empty("`ids` cannot be empty".into())),
+            InputIds::Single(ids) => Ok(vec![ids]),
+            InputIds::Batch(lists) => match lists.iter().position(Vec::is_empty) {
+                Some(k) => Err(empty(format!("`ids[{k}]` cannot be empty"))),
+                None => Ok(lists),
+            },
+        }
+    }
+}
+
+/// `POST /decode`'s body.
+#[derive(Debug, Deserialize)]
+pub(crate) struct DecodeRequest {
+    pub(crate) ids: InputIds,
+    /// Leave `[CLS]` and `[SEP]` out; absent or null: yes.
+    pub(crate) skip_special_tokens: Option<bool>,
+}
+
+impl Request for DecodeRequest {
+    const SHAPE: &'static str =
+        r#"{"ids": [id, ...] or [[id, ...], ...], "skip_special_tokens": bool}"#;
+}
+
+/// `/decode`'s answer: each list's text.
+pub(crate) type DecodeResponse = Vec<String>;
+
+/// `GET /info`'s answer: the model and the service's limits (TEI's
+/// `Info`; its `served_model_name`, `sha` and `docker_label` are issue
+/// 69's).
+#[derive(Debug, Serialize)]
+pub(crate) struct Info {
+    pub(crate) model_id: String,
+    pub(crate) model_sha: String,
+    pub(crate) model_dtype: &'static str,
+    pub(crate) model_type: ModelType,
+    pub(crate) max_concurrent_requests: usize,
+    pub(crate) max_input_length: usize,
+    /// The stream's token limit per batch, if it has one.
+    pub(crate) max_batch_tokens: Option<usize>,
+    pub(crate) max_batch_requests: usize,
+    pub(crate) max_client_batch_size: usize,
+    pub(crate) auto_truncate: bool,
+    /// Texts are tokenised on the requests' handlers, not on workers of
+    /// their own.
+    pub(crate) tokenization_workers: usize,
+    pub(crate) version: &'static str,
+    /// Which router answers: `coexec` (not a TEI field).
+    pub(crate) router: &'static str,
+}
+
+/// What the model does (TEI's `ModelType`; coexec serves embeddings).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ModelType {
+    Embedding(EmbeddingModel),
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct EmbeddingModel {
+    /// `mean` or `cls`.
+    pub(crate) pooling: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bounded::{Limits, Overflow, Refused, parse};
+
+    fn read<T: Request>(body: &str, most: usize) -> Result<T, Refused> {
+        parse(body.as_bytes(), Limits::new(most, usize::MAX))
+    }
+
+    #[test]
+    fn an_input_is_a_string_or_an_array_of_them() {
+        let r: EmbedRequest = read(r#"{"inputs": "a"}"#, 4).unwrap();
+        assert_eq!(r.inputs, Input::Single(InputType::Text("a".into())));
+        let r: EmbedRequest = read(r#"{"inputs": ["a", "b\"c"]}"#, 4).unwrap();
+        assert_eq!(r.inputs.into_texts("inputs").unwrap(), ["a", "b\"c"]);
+        for bad in [
+            r#"{"inputs": [1, 2]}"#,
+            r#"{"inputs": {"a": 1}}"#,
+            r#"{"input": "x"}"#,
+        ] {
+            let e = read::<EmbedRequest>(bad, 4).unwrap_err();
+            assert!(
+                matches!(e, Refused::Json(ref e) if e.is_data()),
+                "{bad}: {e:?}"
+            );
+        }
+    }
+
+    /// As TEI's: fields it does not know are ignored, not refused.
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let r: EmbedRequest = read(r#"{"inputs": "a", "whatever": [1, {}]}"#, 4).unwrap();
+        assert_eq!(r.normalize, None);
+        let r: OpenAiRequest = read(r#"{"input": "a", "model": "m", "x": 1}"#, 4).unwrap();
+        assert_eq!(r.encoding_format, None);
+    }
+
+    #[test]
+    fn teis_option_values_are_read() {
+        let r: EmbedRequest = read(
+            r#"{"inputs": "a", "truncate": null, "truncation_direction": "Left",
+                "normalize": false, "dimensions": 64, "prompt_name": "query"}"#,
+            4,
+        )
+        .unwrap();
+        assert_eq!(r.truncate, None);
+        assert_eq!(r.truncation_direction, TruncationDirection::Left);
+        assert_eq!((r.normalize, r.dimensions), (Some(false), Some(64)));
+        assert_eq!(r.prompt_name.as_deref(), Some("query"));
+        let r: OpenAiRequest = read(r#"{"input": "a", "encoding_format": "base64"}"#, 4).unwrap();
+        assert_eq!(r.encoding_format, Some(EncodingFormat::Base64));
+    }
+
+    #[test]
+    fn empty_inputs_are_teis_empty() {
+        let empty = |body: &str| {
+            let r: TokenizeRequest = read(body, 4).unwrap();
+            r.inputs.into_texts("inputs").unwrap_err()
+        };
+        assert_eq!(empty(r#"{"inputs": []}"#).error, "`inputs` cannot be empty");
+        let e = empty(r#"{"inputs": ["a", ""]}"#);
+        assert_eq!(
+            (e.error.as_str(), e.error_type),
+            ("`inputs[1]` is an empty string", ErrorType::Empty)
+        );
+    }
+
+    /// A batch past the limit stops at limit + 1 on every route, the
+    /// similarity's source sentence counted in it.
+    #[test]
+    fn every_routes_batch_is_bounded() {
+        let too_many = |e: Refused| match e {
+            Refused::Overflow(Overflow::TooMany { at_least, most }) => (at_least, most),
+            e => panic!("{e:?}"),
+        };
+        let e = read::<EmbedRequest>(r#"{"inputs": ["a", "b", "c", ] not read"#, 2);
+        assert_eq!(too_many(e.unwrap_err()), (3, 2));
+        let e = read::<TokenizeRequest>(r#"{"inputs": ["a", "b", "c"]}"#, 2);
+        assert_eq!(too_many(e.unwrap_err()), (3, 2));
+        let e = read::<DecodeRequest>(r#"{"ids": [[1], [2], [3]]}"#, 2);
+        assert_eq!(too_many(e.unwrap_err()), (3, 2));
+        let body = r#"{"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}}"#;
+        let e = parse::<SimilarityRequest>(body.as_bytes(), Limits::new(2, usize::MAX).after(1));
+        assert_eq!(too_many(e.unwrap_err()), (3, 2));
+        // One list of ids is one input, however long.
+        let r: DecodeRequest = read(r#"{"ids": [1, 2, 3, 4]}"#, 2).unwrap();
+        assert_eq!(r.ids, InputIds::Single(vec![1, 2, 3, 4]));
+    }
+
+    #[test]
+    fn ids_are_one_list_or_a_batch_none_empty() {
+        let ids = |body: &str| read::<DecodeRequest>(body, 8).map(|r| r.ids);
+        assert_eq!(
+            ids(r#"{"ids": [[1, 2], [3]]}"#)
+                .unwrap()
+                .into_lists()
+                .unwrap(),
+            [vec![1, 2], vec![3]]
+        );
+        assert_eq!(
+            ids(r#"{"ids": []}"#)
+                .unwrap()
+                .into_lists()
+                .unwrap_err()
+                .error,
+            "`ids` cannot be empty"
+        );
+        assert_eq!(
+            ids(r#"{"ids": [[7], []]}"#)
+                .unwrap()
+                .into_lists()
+                .unwrap_err()
+                .error,
+            "`ids[1]` cannot be empty"
+        );
+        for bad in [
+            r#"{"ids": [-1]}"#,
+            r#"{"ids": "7"}"#,
+            r#"{"ids": [4294967296]}"#,
+            r#"{"ids": [1, [2]]}"#,
+        ] {
+            assert!(
+                matches!(ids(bad), Err(Refused::Json(ref e)) if e.is_data()),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn info_is_teis_shape() {
+        let info = Info {
+            model_id: "m".into(),
+            model_sha: "s".into(),
+            model_dtype: "float32",
+            model_type: ModelType::Embedding(EmbeddingModel { pooling: "mean" }),
+            max_concurrent_requests: 512,
+            max_input_length: 256,
+            max_batch_tokens: None,
+            max_batch_requests: 32,
+            max_client_batch_size: 32,
+            auto_truncate: true,
+            tokenization_workers: 0,
+            version: "0.1.0",
+            router: "coexec",
+        };
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(
+            v["model_type"],
+            serde_json::json!({"embedding": {"pooling": "mean"}})
+        );
+        assert!(v["max_batch_tokens"].is_null());
+    }
+}
