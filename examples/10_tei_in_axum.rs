@@ -14,7 +14,8 @@ use coexec_serve::{ServeConfig, Service};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args().nth(1).ok_or("usage: 10_tei_in_axum MODEL_DIR")?;
+    let usage = "usage: 10_tei_in_axum MODEL_DIR";
+    let dir = std::env::args().nth(1).ok_or(usage)?;
     let model = coexec_models::Embedder::load(dir)?;
     let rt = Arc::new(coexec::Runtime::builder().start().await?);
     let svc = Service::start(rt, model, StreamConfig::new(), ServeConfig::new())?;
@@ -22,7 +23,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/hello", axum::routing::get(|| async { "mine\n" }))
         .merge(svc.tei_router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-    coexec_serve::serve(listener, app, async { let _ = tokio::signal::ctrl_c().await; }).await;
+    let ctrl_c = async { tokio::signal::ctrl_c().await.unwrap_or(()) };
+    coexec_serve::serve(listener, app, ctrl_c).await;
     svc.shutdown().await;
     Ok(())
 }

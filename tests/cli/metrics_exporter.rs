@@ -220,7 +220,11 @@ async fn scrape_after_a_job_shows_its_items_chunks_and_durations()
     // One histogram through the `metrics` facade: typed as one, its
     // `_bucket`, `_count` and `_sum` series no metrics of their own.
     let h = "coexec_chunk_duration_seconds";
-    assert_eq!(m.types.get(h).map(String::as_str), Some("histogram"), "{text}");
+    assert_eq!(
+        m.types.get(h).map(String::as_str),
+        Some("histogram"),
+        "{text}"
+    );
     for suffix in ["_bucket", "_count", "_sum"] {
         assert!(!m.types.contains_key(&format!("{h}{suffix}")), "{text}");
     }

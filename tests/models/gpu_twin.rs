@@ -73,7 +73,9 @@ async fn the_gpu_twin_matches_the_cpu_pass() -> Result<(), Box<dyn std::error::E
         .start()
         .await?;
     for (what, seqs) in batches(c.vocab, c.max_tokens) {
-        let on_cpu = cpu.run(Encoder::new(weights.clone(), seqs.clone())?).await?;
+        let on_cpu = cpu
+            .run(Encoder::new(weights.clone(), seqs.clone())?)
+            .await?;
         let opts = JobOptions::new().policy(coexec::policy::by_name("dynamic")?);
         let on_gpu = gpu
             .run_with(Encoder::new(weights.clone(), seqs.clone())?, opts)
@@ -81,7 +83,10 @@ async fn the_gpu_twin_matches_the_cpu_pass() -> Result<(), Box<dyn std::error::E
         let gpu_items: usize = on_gpu.report.classes.iter().map(|k| k.items).sum();
         assert!(gpu_items > 0, "{what}: nothing ran on the GPU");
         let (a, b) = (on_cpu.kernel.into_vectors(), on_gpu.kernel.into_vectors());
-        assert!(b.iter().flatten().all(|v| v.is_finite()), "{what}: a value not finite");
+        assert!(
+            b.iter().flatten().all(|v| v.is_finite()),
+            "{what}: a value not finite"
+        );
         let (worst, at) = a
             .iter()
             .zip(&b)
