@@ -176,7 +176,7 @@ pub fn memory_limit() -> u64 {
 
 /// A zero-filled vector of `n` elements, or an error instead of an abort when
 /// the allocation fails. Large ones keep spare capacity, so that a GPU
-/// stream may page-lock them ([`crate::buf::pinnable_capacity`]).
+/// stream may page-lock them (the buffers' `pinnable_capacity`).
 pub fn try_zeroed<T: Copy + Default>(what: &'static str, n: usize) -> Result<Vec<T>, KernelError> {
     let mut v = Vec::new();
     v.try_reserve_exact(crate::buf::pinnable_capacity::<T>(n))
