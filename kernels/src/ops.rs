@@ -266,6 +266,35 @@ pub fn matmul_strided(
     }
 }
 
+/// Refuses token sequences an encoder cannot take: empty, longer than
+/// `max_positions`, or holding an id at or past `vocab`, naming the
+/// sequence. The CPU pass and the GPU twin both read through the ids
+/// unchecked after this.
+pub fn check_sequences<S: AsRef<[u32]>>(
+    seqs: &[S],
+    vocab: usize,
+    max_positions: usize,
+) -> Result<(), crate::KernelError> {
+    for (i, s) in seqs.iter().map(AsRef::as_ref).enumerate() {
+        if s.is_empty() || s.len() > max_positions {
+            return Err(crate::KernelError::invalid(
+                "encoder input",
+                format!(
+                    "sequence {i} has {} tokens; the model takes 1 to {max_positions}",
+                    s.len()
+                ),
+            ));
+        }
+        if let Some(&id) = s.iter().find(|&&id| id as usize >= vocab) {
+            return Err(crate::KernelError::invalid(
+                "encoder input",
+                format!("sequence {i} holds token id {id}, past the vocabulary of {vocab}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `seqs` cut, in order, into runs of at most `max_tokens` tokens (a
 /// longer sequence alone): a CPU pass's tiles and a GPU twin's pieces.
 pub fn runs<'a>(

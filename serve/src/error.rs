@@ -32,7 +32,7 @@ pub(crate) enum ErrorType {
 impl ErrorType {
     /// The status of an error of this type whose cause has none of its own
     /// ([`ErrorResponse::with_status`]). TEI's, except `Backend`: TEI
-    /// answers 424, coexec 500 (issue 69 moves to TEI 1.9's codes).
+    /// answers 424, coexec 500 (TEI 1.9's codes are not adopted yet).
     pub(crate) fn status(self) -> StatusCode {
         match self {
             ErrorType::Unhealthy => StatusCode::SERVICE_UNAVAILABLE,
@@ -75,7 +75,7 @@ impl ErrorResponse {
 
     /// 413 `Validation`: more inputs than a request may carry, or a text
     /// past a limit it may not be cut to. TEI ≤ 1.8's status for these;
-    /// TEI 1.9 answers 422 (issue 69).
+    /// TEI 1.9 answers 422.
     #[cfg_attr(not(feature = "tei"), allow(dead_code))]
     pub(crate) fn too_large(error: impl Into<String>) -> Self {
         Self::new(ErrorType::Validation, error).with_status(StatusCode::PAYLOAD_TOO_LARGE)

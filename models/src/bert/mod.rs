@@ -97,27 +97,7 @@ impl Encoder {
     /// vocabulary, naming the sequence.
     pub fn new(weights: Arc<BertWeights>, seqs: Vec<Vec<u32>>) -> Result<Self, KernelError> {
         let c = weights.config();
-        for (i, s) in seqs.iter().enumerate() {
-            if s.is_empty() || s.len() > c.max_positions {
-                return Err(KernelError::invalid(
-                    "encoder input",
-                    format!(
-                        "sequence {i} has {} tokens; the model takes 1 to {}",
-                        s.len(),
-                        c.max_positions
-                    ),
-                ));
-            }
-            if let Some(&id) = s.iter().find(|&&id| id as usize >= c.vocab) {
-                return Err(KernelError::invalid(
-                    "encoder input",
-                    format!(
-                        "sequence {i} holds token id {id}, past the vocabulary of {}",
-                        c.vocab
-                    ),
-                ));
-            }
-        }
+        coexec_kernels::ops::check_sequences(&seqs, c.vocab, c.max_positions)?;
         let mut order: Vec<usize> = (0..seqs.len()).collect();
         order.sort_by_key(|&i| seqs[i].len());
         let tokens = seqs.iter().map(Vec::len).sum();

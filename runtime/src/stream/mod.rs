@@ -94,8 +94,8 @@ pub use config::{BatchTiming, StreamConfig};
 pub use error::{Rejected, StreamError};
 #[cfg(feature = "workloads")]
 pub use mlp::{Classification, MlpModel};
-pub use model::Model;
 use model::check_input;
+pub use model::{Checked, Model};
 pub use place::Placement;
 use place::Placer;
 pub use request::Pending;
@@ -116,28 +116,6 @@ pub struct Stream<M: Model> {
     shared: Arc<Shared>,
     /// For [`Model::check_input`] at admission.
     model: Arc<M>,
-}
-
-/// Inputs each of which passed the model's [`Model::check_input`]
-/// ([`Stream::check`]), for [`Stream::try_infer_checked`].
-#[derive(Debug)]
-pub struct Checked<I>(Vec<I>);
-
-impl<I> Checked<I> {
-    /// Inputs checked.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The inputs back.
-    pub fn into_inner(self) -> Vec<I> {
-        self.0
-    }
 }
 
 impl<M: Model> Clone for Stream<M> {

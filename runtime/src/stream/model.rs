@@ -124,3 +124,25 @@ pub(super) fn checked_output<M: Model + ?Sized>(
         Err(e) => Err(StreamError::Failed(Arc::new(Error::Kernel(e)))),
     }
 }
+
+/// Inputs each of which passed the model's [`Model::check_input`]
+/// ([`Stream::check`](super::Stream::check)), for [`Stream::try_infer_checked`](super::Stream::try_infer_checked).
+#[derive(Debug)]
+pub struct Checked<I>(pub(super) Vec<I>);
+
+impl<I> Checked<I> {
+    /// Inputs checked.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The inputs back.
+    pub fn into_inner(self) -> Vec<I> {
+        self.0
+    }
+}
