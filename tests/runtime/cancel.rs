@@ -121,7 +121,8 @@ async fn dropping_the_future_of_run_cancels_the_job() {
     // letting go of the kernel), and nothing more runs for this job.
     let t = Instant::now();
     while rt.progress().iter().map(|(_, n)| n).sum::<u64>() != ran as u64 {
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", rt.progress());
+        // A bound on the wait, not a speed: the counts must come to agree.
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", rt.progress());
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -187,7 +188,7 @@ async fn one_chunk_in_flight(rt: &Runtime, chunk: Duration) -> Arc<Counters> {
     tokio::pin!(fut);
     let t = Instant::now();
     while seen.calls.load(Ordering::SeqCst) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(2), "no chunk started");
+        assert!(t.elapsed() < Duration::from_secs(10), "no chunk started");
         tokio::select! {
             r = &mut fut => panic!("the job cannot be over yet: {r:?}"),
             _ = tokio::time::sleep(Duration::from_millis(1)) => {}
