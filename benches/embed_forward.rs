@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coexec::kernels::{Kernel, with_chunk};
-use coexec_models::bert::{BertWeights, Encoder};
+use coexec_models::encoder::{Encoder, EncoderWeights};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 fn forward(c: &mut Criterion) {
@@ -33,7 +33,7 @@ fn forward(c: &mut Criterion) {
         eprintln!("embed_forward: no model (scripts/fetch_model.sh fetches it); nothing measured");
         return;
     };
-    let w = Arc::new(BertWeights::load(&dir).expect("the model"));
+    let w = Arc::new(EncoderWeights::load(&dir).expect("the model"));
     let mut g = c.benchmark_group("embed_forward");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))

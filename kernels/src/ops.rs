@@ -50,6 +50,16 @@ widest! {
     }
 }
 
+/// GELU, the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`):
+/// `x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2`.
+pub fn gelu_tanh(v: &mut [f32]) {
+    const K: f32 = 0.797_884_6; // √(2/π)
+    for x in v {
+        let u = K * (*x + 0.044_715 * *x * *x * *x);
+        *x = 0.5 * *x * (1.0 + u.tanh());
+    }
+}
+
 /// Lanes of the softmax's reductions: independent accumulators, so the
 /// maximum and the sum run as vector operations rather than one dependent
 /// chain per row (a chain of 256 adds was a quarter of a 256-token

@@ -75,18 +75,35 @@ pub fn read_raw<'a>(
     Ok((shape, t.data()))
 }
 
-/// Reads `name` as f32 ([`read_raw`]'s checks).
+/// Reads `name` as f32 ([`read_raw`]'s checks): an F32 tensor as it is,
+/// an F16 or BF16 one widened to f32 (exactly: every half value is an
+/// f32). Any other dtype is an error naming the tensor, as is a value
+/// that is not finite.
 pub fn read_f32(
     st: &SafeTensors<'_>,
     path: &Path,
     name: &str,
     want: &[Option<usize>],
 ) -> Result<Tensor, KernelError> {
-    let (shape, bytes) = read_raw(st, path, name, Dtype::F32, want)?;
-    let data: Box<[f32]> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let dtype = match st.tensor(name).map(|t| t.dtype()) {
+        Ok(d @ (Dtype::F16 | Dtype::BF16)) => d,
+        _ => Dtype::F32,
+    };
+    let (shape, bytes) = read_raw(st, path, name, dtype, want)?;
+    let data: Box<[f32]> = match dtype {
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    };
     if let Some(i) = data.iter().position(|v| !v.is_finite()) {
         return Err(tensor_err(
             path,

@@ -1,5 +1,6 @@
-//! [`Embedder`]: a BERT-family encoder as a stream [`Model`], its inputs
-//! tokenised by the `tokenizers` crate.
+//! [`Embedder`]: a sentence encoder ([`crate::encoder`]) as a stream
+//! [`Model`], its inputs tokenised by the `tokenizers` crate, with the
+//! model's prompts.
 //!
 //! Tokenising runs on the caller's task, before a text is queued
 //! ([`Embedder::tokenize`]): coexec's workers see token ids only, so the
@@ -8,13 +9,12 @@
 //! pool). Texts are truncated as sentence-transformers does (at the
 //! model's `max_seq_length`, `[CLS]` and `[SEP]` included) and never
 //! padded: the encoder lays a batch's sequences back to back
-//! ([`crate::bert`]), and counts a batch's work in tokens.
+//! ([`crate::encoder`]), and counts a batch's work in tokens.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use coexec_kernels::KernelError;
-use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
 /// A tokenizer.json is a few MiB (all-MiniLM-L6-v2's: 0.7 MiB): past this,
@@ -23,7 +23,7 @@ const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
 
 use coexec::stream::Model;
 
-use crate::bert::{BertConfig, BertWeights, Encoder};
+use crate::encoder::{Encoder, EncoderWeights};
 
 /// Why a text was not tokenised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,28 +46,23 @@ pub enum TokenizeError {
 /// normalised ([`normalize`] it for cosine similarity).
 #[derive(Debug, Clone)]
 pub struct Embedder {
-    weights: Arc<BertWeights>,
+    weights: Arc<EncoderWeights>,
     tokenizer: Arc<Tokenizer>,
     /// The same without truncation, for [`Embedder::tokens`].
     whole: Arc<Tokenizer>,
     id: String,
-    sha256: String,
     dir: PathBuf,
 }
 
 impl Embedder {
     /// Loads the model folder `dir`: `config.json`, `model.safetensors`
-    /// and `tokenizer.json` (and sentence-transformers' pooling and
-    /// `max_seq_length` when present). Errors name the file and the field
-    /// or tensor at fault.
+    /// (or its shards) and `tokenizer.json`, and sentence-transformers'
+    /// modules, `max_seq_length` and prompts where present
+    /// ([`EncoderWeights::load`]). Errors name the file and the field or
+    /// tensor at fault.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
         let dir = dir.as_ref();
-        let weights_path = dir.join("model.safetensors");
-        let cfg = BertConfig::load(dir)?;
-        let bytes = coexec_kernels::read_file(&weights_path, coexec_kernels::memory_limit())?;
-        let sha256 = format!("{:x}", Sha256::digest(&bytes));
-        let weights = BertWeights::from_bytes(cfg, &bytes, &weights_path)?;
-        drop(bytes);
+        let weights = EncoderWeights::load(dir)?;
         let tok_path = dir.join("tokenizer.json");
         let tok_bytes = coexec_kernels::read_file(&tok_path, MAX_TOKENIZER_BYTES)?;
         let mut tokenizer = Tokenizer::from_bytes(tok_bytes).map_err(|e| KernelError::Input {
@@ -111,7 +106,6 @@ impl Embedder {
             tokenizer: Arc::new(tokenizer),
             whole: Arc::new(whole),
             id,
-            sha256,
             dir: dir.to_path_buf(),
         })
     }
@@ -239,9 +233,29 @@ impl Embedder {
         self
     }
 
-    /// The SHA-256 of `model.safetensors`, hex.
+    /// The SHA-256 of the weight files (`model.safetensors`, or its
+    /// shards in order), hex.
     pub fn sha256(&self) -> &str {
-        &self.sha256
+        self.weights.sha256()
+    }
+
+    /// The text of prompt `name` (`config_sentence_transformers.json`'s
+    /// `prompts`), put before a text as it is tokenised; `None` where the
+    /// model has no such prompt.
+    pub fn prompt(&self, name: &str) -> Option<&str> {
+        self.weights.modules.prompts.get(name).map(String::as_str)
+    }
+
+    /// The names of the model's prompts.
+    pub fn prompt_names(&self) -> impl Iterator<Item = &str> {
+        self.weights.modules.prompts.keys().map(String::as_str)
+    }
+
+    /// The prompt a text gets when its request names none
+    /// (`default_prompt_name`, as sentence-transformers applies it).
+    pub fn default_prompt(&self) -> Option<&str> {
+        let name = self.weights.modules.default_prompt.as_deref()?;
+        self.prompt(name)
     }
 
     /// The model folder.
@@ -250,7 +264,7 @@ impl Embedder {
     }
 
     /// The weights.
-    pub fn weights(&self) -> &Arc<BertWeights> {
+    pub fn weights(&self) -> &Arc<EncoderWeights> {
         &self.weights
     }
 }
@@ -264,7 +278,7 @@ const PROBE: &str = "coexec checks that the model's answers are finite.";
 /// no room for a text's token in the model's limit (`[CLS]` and `[SEP]`
 /// take 2 of BERT's: a limit of 2 would cut every text to nothing, and
 /// `truncate: false` could not refuse what it cut).
-fn check_tokenizer(t: &Tokenizer, w: &BertWeights, dir: &Path) -> Result<(), KernelError> {
+fn check_tokenizer(t: &Tokenizer, w: &EncoderWeights, dir: &Path) -> Result<(), KernelError> {
     use tokenizers::PostProcessor;
     let c = w.config();
     if let Some((token, id)) = t.get_vocab(true).into_iter().max_by_key(|&(_, id)| id)
@@ -307,7 +321,7 @@ fn check_tokenizer(t: &Tokenizer, w: &BertWeights, dir: &Path) -> Result<(), Ker
 /// answer is not finite (a weight that overflows, as query and key
 /// weights scaled by 1e19 do): a model that would answer NaN to every
 /// text is refused at load, not served.
-fn check_probe(t: &Tokenizer, w: &Arc<BertWeights>, dir: &Path) -> Result<(), KernelError> {
+fn check_probe(t: &Tokenizer, w: &Arc<EncoderWeights>, dir: &Path) -> Result<(), KernelError> {
     let tok_path = dir.join("tokenizer.json");
     let enc = t.encode(PROBE, true).map_err(|e| KernelError::Input {
         path: tok_path.clone(),
@@ -340,7 +354,7 @@ fn check_probe(t: &Tokenizer, w: &Arc<BertWeights>, dir: &Path) -> Result<(), Ke
     })?;
     if k.into_vectors().iter().flatten().any(|x| !x.is_finite()) {
         return Err(KernelError::Input {
-            path: dir.join("model.safetensors"),
+            path: w.source().to_path_buf(),
             line: 0,
             why: format!(
                 "the outputs are not finite (NaN or infinite) for the sentence {PROBE:?}: \

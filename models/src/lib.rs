@@ -5,15 +5,18 @@
 //! at once.
 //!
 //! ```text
-//!  text ──Embedder::tokenize──▶ ids ──Stream (coexec)──▶ bert::Encoder (a Kernel over token-equivalents)
+//!  text ──Embedder::tokenize──▶ ids ──Stream (coexec)──▶ encoder::Encoder (a Kernel over token-equivalents)
 //!                                                        ├─ CPU pass: this crate, on coexec_kernels::ops
-//!                                                        └─ GPU twin: coexec_kernels::cuda::bert
+//!                                                        └─ GPU twin: coexec_kernels::cuda::bert (BERT layout)
 //! ```
 //!
 //! - [`Embedder`]: a model folder as a stream model (ids in, a pooled
 //!   vector out), with its tokenizer, truncation and identity (sha256).
-//! - [`bert`]: the BERT-family encoder itself: config, weights, the
-//!   unpadded CPU pass, and the kernel the runtime schedules.
+//! - [`encoder`]: the encoder itself, for every family of the BERT layout
+//!   (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet): config,
+//!   weights (f32, f16, bf16; sharded), sentence-transformers' modules
+//!   (pooling, Dense, Normalize), the unpadded CPU pass, and the kernel the
+//!   runtime schedules.
 //!
 //! The crate holds no `unsafe`: the operations it composes, and the GPU
 //! device code, are `coexec-kernels`'.
@@ -37,7 +40,9 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
-pub mod bert;
 mod embedder;
+pub mod encoder;
+mod folder;
+mod modules;
 
 pub use embedder::{Embedder, Token, TokenizeError, normalize};

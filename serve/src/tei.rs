@@ -24,7 +24,7 @@
 //! `truncate: false`; a body over the limit), 400 for a body that is not
 //! JSON, 422 `Validation` for JSON of the wrong shape, a text the model
 //! cannot take (no tokens) or an option coexec does not serve (a
-//! `prompt_name`, a text that would be cut on the left, `base64`,
+//! a `prompt_name` the model lacks, a text that would be cut on the left, `base64`,
 //! `dimensions` past the model's), 422 `Tokenizer`, 429 `Overloaded` with
 //! `Retry-After` (a full queue, the memory budget spent), 500 `Backend`
 //! for a vector that is not finite. A text's and a vector's refusals are
@@ -146,15 +146,28 @@ fn read<R: Request>(
     }
 }
 
-/// Refuses what coexec does not serve, rather than answering as if it had
-/// not been asked: a prompt (none is read from the model's configuration).
-fn no_prompt(prompt_name: Option<&str>) -> Result<(), ErrorResponse> {
-    match prompt_name {
-        None => Ok(()),
-        Some(name) => Err(validation(format!(
-            "`prompt_name` {name:?}: the model has no prompts coexec serves"
-        ))),
-    }
+/// `texts` with the model's prompt `name` put before each, as
+/// sentence-transformers does before tokenising (no name: the model's
+/// default prompt, if it has one). A name the model does not define is a
+/// 422 naming the prompts it has.
+pub(crate) fn prompted(
+    model: &Embedder,
+    name: Option<&str>,
+    texts: Vec<String>,
+) -> Result<Vec<String>, ErrorResponse> {
+    let prompt = match name {
+        None => model.default_prompt(),
+        Some(n) => Some(model.prompt(n).ok_or_else(|| {
+            let names: Vec<&str> = model.prompt_names().collect();
+            validation(format!(
+                "`prompt_name` {n:?} is not one of the model's prompts {names:?}"
+            ))
+        })?),
+    };
+    Ok(match prompt {
+        Some(p) if !p.is_empty() => texts.into_iter().map(|t| format!("{p}{t}")).collect(),
+        _ => texts,
+    })
 }
 
 /// The vectors' length asked for (`dimensions`), checked against the
@@ -313,9 +326,9 @@ pub(super) async fn embed(
 ) -> Response {
     timed(async {
         let (req, admitted) = receive_as::<EmbedRequest>(&svc, &headers, body, |l| l).await?;
-        no_prompt(req.prompt_name.as_deref())?;
         let dims = dimensions(svc.model(), req.dimensions)?;
         let texts = req.inputs.into_texts("inputs")?;
+        let texts = prompted(svc.model(), req.prompt_name.as_deref(), texts)?;
         let cut = Cut::new(req.truncate, req.truncation_direction);
         let (mut vectors, _) = embed_texts(&svc, Api::Tei, admitted, texts, cut).await?;
         finish(&mut vectors, dims, req.normalize.unwrap_or(true));
@@ -377,7 +390,6 @@ pub(super) async fn similarity(
         let (req, admitted) =
             receive_as::<SimilarityRequest>(&svc, &headers, body, |l| l.after(1)).await?;
         let params = req.parameters.unwrap_or_default();
-        no_prompt(params.prompt_name.as_deref())?;
         let source = req.inputs.source_sentence;
         if source.is_empty() {
             return Err(types::empty(
@@ -389,6 +401,7 @@ pub(super) async fn similarity(
         let mut texts = Vec::with_capacity(sentences.len() + 1);
         texts.push(source);
         texts.extend(sentences);
+        let texts = prompted(svc.model(), params.prompt_name.as_deref(), texts)?;
         let cut = Cut::new(params.truncate, params.truncation_direction);
         let (mut vectors, _) = embed_texts(&svc, Api::Similarity, admitted, texts, cut).await?;
         finish(&mut vectors, None, true);
@@ -422,15 +435,19 @@ async fn off_the_handler<T: Send + 'static>(
 pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
     let i = &svc.inner;
     let m = svc.model();
-    let pooling = match m.weights().config().pooling {
-        coexec_models::bert::Pooling::Cls => "cls",
-        _ => "mean",
-    };
+    let w = m.weights();
     Json(Info {
         model_id: m.id().to_owned(),
         model_sha: m.sha256().to_owned(),
         model_dtype: "float32",
-        model_type: ModelType::Embedding(EmbeddingModel { pooling }),
+        model_type: ModelType::Embedding(EmbeddingModel {
+            pooling: w.config().pooling.name(),
+        }),
+        model_family: w.config().family.model_type(),
+        model_weights_dtype: w.stored_dtype(),
+        model_dim: m.dim(),
+        model_prompts: m.prompt_names().map(str::to_owned).collect(),
+        gpu_twin: w.gpu_twin(),
         max_concurrent_requests: i.stream.capacity(),
         max_input_length: m.max_input_length(),
         max_batch_tokens: i.batch_cost,

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use coexec::JobOptions;
-use coexec_models::bert::{BertWeights, Encoder};
+use coexec_models::encoder::{Encoder, EncoderWeights};
 
 fn model_dir() -> PathBuf {
     std::env::var_os("COEXEC_EMBED_MODEL")
@@ -60,7 +60,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a CUDA GPU and the model: run with --include-ignored where both are present"]
 async fn the_gpu_twin_matches_the_cpu_pass() -> Result<(), Box<dyn std::error::Error>> {
-    let weights = Arc::new(BertWeights::load(model_dir())?);
+    let weights = Arc::new(EncoderWeights::load(model_dir())?);
     let c = weights.config().clone();
     let cpu = coexec::Runtime::builder()
         .devices("cpu:2")?

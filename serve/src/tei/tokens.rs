@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::types::{DecodeRequest, DecodeResponse, TokenizeRequest, TokenizeResponse};
-use super::{no_prompt, off_the_handler, read};
+use super::{off_the_handler, prompted, read};
 use crate::Service;
 use crate::body::{body_of, client_batch};
 use crate::bounded::Limits;
@@ -48,8 +48,8 @@ pub(crate) async fn tokenize(
     let limit = svc.model().max_input_length() * MAX_CHAR_MULTIPLIER;
     let items = |svc: &Service<Embedder>, body: &[u8], limits| {
         let req: TokenizeRequest = read(svc, body, limits)?;
-        no_prompt(req.prompt_name.as_deref())?;
         let texts = req.inputs.into_texts("inputs")?;
+        let texts = prompted(svc.model(), req.prompt_name.as_deref(), texts)?;
         for (k, t) in texts.iter().enumerate() {
             let chars = t.chars().count();
             if chars > limit {

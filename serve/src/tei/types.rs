@@ -368,6 +368,19 @@ pub(crate) struct Info {
     pub(crate) model_sha: String,
     pub(crate) model_dtype: &'static str,
     pub(crate) model_type: ModelType,
+    /// The encoder's family (`config.json`'s `model_type`; not a TEI
+    /// field).
+    pub(crate) model_family: &'static str,
+    /// The dtype of the weights file; the CPU computes in `model_dtype`
+    /// (not a TEI field).
+    pub(crate) model_weights_dtype: &'static str,
+    /// Width of an embedding, after any Dense module (not a TEI field).
+    pub(crate) model_dim: usize,
+    /// The names `prompt_name` takes (not a TEI field).
+    pub(crate) model_prompts: Vec<String>,
+    /// Whether a GPU stream runs the encoder (else the CPU workers alone;
+    /// not a TEI field).
+    pub(crate) gpu_twin: bool,
     pub(crate) max_concurrent_requests: usize,
     pub(crate) max_input_length: usize,
     /// The stream's token limit per batch, if it has one.
@@ -392,7 +405,7 @@ pub(crate) enum ModelType {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct EmbeddingModel {
-    /// `mean` or `cls`.
+    /// `mean`, `cls`, `max`, `mean_sqrt_len` or `last_token`.
     pub(crate) pooling: &'static str,
 }
 
@@ -531,6 +544,11 @@ mod tests {
             model_sha: "s".into(),
             model_dtype: "float32",
             model_type: ModelType::Embedding(EmbeddingModel { pooling: "mean" }),
+            model_family: "bert",
+            model_weights_dtype: "float16",
+            model_dim: 384,
+            model_prompts: vec!["query".into()],
+            gpu_twin: true,
             max_concurrent_requests: 512,
             max_input_length: 256,
             max_batch_tokens: None,

@@ -1,17 +1,18 @@
-//! A sentence-embedding encoder of the BERT family
-//! (all-MiniLM-L6-v2 and any encoder of its layout) over a batch of
-//! tokenised sequences, on every CPU worker at once.
+//! A sentence encoder of the BERT layout — BERT, RoBERTa, XLM-RoBERTa,
+//! CamemBERT, DistilBERT and MPNet ([`Family`]) — over a batch of tokenised
+//! sequences, on every CPU worker (and GPU stream) at once.
 //!
-//! A model folder holds `config.json` (Hugging Face's: `model_type`
-//! `bert`, widths, depth, heads, vocabulary), `model.safetensors`, and
-//! optionally sentence-transformers' `1_Pooling/config.json` (mean or
-//! `[CLS]` pooling) and `sentence_bert_config.json` (`max_seq_length`).
-//! Tokenising is the caller's ([`crate::Embedder`], with the `tokenizers`
-//! crate): an [`Encoder`] takes token ids.
+//! A model folder holds `config.json` (Hugging Face's: the family, widths,
+//! depth, heads, vocabulary; [`EncoderConfig`]), `model.safetensors` (or
+//! shards; f32, f16 or bf16), and sentence-transformers' module files
+//! (`modules.json`: the pooling, any `Dense` layers and `Normalize`;
+//! `sentence_bert_config.json`'s `max_seq_length`). Tokenising is the
+//! caller's ([`crate::Embedder`], with the `tokenizers` crate): an
+//! [`Encoder`] takes token ids.
 //!
 //! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
 //! costs `L` dense-layer tokens plus attention's `L²` term
-//! ([`BertConfig::work`]: `L·(1 + 3L/(2H + I))` token-equivalents, the 3
+//! ([`EncoderConfig::work`]: `L·(1 + 3L/(2H + I))` token-equivalents, the 3
 //! measured), so the
 //! kernel's items are token-equivalents: a batch's sequences, sorted
 //! shortest first, are laid end to end on the item axis, and a chunk
@@ -32,15 +33,16 @@
 //!
 //! The CPU pass (`cpu.rs`) lays a tile's sequences back to back with no
 //! padding: dense layers are GEMMs over real tokens, attention runs over
-//! each sequence's own tokens. Outputs are the pooled vectors before
-//! normalisation (the caller normalises, or not, per request).
+//! each sequence's own tokens. Outputs are the model's embeddings (the
+//! pooling and the modules after it applied) before any normalisation the
+//! caller asks for.
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use coexec_models::bert::{BertWeights, Encoder};
+//! use coexec_models::encoder::{EncoderWeights, Encoder};
 //! use coexec::kernels::{run_sequential, OneShot};
 //!
-//! let w = Arc::new(BertWeights::load("all-MiniLM-L6-v2")?);
+//! let w = Arc::new(EncoderWeights::load("all-MiniLM-L6-v2")?);
 //! // [CLS] hello world [SEP], as the model's tokenizer gives it.
 //! let k = Encoder::new(w, vec![vec![101, 7592, 2088, 102]])?;
 //! let k = run_sequential(OneShot::new(k))?.expect("absorbed");
@@ -61,8 +63,9 @@ mod gpu;
 mod tests;
 mod weights;
 
-pub use config::{ATTENTION_COST, BertConfig, Pooling};
-pub use weights::BertWeights;
+pub use crate::modules::{DenseActivation, Pooling};
+pub use config::{ATTENTION_COST, Activation, EncoderConfig, Family, RelativeBias};
+pub use weights::EncoderWeights;
 
 thread_local! {
     /// Each worker thread's activations, kept between chunks.
@@ -74,7 +77,7 @@ thread_local! {
 /// sequence.
 #[derive(Debug)]
 pub struct Encoder {
-    weights: Arc<BertWeights>,
+    weights: Arc<EncoderWeights>,
     /// The sequences' ids back to back, shortest sequence first.
     ids: Vec<u32>,
     /// Per sorted sequence: its ids' start in `ids`, and its length.
@@ -95,7 +98,7 @@ impl Encoder {
     /// tokenizer gives them (`[CLS] … [SEP]`). Refuses an empty sequence,
     /// one longer than the model's positions, and an id past its
     /// vocabulary, naming the sequence.
-    pub fn new(weights: Arc<BertWeights>, seqs: Vec<Vec<u32>>) -> Result<Self, KernelError> {
+    pub fn new(weights: Arc<EncoderWeights>, seqs: Vec<Vec<u32>>) -> Result<Self, KernelError> {
         let c = weights.config();
         coexec_kernels::ops::check_sequences(&seqs, c.vocab, c.max_positions)?;
         let mut order: Vec<usize> = (0..seqs.len()).collect();
@@ -125,7 +128,7 @@ impl Encoder {
     }
 
     /// The weights.
-    pub fn weights(&self) -> &Arc<BertWeights> {
+    pub fn weights(&self) -> &Arc<EncoderWeights> {
         &self.weights
     }
 
@@ -160,19 +163,20 @@ impl Encoder {
     /// Writes the pooled vectors of sorted sequences `seqs` (a chunk's,
     /// `seqs.len() × H` in `pooled`) into the output.
     pub(crate) fn store(&self, seqs: std::ops::Range<usize>, pooled: &[f32]) {
-        let h = self.weights.dim();
+        let h = self.weights.hidden();
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         out[seqs.start * h..seqs.end * h].copy_from_slice(pooled);
     }
 
-    /// Each sequence's pooled vector (not normalised), in the batch's
-    /// order, once the run is over.
+    /// Each sequence's embedding in the batch's order, once the run is
+    /// over: its pooled vector through the modules after the pooling
+    /// (`Dense`, `Normalize`), not normalised otherwise.
     pub fn into_vectors(self) -> Vec<Vec<f32>> {
-        let h = self.weights.dim();
+        let h = self.weights.hidden();
         let out = self.out.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut v = vec![Vec::new(); self.order.len()];
         for (j, &i) in self.order.iter().enumerate() {
-            v[i] = out[j * h..(j + 1) * h].to_vec();
+            v[i] = self.weights.modules.apply(out[j * h..(j + 1) * h].to_vec());
         }
         v
     }
@@ -180,7 +184,7 @@ impl Encoder {
 
 impl Kernel for Encoder {
     fn name(&self) -> &str {
-        "bert"
+        self.weights.config().family.model_type()
     }
 
     fn items(&self) -> usize {
@@ -190,8 +194,12 @@ impl Kernel for Encoder {
     fn profile_key(&self) -> String {
         let c = self.weights.config();
         format!(
-            "bert/{}x{}x{}x{}",
-            c.layers, c.hidden, c.heads, c.intermediate
+            "{}/{}x{}x{}x{}",
+            c.family.model_type(),
+            c.layers,
+            c.hidden,
+            c.heads,
+            c.intermediate
         )
     }
 
@@ -201,7 +209,7 @@ impl Kernel for Encoder {
         if seqs.is_empty() {
             return Ok(());
         }
-        let h = self.weights.dim();
+        let h = self.weights.hidden();
         let ids: Vec<&[u32]> = seqs.clone().map(|j| self.seq(j)).collect();
         let mut pooled = vec![0.0; ids.len() * h];
         SCRATCH.with(|s| {
@@ -214,6 +222,6 @@ impl Kernel for Encoder {
 
     #[cfg(feature = "cuda")]
     fn cuda(&self) -> Option<&dyn coexec_kernels::cuda::CudaKernel> {
-        Some(self)
+        self.weights.gpu_twin().then_some(self as _)
     }
 }

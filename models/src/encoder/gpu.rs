@@ -32,7 +32,7 @@ impl CudaKernel for Encoder {
         }
         let img: &BertImage = self.weights().image()?;
         let ids: Vec<&[u32]> = seqs.clone().map(|j| self.seq(j)).collect();
-        let mut pooled = vec![0.0; ids.len() * self.weights().dim()];
+        let mut pooled = vec![0.0; ids.len() * self.weights().hidden()];
         bert::encode(w, img, &ids, &mut pooled)?;
         self.store(seqs, &pooled);
         Ok(())

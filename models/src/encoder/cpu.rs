@@ -6,8 +6,8 @@
 //!
 //! ```text
 //!  ids ─▶ word + position + type, LayerNorm ─▶ ×layers [ QKV GEMM ─▶ per sequence, head:
-//!        softmax(Q·Kᵀ/√d)·V ─▶ out GEMM + x, LayerNorm ─▶ up GEMM, GELU ─▶ down GEMM + x,
-//!        LayerNorm ] ─▶ pool (mean or [CLS]) ─▶ one vector per sequence
+//!        softmax(Q·Kᵀ/√d [+ relative bias])·V ─▶ out GEMM + x, LayerNorm ─▶ up GEMM,
+//!        activation ─▶ down GEMM + x, LayerNorm ] ─▶ pool ─▶ one vector per sequence
 //! ```
 //!
 //! Dense layers are `gemm`'s GEMMs, attention's small per-head products
@@ -16,8 +16,8 @@
 
 use coexec_kernels::ops::{self, View};
 
-use super::config::Pooling;
-use super::weights::{BertWeights, Dense, Norm};
+use super::config::{Activation, RelativeBias};
+use super::weights::{Dense, EncoderWeights, Norm};
 
 /// Tokens per tile: the activations of a tile (`T·(H + 3H + H + H + I)`
 /// floats, 5.4 MB at 384 tokens of MiniLM) stay near the caches, and the
@@ -33,6 +33,9 @@ pub(crate) struct Scratch {
     tmp: Vec<f32>,
     inter: Vec<f32>,
     scores: Vec<f32>,
+    /// Per relative distance `j - i + l - 1` of a sequence of `l` tokens,
+    /// its bucket's row in the relative bias (MPNet's).
+    buckets: Vec<usize>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -63,7 +66,7 @@ impl Norm {
     }
 }
 
-impl BertWeights {
+impl EncoderWeights {
     /// The pooled vectors (before any normalisation) of `seqs` into `out`
     /// (`seqs.len() × H`), tile by tile. Every sequence holds 1 to
     /// `max_positions` ids below `vocab` (the [`Encoder`](super::Encoder)
@@ -98,48 +101,50 @@ impl BertWeights {
             let ctx = grow(&mut s.ctx, t * h);
             let longest = seqs.iter().map(|q| q.len()).max().unwrap_or(0);
             let scores = grow(&mut s.scores, longest * longest);
-            self.attention(seqs, qkv, ctx, scores);
+            self.attention(seqs, qkv, ctx, scores, &mut s.buckets);
             let tmp = grow(&mut s.tmp, t * h);
             layer.attn_out.forward(ctx, t, tmp);
             let x = &mut s.x[..t * h];
             layer.attn_norm.add_norm(x, Some(tmp), c.eps);
             let inter = grow(&mut s.inter, t * c.intermediate);
             layer.up.forward(x, t, inter);
-            ops::gelu_erf(inter);
+            match c.activation {
+                Activation::GeluErf => ops::gelu_erf(inter),
+                Activation::GeluTanh => ops::gelu_tanh(inter),
+                Activation::Relu => inter.iter_mut().for_each(|v| *v = v.max(0.0)),
+            }
             layer.down.forward(inter, t, tmp);
             layer.out_norm.add_norm(x, Some(tmp), c.eps);
         }
         let x = &s.x[..t * h];
         let mut at = 0;
         for (seq, o) in seqs.iter().zip(out.chunks_exact_mut(h)) {
-            let rows = &x[at * h..(at + seq.len()) * h];
-            match c.pooling {
-                Pooling::Cls => o.copy_from_slice(&rows[..h]),
-                Pooling::Mean => {
-                    o.fill(0.0);
-                    for row in rows.chunks_exact(h) {
-                        for (a, b) in o.iter_mut().zip(row) {
-                            *a += b;
-                        }
-                    }
-                    let inv = 1.0 / seq.len() as f32;
-                    o.iter_mut().for_each(|v| *v *= inv);
-                }
-            }
+            c.pooling.pool(&x[at * h..(at + seq.len()) * h], o);
             at += seq.len();
         }
     }
 
     /// `ctx` (`t × H`): per sequence and head, `softmax(Q·Kᵀ/√d)·V` over
     /// the sequence's own tokens, from `qkv` (`t × 3H`: Q, K, V side by
-    /// side in each row).
-    fn attention(&self, seqs: &[&[u32]], qkv: &[f32], ctx: &mut [f32], scores: &mut [f32]) {
-        let (h, d) = (self.cfg.hidden, self.cfg.head_dim());
+    /// side in each row), MPNet's relative bias added to the scores.
+    fn attention(
+        &self,
+        seqs: &[&[u32]],
+        qkv: &[f32],
+        ctx: &mut [f32],
+        scores: &mut [f32],
+        buckets: &mut Vec<usize>,
+    ) {
+        let (h, d, heads) = (self.cfg.hidden, self.cfg.head_dim(), self.cfg.heads);
         let scale = 1.0 / (d as f32).sqrt();
         let mut at = 0;
         for seq in seqs {
             let l = seq.len();
-            for head in 0..self.cfg.heads {
+            if let Some(rb) = self.cfg.relative_bias {
+                buckets.clear();
+                buckets.extend((0..2 * l - 1).map(|k| bucket(rb, k as i64 - (l as i64 - 1))));
+            }
+            for head in 0..heads {
                 // Q, K and V of this sequence and head: `l` rows 3H apart,
                 // `d` columns from the head's offset in each third.
                 let part = |third: usize| View {
@@ -154,6 +159,15 @@ impl BertWeights {
                     ..part(1)
                 };
                 ops::matmul_strided((l, d, l), scale, part(0), kt, &mut scores[..l * l], l);
+                if let Some(bias) = &self.rel_bias {
+                    for (i, row) in scores[..l * l].chunks_exact_mut(l).enumerate() {
+                        // Distance j - i is at `j - i + l - 1` in `buckets`.
+                        let from = &buckets[l - 1 - i..][..l];
+                        for (s, &b) in row.iter_mut().zip(from) {
+                            *s += bias[b * heads + head];
+                        }
+                    }
+                }
                 ops::softmax_rows(&mut scores[..l * l], l);
                 let s = View {
                     data: &scores[..l * l],
@@ -166,4 +180,26 @@ impl BertWeights {
             at += l;
         }
     }
+}
+
+/// The relative-bias bucket of a key `rel = j - i` tokens after its query
+/// (MPNet's, after T5's): half the buckets for each sign; within a half,
+/// distances below a quarter of the buckets have one bucket each, longer
+/// ones share buckets spaced logarithmically up to `max_distance`. The
+/// logarithm is taken in f32, as the reference computes it, so that a
+/// distance on a boundary (16, 32 and 64 of MPNet's) falls as it does
+/// there.
+pub(crate) fn bucket(rb: RelativeBias, rel: i64) -> usize {
+    let half = rb.buckets / 2;
+    let n = -rel;
+    let base = if n < 0 { half } else { 0 };
+    let n = n.unsigned_abs() as usize;
+    let exact = half / 2;
+    if n < exact {
+        return base + n;
+    }
+    let span = (rb.max_distance as f64 / exact as f64).ln() as f32;
+    let ratio = (n as f32 / exact as f32).ln() / span;
+    let large = exact + (ratio * (half - exact) as f32) as usize;
+    base + large.min(half - 1)
 }

@@ -281,7 +281,7 @@ fn batch() -> Vec<Vec<u32>> {
 #[test]
 fn the_cpu_pass_matches_a_plain_f64_encoder() {
     let dir = folder("ref", "");
-    let w = Arc::new(BertWeights::load(&dir).unwrap());
+    let w = Arc::new(EncoderWeights::load(&dir).unwrap());
     let seqs = batch();
     let mut k = Encoder::new(w, seqs.clone()).unwrap();
     let n = k.items();
@@ -307,7 +307,7 @@ fn the_cpu_pass_matches_a_plain_f64_encoder() {
 #[test]
 fn any_split_computes_each_sequence_once_and_the_same() {
     let dir = folder("split", "bert.");
-    let w = Arc::new(BertWeights::load(&dir).unwrap());
+    let w = Arc::new(EncoderWeights::load(&dir).unwrap());
     let seqs = batch();
     let whole = {
         let mut k = Encoder::new(w.clone(), seqs.clone()).unwrap();
@@ -343,7 +343,7 @@ fn any_split_computes_each_sequence_once_and_the_same() {
 #[test]
 fn work_grows_with_the_square_of_the_length() {
     let dir = folder("work", "");
-    let w = BertWeights::load(&dir).unwrap();
+    let w = EncoderWeights::load(&dir).unwrap();
     let c = w.config();
     // 2H + I = 56 here, an attention flop 3 dense ones.
     assert_eq!(c.work(1), 2);
@@ -356,7 +356,7 @@ fn work_grows_with_the_square_of_the_length() {
 #[test]
 fn bad_inputs_and_folders_are_refused_by_name() {
     let dir = folder("bad", "");
-    let w = Arc::new(BertWeights::load(&dir).unwrap());
+    let w = Arc::new(EncoderWeights::load(&dir).unwrap());
     let e = Encoder::new(w.clone(), vec![vec![1], vec![]])
         .unwrap_err()
         .to_string();
@@ -373,38 +373,41 @@ fn bad_inputs_and_folders_are_refused_by_name() {
     let mut c = config_json();
     c["model_type"] = "gpt2".into();
     std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
     assert!(e.contains("config.json: field `model_type`"), "{e}");
     let mut c = config_json();
     c.as_object_mut().unwrap().remove("hidden_size");
     std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
-    assert!(e.contains("field `hidden_size`: missing"), "{e}");
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
+    assert!(e.contains("missing field `hidden_size`"), "{e}");
     let mut c = config_json();
     c["num_attention_heads"] = 5.into();
     std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
     assert!(e.contains("does not divide"), "{e}");
     std::fs::write(dir.join("config.json"), "{\n\"model_type\": ").unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
     assert!(e.contains("config.json:2:"), "{e}");
 
     std::fs::write(dir.join("config.json"), config_json().to_string()).unwrap();
     std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
     std::fs::write(
         dir.join("1_Pooling/config.json"),
-        r#"{"pooling_mode_max_tokens": true}"#,
+        r#"{"pooling_mode_weightedmean_tokens": true}"#,
     )
     .unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
-    assert!(e.contains("field `pooling_mode_max_tokens`"), "{e}");
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("field `pooling_mode_weightedmean_tokens`"),
+        "{e}"
+    );
     std::fs::write(
         dir.join("1_Pooling/config.json"),
         r#"{"pooling_mode_cls_token": true}"#,
     )
     .unwrap();
     assert_eq!(
-        BertWeights::load(&dir).unwrap().config().pooling,
+        EncoderWeights::load(&dir).unwrap().config().pooling,
         Pooling::Cls
     );
 
@@ -412,12 +415,12 @@ fn bad_inputs_and_folders_are_refused_by_name() {
     let mut c = config_json();
     c["intermediate_size"] = 25.into();
     std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
-    let e = BertWeights::load(&dir).unwrap_err().to_string();
+    let e = EncoderWeights::load(&dir).unwrap_err().to_string();
     assert!(
         e.contains("model.safetensors: tensor `encoder.layer.0.intermediate.dense.weight`"),
         "{e}"
     );
-    let e = BertWeights::load(dir.join("absent"))
+    let e = EncoderWeights::load(dir.join("absent"))
         .unwrap_err()
         .to_string();
     assert!(e.contains("config.json"), "{e}");
@@ -434,7 +437,7 @@ fn a_dangling_link_for_an_optional_file_is_refused_by_name() {
         let path = dir.join(file);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(dir.join("gone.json"), &path).unwrap();
-        let e = match BertWeights::load(&dir) {
+        let e = match EncoderWeights::load(&dir) {
             Ok(_) => panic!("{file}: a dangling link was taken as absent"),
             Err(e) => e.to_string(),
         };
@@ -447,8 +450,33 @@ fn a_dangling_link_for_an_optional_file_is_refused_by_name() {
     }
     // Absent, both are defaults.
     assert_eq!(
-        BertWeights::load(&dir).unwrap().config().pooling,
+        EncoderWeights::load(&dir).unwrap().config().pooling,
         Pooling::Mean
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// MPNet's relative-position buckets, for distances −300 to 300, as
+/// `transformers` computes them (tests/data/families/mpnet-buckets.json,
+/// written by scripts/make_tiny_families.py): the boundaries at 16, 32 and
+/// 64 fall where its f32 logarithm puts them.
+#[test]
+fn mpnet_buckets_are_transformers_own() {
+    #[derive(serde::Deserialize)]
+    struct Table {
+        from: i64,
+        buckets: Vec<usize>,
+    }
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/families/mpnet-buckets.json");
+    let t: Table = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(t.buckets.len(), 601);
+    let rb = RelativeBias {
+        buckets: 32,
+        max_distance: 128,
+    };
+    for (k, &want) in t.buckets.iter().enumerate() {
+        let rel = t.from + k as i64;
+        assert_eq!(cpu::bucket(rb, rel), want, "relative position {rel}");
+    }
 }

@@ -1,0 +1,438 @@
+//! An encoder's weights, read once from `model.safetensors` (or the shards
+//! `model.safetensors.index.json` lists) by their family's names, and
+//! shared by every batch.
+//!
+//! f16 and bf16 tensors are widened to f32 as they are read, once, at
+//! load: the CPU pass computes in f32 whatever the file holds (the values
+//! are the file's exactly; the arithmetic is f32's).
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use sha2::{Digest, Sha256};
+
+use coexec_kernels::KernelError;
+#[cfg(feature = "cuda")]
+use coexec_kernels::cuda::bert::{BertImage, BertShape, LayerRef};
+use coexec_kernels::tensors::{read, read_f32, tensor_err};
+
+use super::config::{EncoderConfig, Family};
+use crate::folder::{config_err, read_json};
+use crate::modules::{Modules, Pooling};
+
+/// A dense layer `y = x·Wᵀ + b`, `W` row-major `[out, in]` (PyTorch's).
+#[derive(Debug)]
+pub(crate) struct Dense {
+    pub(crate) w: Box<[f32]>,
+    pub(crate) b: Box<[f32]>,
+    pub(crate) inp: usize,
+    pub(crate) out: usize,
+}
+
+/// LayerNorm's scale and shift.
+#[derive(Debug)]
+pub(crate) struct Norm {
+    pub(crate) gamma: Box<[f32]>,
+    pub(crate) beta: Box<[f32]>,
+}
+
+/// One encoder layer. Q, K and V are one dense layer of `3·H` outputs
+/// (their rows stacked), so a tile's projections are one GEMM.
+#[derive(Debug)]
+pub(crate) struct Layer {
+    pub(crate) qkv: Dense,
+    pub(crate) attn_out: Dense,
+    pub(crate) attn_norm: Norm,
+    pub(crate) up: Dense,
+    pub(crate) down: Dense,
+    pub(crate) out_norm: Norm,
+}
+
+/// The weights of an encoder and its sentence-transformers modules, loaded
+/// once and shared (behind an `Arc`) by every batch's
+/// [`Encoder`](super::Encoder).
+#[derive(Debug)]
+pub struct EncoderWeights {
+    pub(crate) cfg: EncoderConfig,
+    pub(crate) modules: Modules,
+    /// `[vocab, H]`.
+    pub(crate) word: Box<[f32]>,
+    /// `[max_positions, H]`: position `p`'s row of the position embeddings
+    /// (the family's offset applied), with token type 0's vector added
+    /// where the family has token types (every input is one segment).
+    pub(crate) pos_type: Box<[f32]>,
+    pub(crate) emb_norm: Norm,
+    pub(crate) layers: Vec<Layer>,
+    /// MPNet's relative-position bias, `[buckets, heads]`.
+    pub(crate) rel_bias: Option<Box<[f32]>>,
+    /// The dtype the file holds (`float32`, `float16`, `bfloat16`).
+    dtype: &'static str,
+    sha256: String,
+    source: PathBuf,
+    /// The weights as one flat buffer for a GPU, built on first use (or
+    /// why they cannot be).
+    #[cfg(feature = "cuda")]
+    image: std::sync::OnceLock<Result<BertImage, String>>,
+}
+
+/// The weights as one buffer in the GPU twin's layout (`coexec_kernels`
+/// checks every tensor's length against the shape as it lays it out).
+#[cfg(feature = "cuda")]
+fn image_of(w: &EncoderWeights) -> Result<BertImage, KernelError> {
+    let c = &w.cfg;
+    let shape = BertShape::new(
+        c.hidden,
+        c.heads,
+        c.intermediate,
+        c.vocab,
+        c.max_positions,
+        c.eps,
+        c.pooling == Pooling::Mean,
+    )?;
+    fn norm(n: &Norm) -> (&[f32], &[f32]) {
+        (&n.gamma, &n.beta)
+    }
+    fn dense(d: &Dense) -> (&[f32], &[f32]) {
+        (&d.w, &d.b)
+    }
+    let mut img = BertImage::new(shape, &w.word, &w.pos_type, norm(&w.emb_norm))?;
+    for l in &w.layers {
+        img.layer(LayerRef {
+            qkv: dense(&l.qkv),
+            attn_out: dense(&l.attn_out),
+            attn_norm: norm(&l.attn_norm),
+            up: dense(&l.up),
+            down: dense(&l.down),
+            out_norm: norm(&l.out_norm),
+        })?;
+    }
+    Ok(img)
+}
+
+/// `model.safetensors.index.json`: which file holds each tensor.
+#[derive(serde::Deserialize)]
+struct ShardIndex {
+    weight_map: std::collections::BTreeMap<String, String>,
+}
+
+/// The weight files of a folder, read: `model.safetensors`, or the shards
+/// its index names (in name order).
+struct Files {
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Files {
+    fn load(dir: &Path) -> Result<Self, KernelError> {
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        if single.exists() || !index.exists() {
+            if !single.exists() && dir.join("pytorch_model.bin").exists() {
+                return Err(tensor_err(
+                    &dir.join("pytorch_model.bin"),
+                    "",
+                    "only safetensors are read: convert it (transformers' save_pretrained \
+                     writes model.safetensors)",
+                ));
+            }
+            let bytes = read(&single)?;
+            return Ok(Self {
+                files: vec![(single, bytes)],
+            });
+        }
+        let Some(ShardIndex { weight_map }) = read_json::<ShardIndex>(&index)? else {
+            unreachable!("the index exists");
+        };
+        let mut names: Vec<&String> = weight_map.values().collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut files = Vec::with_capacity(names.len());
+        for n in names {
+            if n.contains('/') || n.contains('\\') || n.starts_with('.') {
+                return Err(config_err(
+                    &index,
+                    "weight_map",
+                    format!("{n:?} is not a file beside the index"),
+                ));
+            }
+            let p = dir.join(n);
+            let b = read(&p)?;
+            files.push((p, b));
+        }
+        Ok(Self { files })
+    }
+
+    /// SHA-256 of the files' bytes, in order, hex.
+    fn sha256(&self) -> String {
+        let mut h = Sha256::new();
+        for (_, b) in &self.files {
+            h.update(b);
+        }
+        format!("{:x}", h.finalize())
+    }
+}
+
+/// Reads tensors by name across a folder's files, under one name prefix
+/// (`bert.` in checkpoints saved with a task head, none in a bare model's).
+struct Reader<'a> {
+    files: Vec<(&'a Path, SafeTensors<'a>)>,
+    prefix: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(files: &'a Files, family: Family, first: &str) -> Result<Self, KernelError> {
+        let files = files
+            .files
+            .iter()
+            .map(|(p, b)| {
+                SafeTensors::deserialize(b)
+                    .map(|st| (p.as_path(), st))
+                    .map_err(|e| tensor_err(p, "", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let has = |n: &str| files.iter().any(|(_, st)| st.tensor(n).is_ok());
+        let prefix = if !has(first) && has(&format!("{}{first}", family.prefix())) {
+            family.prefix()
+        } else {
+            ""
+        };
+        Ok(Self { files, prefix })
+    }
+
+    /// The file that holds `name` (the first file, for its error, where
+    /// none does).
+    fn file_of(&self, name: &str) -> &(&'a Path, SafeTensors<'a>) {
+        self.files
+            .iter()
+            .find(|(_, st)| st.tensor(name).is_ok())
+            .unwrap_or(&self.files[0])
+    }
+
+    /// The dtype of tensor `name` as `/info` names it.
+    fn dtype(&self, name: &str) -> &'static str {
+        let name = format!("{}{name}", self.prefix);
+        match self.file_of(&name).1.tensor(&name).map(|t| t.dtype()) {
+            Ok(safetensors::Dtype::F16) => "float16",
+            Ok(safetensors::Dtype::BF16) => "bfloat16",
+            _ => "float32",
+        }
+    }
+
+    fn tensor(&self, name: &str, want: &[usize]) -> Result<Box<[f32]>, KernelError> {
+        let want: Vec<Option<usize>> = want.iter().map(|&d| Some(d)).collect();
+        let name = format!("{}{name}", self.prefix);
+        let (path, st) = self.file_of(&name);
+        Ok(read_f32(st, path, &name, &want)?.data)
+    }
+
+    fn dense(&self, name: &str, out: usize, inp: usize) -> Result<Dense, KernelError> {
+        Ok(Dense {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: self.tensor(&format!("{name}.bias"), &[out])?,
+            inp,
+            out,
+        })
+    }
+
+    fn norm(&self, name: &str, h: usize) -> Result<Norm, KernelError> {
+        Ok(Norm {
+            gamma: self.tensor(&format!("{name}.weight"), &[h])?,
+            beta: self.tensor(&format!("{name}.bias"), &[h])?,
+        })
+    }
+
+    /// Q, K and V (`names`) as one dense layer of `3·h` outputs.
+    fn qkv(&self, names: [String; 3], h: usize) -> Result<Dense, KernelError> {
+        let [q, k, v] = names;
+        let (q, k, v) = (
+            self.dense(&q, h, h)?,
+            self.dense(&k, h, h)?,
+            self.dense(&v, h, h)?,
+        );
+        Ok(Dense {
+            w: [q.w, k.w, v.w].concat().into_boxed_slice(),
+            b: [q.b, k.b, v.b].concat().into_boxed_slice(),
+            inp: h,
+            out: 3 * h,
+        })
+    }
+
+    /// Layer `l` by its family's names.
+    fn layer(&self, family: Family, l: usize, h: usize, i: usize) -> Result<Layer, KernelError> {
+        match family {
+            Family::DistilBert => {
+                let at = |s: &str| format!("transformer.layer.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.qkv(
+                        [
+                            at("attention.q_lin"),
+                            at("attention.k_lin"),
+                            at("attention.v_lin"),
+                        ],
+                        h,
+                    )?,
+                    attn_out: self.dense(&at("attention.out_lin"), h, h)?,
+                    attn_norm: self.norm(&at("sa_layer_norm"), h)?,
+                    up: self.dense(&at("ffn.lin1"), i, h)?,
+                    down: self.dense(&at("ffn.lin2"), h, i)?,
+                    out_norm: self.norm(&at("output_layer_norm"), h)?,
+                })
+            }
+            Family::MpNet => {
+                let at = |s: &str| format!("encoder.layer.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.qkv(
+                        [
+                            at("attention.attn.q"),
+                            at("attention.attn.k"),
+                            at("attention.attn.v"),
+                        ],
+                        h,
+                    )?,
+                    attn_out: self.dense(&at("attention.attn.o"), h, h)?,
+                    attn_norm: self.norm(&at("attention.LayerNorm"), h)?,
+                    up: self.dense(&at("intermediate.dense"), i, h)?,
+                    down: self.dense(&at("output.dense"), h, i)?,
+                    out_norm: self.norm(&at("output.LayerNorm"), h)?,
+                })
+            }
+            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert => {
+                let at = |s: &str| format!("encoder.layer.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.qkv(
+                        [
+                            at("attention.self.query"),
+                            at("attention.self.key"),
+                            at("attention.self.value"),
+                        ],
+                        h,
+                    )?,
+                    attn_out: self.dense(&at("attention.output.dense"), h, h)?,
+                    attn_norm: self.norm(&at("attention.output.LayerNorm"), h)?,
+                    up: self.dense(&at("intermediate.dense"), i, h)?,
+                    down: self.dense(&at("output.dense"), h, i)?,
+                    out_norm: self.norm(&at("output.LayerNorm"), h)?,
+                })
+            }
+        }
+    }
+}
+
+impl EncoderWeights {
+    /// Reads the model folder `dir`: its config ([`EncoderConfig::load`]),
+    /// its sentence-transformers modules, and `model.safetensors` (or its
+    /// shards). Errors name the file and the field or tensor.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
+        let dir = dir.as_ref();
+        let modules = Modules::load(dir)?;
+        let cfg = EncoderConfig::load_with(dir, &modules)?;
+        modules.check_widths(dir, cfg.hidden)?;
+        let files = Files::load(dir)?;
+        Self::from_files(cfg, modules, &files)
+    }
+
+    fn from_files(
+        cfg: EncoderConfig,
+        modules: Modules,
+        files: &Files,
+    ) -> Result<Self, KernelError> {
+        const WORD: &str = "embeddings.word_embeddings.weight";
+        let r = Reader::new(files, cfg.family, WORD)?;
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let word = r.tensor(WORD, &[cfg.vocab, h])?;
+        let table = r.tensor(
+            "embeddings.position_embeddings.weight",
+            &[cfg.position_offset + cfg.max_positions, h],
+        )?;
+        let mut pos_type = table[cfg.position_offset * h..].to_vec().into_boxed_slice();
+        if cfg.type_vocab > 0 {
+            let types = r.tensor(
+                "embeddings.token_type_embeddings.weight",
+                &[cfg.type_vocab, h],
+            )?;
+            for row in pos_type.chunks_exact_mut(h) {
+                for (p, t) in row.iter_mut().zip(&types[..h]) {
+                    *p += t;
+                }
+            }
+        }
+        let emb_norm = r.norm("embeddings.LayerNorm", h)?;
+        let rel_bias = match cfg.relative_bias {
+            Some(rb) => Some(r.tensor(
+                "encoder.relative_attention_bias.weight",
+                &[rb.buckets, cfg.heads],
+            )?),
+            None => None,
+        };
+        let layers = (0..cfg.layers)
+            .map(|l| r.layer(cfg.family, l, h, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            dtype: r.dtype(WORD),
+            cfg,
+            modules,
+            word,
+            pos_type,
+            emb_norm,
+            layers,
+            rel_bias,
+            sha256: files.sha256(),
+            source: files.files[0].0.clone(),
+            #[cfg(feature = "cuda")]
+            image: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The weights as one buffer for a GPU's upload, built on the first
+    /// call (a second copy of the weights in host memory, made only where
+    /// a GPU runs the encoder).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn image(&self) -> Result<&BertImage, KernelError> {
+        self.image
+            .get_or_init(|| image_of(self).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|why| KernelError::invalid("encoder image", why.clone()))
+    }
+
+    /// Whether the GPU twin computes this encoder: the BERT layout with
+    /// the exact GELU, pooled by mean or `[CLS]` (MPNet's relative bias,
+    /// the tanh GELU and the other poolings run on the CPU workers only).
+    pub fn gpu_twin(&self) -> bool {
+        let c = &self.cfg;
+        c.relative_bias.is_none()
+            && c.activation == super::Activation::GeluErf
+            && matches!(c.pooling, Pooling::Mean | Pooling::Cls)
+    }
+
+    /// The encoder's shape.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.cfg
+    }
+
+    /// The first weights file.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The dtype of the file's weights (`float32`, `float16`, `bfloat16`);
+    /// the CPU computes in f32 whatever it is.
+    pub fn stored_dtype(&self) -> &'static str {
+        self.dtype
+    }
+
+    /// The SHA-256 of the weight files' bytes, hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Width of the encoder's token vectors (and of the pooled vector
+    /// before any Dense module).
+    pub fn hidden(&self) -> usize {
+        self.cfg.hidden
+    }
+
+    /// Width of an embedding: the last Dense module's output, else the
+    /// hidden width.
+    pub fn dim(&self) -> usize {
+        self.modules.out_dim(self.cfg.hidden)
+    }
+}
