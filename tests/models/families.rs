@@ -130,6 +130,163 @@ fn every_family_matches_sentence_transformers_in_fp64() {
     println!("{}", report.join("\n"));
 }
 
+/// A copy of family folder `name` in a fresh temporary folder, to break.
+fn copy_of(name: &str) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/families")
+        .join(name);
+    let to = std::env::temp_dir().join(format!("coexec-family-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&to);
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let p = e.unwrap().path();
+            let q = to.join(p.file_name().unwrap());
+            if p.is_dir() {
+                copy(&p, &q);
+            } else {
+                std::fs::copy(&p, &q).unwrap();
+            }
+        }
+    }
+    copy(&from, &to);
+    to
+}
+
+fn load_err(dir: &Path) -> String {
+    match Embedder::load(dir) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Edits the JSON file `path` in place.
+fn edit(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, v.to_string()).unwrap();
+}
+
+/// What a folder cannot be, each refused at load in one line that names
+/// the file and the field, module or tensor.
+#[test]
+fn bad_folders_are_refused_by_file_and_field() {
+    // A family the encoder cannot compute: by name, with what it needs.
+    let dir = copy_of("bert-f16");
+    edit(&dir.join("config.json"), |c| {
+        c["model_type"] = "nomic_bert".into()
+    });
+    let e = load_err(&dir);
+    assert!(
+        e.contains("config.json") && e.contains("nomic_bert") && e.contains("rotary"),
+        "{e}"
+    );
+    edit(&dir.join("config.json"), |c| {
+        c["model_type"] = "gpt2".into()
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("\"gpt2\" is not a family"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A tensor that does not fit the config, in each family's own names,
+    // named with its file (the shard that holds it where there are shards).
+    for (name, key, value, tensor, file) in [
+        (
+            "distilbert-max",
+            "hidden_dim",
+            65,
+            "transformer.layer.0.ffn.lin1.weight",
+            "model.safetensors",
+        ),
+        (
+            "mpnet-mean",
+            "num_attention_heads",
+            2,
+            "encoder.relative_attention_bias.weight",
+            "model.safetensors",
+        ),
+        (
+            "roberta-lasttoken",
+            "intermediate_size",
+            65,
+            "encoder.layer.0.intermediate.dense.weight",
+            "model.safetensors",
+        ),
+        (
+            "xlm-roberta-sharded",
+            "intermediate_size",
+            65,
+            "encoder.layer.0.intermediate.dense.weight",
+            "model-0000",
+        ),
+    ] {
+        let dir = copy_of(name);
+        edit(&dir.join("config.json"), |c| c[key] = value.into());
+        let e = load_err(&dir);
+        assert!(
+            e.contains(tensor) && e.contains(file) && e.contains("shape"),
+            "{name}: {e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A module the service does not compute is refused, never skipped.
+    let dir = copy_of("xlm-roberta-sharded");
+    edit(&dir.join("modules.json"), |m| {
+        m[2]["type"] = "sentence_transformers.models.LayerNorm".into();
+    });
+    let e = load_err(&dir);
+    assert!(
+        e.contains("modules.json") && e.contains("LayerNorm") && e.contains("not a module"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A Dense module whose input is not the pooled width.
+    let dir = copy_of("bert-cls-dense");
+    edit(&dir.join("2_Dense/config.json"), |c| {
+        c["in_features"] = 31.into()
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("2_Dense") && e.contains("linear.weight"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Weights only as pytorch_model.bin: a one-line hint.
+    let dir = copy_of("bert-f16");
+    std::fs::rename(dir.join("model.safetensors"), dir.join("pytorch_model.bin")).unwrap();
+    let e = load_err(&dir);
+    assert!(
+        e.contains("pytorch_model.bin") && e.contains("safetensors"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A default prompt the model does not define.
+    let dir = copy_of("bert-cls-dense");
+    edit(&dir.join("config_sentence_transformers.json"), |c| {
+        c["default_prompt_name"] = "search".into();
+    });
+    let e = load_err(&dir);
+    assert!(
+        e.contains("default_prompt_name") && e.contains("search"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A pooling mode that is not served, in either format.
+    let dir = copy_of("distilbert-max");
+    edit(&dir.join("1_Pooling/config.json"), |c| {
+        c["pooling_mode"] = "weightedmean".into()
+    });
+    let e = load_err(&dir);
+    assert!(
+        e.contains("pooling_mode_weightedmean_tokens") && e.contains("not served"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The GPU twin takes the families whose operations it has (the BERT
 /// layout, exact GELU, mean or [CLS] pooling); the rest say so.
 #[test]

@@ -260,7 +260,7 @@ fn offset(path: &Path, pad: Option<usize>, positions: usize) -> Result<usize, Ke
 
 impl EncoderConfig {
     /// Reads `dir/config.json` (a family of [`Family`]'s) and the
-    /// sentence-transformers files beside it ([`Modules`]). Errors name the
+    /// sentence-transformers module files beside it. Errors name the
     /// file and the field or line; a family the encoder cannot compute is
     /// refused by name, with what it lacks.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
