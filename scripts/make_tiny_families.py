@@ -220,6 +220,77 @@ def write(name, spec, texts):
           f"longest {max(map(len, ids))} tokens, dim {len(vectors[0])}")
 
 
+def write_classifier(name, cfg_cls, model_cls, kw, tok_fn, labels, texts):
+    """A sequence classifier (a cross-encoder where it has one label) as
+    transformers saves it, and its logits in float64 for single texts and
+    for pairs (a query and a text), tokenised as a pair by tokenizer.json's
+    template (token type 1 for the second text where the family has types)."""
+    torch.manual_seed(SEED + sum(map(ord, name)))
+    cfg = cfg_cls(**kw, num_labels=len(labels),
+                  id2label={i: l for i, l in enumerate(labels)},
+                  label2id={l: i for i, l in enumerate(labels)})
+    model = model_cls(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+            elif "classifier" in n or "pooler" in n:
+                # Initialised at 0.02, the head would give logits near 0.
+                p.mul_(20.0)
+    dir_ = os.path.join(OUT, name)
+    shutil.rmtree(dir_, ignore_errors=True)
+    os.makedirs(dir_)
+    model.save_pretrained(dir_, safe_serialization=True)
+    tok = tok_fn()
+    limit = max_seq(kw)
+    tok.save(os.path.join(dir_, "tokenizer.json"))
+    tok.enable_truncation(limit)
+    tok.no_padding()
+    queries = [t for t in texts if len(t) < 80][:4]
+    pairs = [[q, t] for q in queries[:2] for t in texts[::4]] + [[t] for t in texts[::6]]
+    ids, types = [], []
+    for pr in pairs:
+        e = tok.encode(*pr) if len(pr) == 2 else tok.encode(pr[0])
+        ids.append(e.ids)
+        types.append(e.type_ids)
+    ref = model.double().eval()
+    logits = []
+    with torch.no_grad():
+        for seq, ty in zip(ids, types):
+            x = torch.tensor([seq], dtype=torch.long)
+            kw2 = {"input_ids": x, "attention_mask": torch.ones_like(x)}
+            if cfg_cls.__name__ == "BertConfig":
+                kw2["token_type_ids"] = torch.tensor([ty], dtype=torch.long)
+            logits.append(ref(**kw2).logits[0].tolist())
+    json.dump({"family": cfg.model_type, "kind": "classifier", "labels": labels,
+               "max_seq_length": limit, "pairs": pairs, "ids": ids, "logits": logits},
+              open(os.path.join(dir_, "reference.json"), "w"))
+    print(f"{name}: {cfg.model_type} classifier, {len(labels)} labels, {len(pairs)} inputs, "
+          f"longest {max(map(len, ids))} tokens")
+
+
+def classifiers():
+    from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
+                              DistilBertForSequenceClassification, XLMRobertaConfig,
+                              XLMRobertaForSequenceClassification)
+    nb = len(json.load(open(BERT_TOKENIZER))["model"]["vocab"])
+    common = dict(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  intermediate_size=FF)
+    return {
+        "bert-reranker": (BertConfig, BertForSequenceClassification,
+                          dict(common, vocab_size=nb, max_position_embeddings=72),
+                          bert_tokenizer, ["LABEL_0"]),
+        "xlm-roberta-classifier": (XLMRobertaConfig, XLMRobertaForSequenceClassification,
+                                   dict(common, vocab_size=nb, max_position_embeddings=74,
+                                        pad_token_id=1, type_vocab_size=1),
+                                   roberta_tokenizer, ["negative", "neutral", "positive"]),
+        "distilbert-classifier": (DistilBertConfig, DistilBertForSequenceClassification,
+                                  dict(vocab_size=nb, dim=H, n_layers=LAYERS, n_heads=HEADS,
+                                       hidden_dim=FF, max_position_embeddings=72),
+                                  bert_tokenizer, ["no", "yes"]),
+    }
+
+
 def buckets():
     """MPNet's relative-position buckets for distances -300..300, from
     transformers itself (the Rust test checks its own against them)."""
@@ -235,6 +306,8 @@ def main():
     texts = sentences()
     for name, spec in families().items():
         write(name, spec, texts)
+    for name, (cfg_cls, model_cls, kw, tok_fn, labels) in classifiers().items():
+        write_classifier(name, cfg_cls, model_cls, kw, tok_fn, labels, texts)
     buckets()
     return 0
 

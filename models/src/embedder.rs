@@ -62,7 +62,7 @@ impl Embedder {
     /// tensor at fault.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
         let dir = dir.as_ref();
-        let weights = EncoderWeights::load(dir)?;
+        let mut weights = EncoderWeights::load(dir)?;
         let tok_path = dir.join("tokenizer.json");
         let tok_bytes = coexec_kernels::read_file(&tok_path, MAX_TOKENIZER_BYTES)?;
         let mut tokenizer = Tokenizer::from_bytes(tok_bytes).map_err(|e| KernelError::Input {
@@ -94,6 +94,22 @@ impl Embedder {
                 why: e.to_string(),
             })?;
         check_tokenizer(&tokenizer, &weights, dir)?;
+        if weights.has_pair_types() {
+            // The separator that ends a pair's first text: the token before
+            // the first of type 1 in the tokenizer's own pair template.
+            let enc = tokenizer
+                .encode(("a", "b"), true)
+                .map_err(|e| KernelError::Input {
+                    path: tok_path.clone(),
+                    line: 0,
+                    why: format!("the tokenizer fails on a pair of texts: {e}"),
+                })?;
+            if let Some(k) = enc.get_type_ids().iter().position(|&t| t == 1)
+                && k > 0
+            {
+                weights.set_pair_separator(enc.get_ids()[k - 1]);
+            }
+        }
         let weights = Arc::new(weights);
         check_probe(&tokenizer, &weights, dir)?;
         let id = dir
@@ -143,7 +159,62 @@ impl Embedder {
                 max: self.max_input_length(),
             });
         }
+        self.check_types(&enc)?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// The token ids of a pair of texts (a query and a passage, for a
+    /// cross-encoder), by the tokenizer's pair template (`[CLS] a [SEP] b
+    /// [SEP]`), the longer text cut first to the model's limit when
+    /// `truncate`, refused past it otherwise.
+    pub fn tokenize_pair(
+        &self,
+        first: &str,
+        second: &str,
+        truncate: bool,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        let enc = self
+            .tokenizer
+            .encode((first, second), true)
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+        if !truncate && !enc.get_overflowing().is_empty() {
+            return Err(TokenizeError::TooLong {
+                max: self.max_input_length(),
+            });
+        }
+        self.check_types(&enc)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// A classifier with token types takes the rows after the first
+    /// separator as a pair's second text (the ids carry no types): refuses
+    /// an encoding whose types the tokenizer put elsewhere, as where a
+    /// text holds the separator itself (`"a [SEP] b"`).
+    fn check_types(&self, enc: &tokenizers::Encoding) -> Result<(), TokenizeError> {
+        let Some((_, sep)) = &self.weights.second_type else {
+            return Ok(());
+        };
+        let first = enc.get_ids().iter().position(|id| id == sep);
+        let second = |k: usize| first.is_some_and(|s| k > s);
+        if enc
+            .get_type_ids()
+            .iter()
+            .enumerate()
+            .any(|(k, &t)| (t == 1) != second(k))
+        {
+            return Err(TokenizeError::Tokenizer(
+                "a text holds the model's separator token, which would move where the second \
+                 text starts"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A sequence classifier's labels, in the order of its outputs
+    /// (`config.json`'s `id2label`); `None` for a model of embeddings.
+    pub fn labels(&self) -> Option<&[String]> {
+        self.weights.config().labels.as_deref()
     }
 
     /// Every token of `text`, never truncated (as TEI's `/tokenize` gives

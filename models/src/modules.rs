@@ -177,6 +177,18 @@ struct StJson {
 }
 
 impl Modules {
+    /// A sequence classifier's head (Hugging Face's, in the model's own
+    /// weights): the first token's vector through `steps`. Prompts are not
+    /// a classifier's.
+    pub(crate) fn classifier(steps: Vec<Dense>) -> Self {
+        Self {
+            pooling: Pooling::Cls,
+            steps: steps.into_iter().map(Step::Dense).collect(),
+            prompts: BTreeMap::new(),
+            default_prompt: None,
+        }
+    }
+
     /// The modules of the folder `dir`: `modules.json` where it exists
     /// (else the encoder and `1_Pooling`, or mean pooling without it), and
     /// the prompts. Errors name the file and the field or module.
@@ -400,6 +412,23 @@ fn read_pooling(path: &Path) -> Result<(Pooling, bool), KernelError> {
 }
 
 impl Dense {
+    /// `act(x·Wᵀ + b)` of the given weights (`w` `[out, inp]`): a
+    /// classifier head's layers.
+    pub(crate) fn new(
+        w: Box<[f32]>,
+        b: Box<[f32]>,
+        (inp, out): (usize, usize),
+        act: DenseActivation,
+    ) -> Self {
+        Self {
+            w,
+            b: Some(b),
+            inp,
+            out,
+            act,
+        }
+    }
+
     /// The Dense module in folder `dir`: `config.json` and
     /// `model.safetensors` (`linear.weight`, `linear.bias`).
     fn load(dir: &Path) -> Result<Self, KernelError> {

@@ -432,9 +432,9 @@ impl Service<coexec_models::Embedder> {
     /// `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a handle).
     pub fn tei_router(&self) -> Router {
         let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
-            "POST /embed, /v1/embeddings, /embeddings, /similarity, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
+            "POST /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
         } else {
-            "POST /embed, /v1/embeddings, /embeddings, /similarity, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz"
+            "POST /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz"
         };
         let json405 = move || async move { method_not_allowed(routes) };
         let tei = Router::new()
@@ -442,6 +442,8 @@ impl Service<coexec_models::Embedder> {
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
             .route("/embeddings", post(tei::openai).fallback(json405))
             .route("/similarity", post(tei::similarity).fallback(json405))
+            .route("/rerank", post(tei::classify::rerank).fallback(json405))
+            .route("/predict", post(tei::classify::predict).fallback(json405))
             .route("/tokenize", post(tei::tokens::tokenize).fallback(json405))
             .route("/decode", post(tei::tokens::decode).fallback(json405))
             .route("/info", get(tei::info).fallback(json405))

@@ -6,6 +6,8 @@
 //!  POST /embed          {"inputs": str | [str], "normalize", "truncate", "dimensions"} → [[f32]]
 //!  POST /v1/embeddings  {"input": str | [str], "model", "dimensions"}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
 //!  POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters": {"truncate"}} → [cosine]
+//!  POST /rerank         {"query": str, "texts": [str], "raw_scores", "return_text"} → [{"index", "score", "text"}] (a cross-encoder)
+//!  POST /predict        {"inputs": str | [str, str] | [[str] | [str, str]], "raw_scores"} → [{"score", "label"}] (a classifier)
 //!  POST /tokenize       {"inputs": str | [str], "add_special_tokens": true} → [[{"id", "text", "special", "start", "stop"}]]
 //!  POST /decode         {"ids": [u32] | [[u32]], "skip_special_tokens": true} → [str]
 //!  GET  /info           model id and sha, max input length, batch limits
@@ -47,6 +49,7 @@ use crate::budget::Held;
 use coexec::stream::StreamError;
 use coexec_models::{Embedder, TokenizeError, normalize};
 
+pub(super) mod classify;
 pub(super) mod tokens;
 mod types;
 
@@ -84,7 +87,7 @@ impl ServeModel for Embedder {
     }
 }
 
-/// Which of the embedding routes a request came to, for its errors.
+/// Which of the model's routes a request came to, for its errors.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Api {
     /// `POST /embed`.
@@ -93,16 +96,38 @@ enum Api {
     OpenAi,
     /// `POST /similarity`: the source sentence first, then the others.
     Similarity,
+    /// `POST /rerank`: the query with each text.
+    Rerank,
+    /// `POST /predict`.
+    Predict,
 }
 
 impl Api {
-    /// Where the request's `k`-th text is.
+    /// Where the request's `k`-th input is.
     fn at(self, k: usize) -> String {
         match (self, k) {
             (Api::Similarity, 0) => "inputs.source_sentence".into(),
             (Api::Similarity, k) => format!("inputs.sentences[{}]", k - 1),
-            (Api::Tei, k) => format!("inputs[{k}]"),
+            (Api::Tei | Api::Predict, k) => format!("inputs[{k}]"),
             (Api::OpenAi, k) => format!("input[{k}]"),
+            (Api::Rerank, k) => format!("texts[{k}]"),
+        }
+    }
+}
+
+/// One input of a route: a text, or a pair of texts (a cross-encoder's
+/// query and passage).
+#[derive(Debug, Clone)]
+pub(crate) enum Text {
+    One(String),
+    Pair(String, String),
+}
+
+impl Text {
+    fn len(&self) -> usize {
+        match self {
+            Text::One(t) => t.len(),
+            Text::Pair(a, b) => a.len() + b.len(),
         }
     }
 }
@@ -214,13 +239,13 @@ impl Cut {
     }
 }
 
-/// The ids of each text, or the 4xx of the first that fails. A text past
-/// the model's limit that would have to be cut on the left is refused:
-/// only cutting on the right is served.
+/// The ids of each input, or the 4xx of the first that fails. An input
+/// past the model's limit that would have to be cut on the left is
+/// refused: only cutting on the right is served.
 fn tokenize(
     model: &Embedder,
     api: Api,
-    texts: &[String],
+    texts: &[Text],
     cut: Cut,
 ) -> Result<Vec<Vec<u32>>, ErrorResponse> {
     let left = cut.direction == TruncationDirection::Left;
@@ -228,18 +253,21 @@ fn tokenize(
         .iter()
         .enumerate()
         .map(|(k, t)| {
-            model
-                .tokenize(t, cut.truncate && !left)
-                .map_err(|e| match e {
-                    TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
-                        "`{}`: {e}; cutting it on the left (`truncation_direction`) is not served",
-                        api.at(k)
-                    )),
-                    TokenizeError::TooLong { .. } => {
-                        ErrorResponse::too_large(format!("`{}`: {e}", api.at(k)))
-                    }
-                    _ => ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k))),
-                })
+            let right = cut.truncate && !left;
+            match t {
+                Text::One(t) => model.tokenize(t, right),
+                Text::Pair(a, b) => model.tokenize_pair(a, b, right),
+            }
+            .map_err(|e| match e {
+                TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
+                    "`{}`: {e}; cutting it on the left (`truncation_direction`) is not served",
+                    api.at(k)
+                )),
+                TokenizeError::TooLong { .. } => {
+                    ErrorResponse::too_large(format!("`{}`: {e}", api.at(k)))
+                }
+                _ => ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k))),
+            })
         })
         .collect()
 }
@@ -276,12 +304,34 @@ fn full(svc: &Service<Embedder>, rows: usize, accepted: bool) -> bool {
 }
 
 /// `texts` tokenised off the handler, checked, queued and answered: their
-/// vectors (not normalised) and their tokens.
+/// vectors (not normalised) and their tokens. A classifier has none: 424.
 async fn embed_texts(
     svc: &Service<Embedder>,
     api: Api,
     admitted: Admitted,
     texts: Vec<String>,
+    cut: Cut,
+) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
+    if svc.model().labels().is_some() {
+        return Err(not_a("an embedding model"));
+    }
+    let texts = texts.into_iter().map(Text::One).collect();
+    run_inputs(svc, api, admitted, texts, cut).await
+}
+
+/// TEI's 424 for a route of another kind of model than the one served.
+fn not_a(kind: &str) -> ErrorResponse {
+    failed(format!("model is not {kind}")).with_status(StatusCode::FAILED_DEPENDENCY)
+}
+
+/// `texts` (texts or pairs) tokenised off the handler, checked, queued and
+/// answered: the model's outputs (vectors, or a classifier's logits) and
+/// the tokens.
+async fn run_inputs(
+    svc: &Service<Embedder>,
+    api: Api,
+    admitted: Admitted,
+    texts: Vec<Text>,
     cut: Cut,
 ) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
     let Admitted { held, accepted } = admitted;
@@ -291,7 +341,7 @@ async fn embed_texts(
         return Err(svc.overloaded());
     }
     let model = svc.model().clone();
-    let bytes: usize = texts.iter().map(String::len).sum();
+    let bytes: usize = texts.iter().map(Text::len).sum();
     // The budget goes along with the work: a client that leaves drops
     // this handler, not the tokenizer's run on the blocking pool.
     let tokenized = off_the_handler(bytes, move || {
@@ -440,9 +490,30 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
         model_id: m.id().to_owned(),
         model_sha: m.sha256().to_owned(),
         model_dtype: "float32",
-        model_type: ModelType::Embedding(EmbeddingModel {
-            pooling: w.config().pooling.name(),
-        }),
+        model_type: match m.labels() {
+            None => ModelType::Embedding(EmbeddingModel {
+                pooling: w.config().pooling.name(),
+            }),
+            Some(labels) => {
+                let c = types::ClassifierModel {
+                    id2label: labels
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| (i.to_string(), l.clone()))
+                        .collect(),
+                    label2id: labels
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| (l.clone(), i))
+                        .collect(),
+                };
+                if labels.len() == 1 {
+                    ModelType::Reranker(c)
+                } else {
+                    ModelType::Classifier(c)
+                }
+            }
+        },
         model_family: w.config().family.model_type(),
         model_weights_dtype: w.stored_dtype(),
         model_dim: m.dim(),

@@ -136,3 +136,151 @@ async fn an_mpnet_model_says_it_runs_on_the_cpus() {
     })
     .await;
 }
+
+#[derive(serde::Deserialize)]
+struct Scores {
+    pairs: Vec<Vec<String>>,
+    logits: Vec<Vec<f64>>,
+}
+
+/// A cross-encoder serves `/rerank`: the query with each text, sorted by
+/// the sigmoid of its logit (the logit itself with `raw_scores`), the texts
+/// back where asked; and not `/embed` (TEI's 424), where a model of
+/// embeddings does not serve `/rerank` or `/predict`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_encoder_reranks_and_does_not_embed() {
+    let dir = family("bert-reranker");
+    let r: Scores =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    with_service(&dir, move |addr| {
+        // The reference's pairs of its first query.
+        let query = r.pairs[0][0].clone();
+        let (texts, want): (Vec<String>, Vec<f64>) = r
+            .pairs
+            .iter()
+            .zip(&r.logits)
+            .filter(|(p, _)| p.len() == 2 && p[0] == query)
+            .map(|(p, l)| (p[1].clone(), l[0]))
+            .unzip();
+        assert!(texts.len() >= 4);
+        let body =
+            serde_json::json!({"query": query, "texts": texts, "raw_scores": true}).to_string();
+        let (status, answer) = http(addr, "POST", "/rerank", &body);
+        assert_eq!(status, 200, "{answer}");
+        let ranks: Vec<serde_json::Value> = serde_json::from_str(&answer).unwrap();
+        assert_eq!(ranks.len(), texts.len());
+        for w in ranks.windows(2) {
+            assert!(w[0]["score"].as_f64() >= w[1]["score"].as_f64(), "{answer}");
+        }
+        for rank in &ranks {
+            let i = rank["index"].as_u64().unwrap() as usize;
+            let got = rank["score"].as_f64().unwrap();
+            assert!(
+                (got - want[i]).abs() < 1e-4,
+                "text {i}: {got} against {}",
+                want[i]
+            );
+            assert!(rank.get("text").is_none());
+        }
+        let body =
+            serde_json::json!({"query": query, "texts": texts, "return_text": true}).to_string();
+        let (_, answer) = http(addr, "POST", "/rerank", &body);
+        let ranks: Vec<serde_json::Value> = serde_json::from_str(&answer).unwrap();
+        for rank in &ranks {
+            let i = rank["index"].as_u64().unwrap() as usize;
+            let sigmoid = 1.0 / (1.0 + (-want[i]).exp());
+            assert!((rank["score"].as_f64().unwrap() - sigmoid).abs() < 1e-4);
+            assert_eq!(rank["text"], texts[i].as_str());
+        }
+        // Bad bodies: 4xx JSON, and the service goes on.
+        for (body, status) in [
+            (r#"{"query": "q", "texts": []}"#, 400),
+            (r#"{"query": "q"}"#, 422),
+            (r#"{"query": "q", "texts": "t"}"#, 422),
+            (r#"{"query": "", "texts": ["t"]}"#, 400),
+        ] {
+            let (got, answer) = http(addr, "POST", "/rerank", body);
+            assert_eq!(got, status, "{body}: {answer}");
+            assert!(answer.contains("error_type"), "{answer}");
+        }
+        let (status, answer) = http(addr, "POST", "/embed", r#"{"inputs": "a"}"#);
+        assert_eq!(status, 424, "{answer}");
+        assert!(answer.contains("not an embedding model"), "{answer}");
+        let (status, answer) = http(addr, "GET", "/info", "");
+        assert_eq!(status, 200);
+        let info: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(
+            info["model_type"]["reranker"]["id2label"]["0"], "LABEL_0",
+            "{answer}"
+        );
+    })
+    .await;
+    with_service(&family("mpnet-mean"), |addr| {
+        for path in ["/rerank", "/predict"] {
+            let (status, answer) = http(
+                addr,
+                "POST",
+                path,
+                r#"{"query": "q", "texts": ["t"], "inputs": "t"}"#,
+            );
+            assert_eq!(status, 424, "{path}: {answer}");
+        }
+    })
+    .await;
+}
+
+/// A classifier serves `/predict`: every label's softmax score, highest
+/// first, for a text, a pair, or a batch of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classifier_predicts_labels() {
+    let dir = family("xlm-roberta-classifier");
+    let r: Scores =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    with_service(&dir, move |addr| {
+        let labels = ["negative", "neutral", "positive"];
+        let softmax = |l: &[f64]| {
+            let m = l.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = l.iter().map(|x| (x - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.into_iter().map(|x| x / s).collect::<Vec<_>>()
+        };
+        let check = |got: &serde_json::Value, logits: &[f64]| {
+            let want = softmax(logits);
+            let got = got.as_array().unwrap();
+            assert_eq!(got.len(), 3);
+            for w in got.windows(2) {
+                assert!(w[0]["score"].as_f64() >= w[1]["score"].as_f64());
+            }
+            for p in got {
+                let k = labels.iter().position(|l| p["label"] == *l).unwrap();
+                assert!((p["score"].as_f64().unwrap() - want[k]).abs() < 1e-4);
+            }
+        };
+        let single = r.pairs.iter().position(|p| p.len() == 1).unwrap();
+        let pair = r.pairs.iter().position(|p| p.len() == 2).unwrap();
+        let body = serde_json::json!({"inputs": r.pairs[single][0]}).to_string();
+        let (status, answer) = http(addr, "POST", "/predict", &body);
+        assert_eq!(status, 200, "{answer}");
+        check(&serde_json::from_str(&answer).unwrap(), &r.logits[single]);
+        let body = serde_json::json!({"inputs": r.pairs[pair]}).to_string();
+        let (_, answer) = http(addr, "POST", "/predict", &body);
+        check(&serde_json::from_str(&answer).unwrap(), &r.logits[pair]);
+        let body = serde_json::json!({"inputs": [r.pairs[single], r.pairs[pair]]}).to_string();
+        let (_, answer) = http(addr, "POST", "/predict", &body);
+        let batch: Vec<serde_json::Value> = serde_json::from_str(&answer).unwrap();
+        check(&batch[0], &r.logits[single]);
+        check(&batch[1], &r.logits[pair]);
+        for body in [
+            r#"{"inputs": ["a", "b", "c"]}"#,
+            r#"{"inputs": 7}"#,
+            r#"{"inputs": [["a", ""]]}"#,
+        ] {
+            let (status, answer) = http(addr, "POST", "/predict", body);
+            assert!((400..500).contains(&status), "{body}: {status} {answer}");
+        }
+        // A classifier of three labels is no re-ranker.
+        let (status, _) = http(addr, "POST", "/rerank", r#"{"query": "q", "texts": ["t"]}"#);
+        assert_eq!(status, 424);
+    })
+    .await;
+}

@@ -129,6 +129,10 @@ pub struct EncoderConfig {
     /// `sentence_bert_config.json`'s `max_seq_length`, else
     /// `max_positions`.
     pub max_tokens: usize,
+    /// A sequence classifier's labels in the order of its outputs
+    /// (`id2label`), where `architectures` names a
+    /// `…ForSequenceClassification`; `None` for an encoder of embeddings.
+    pub labels: Option<Vec<String>>,
 }
 
 /// Families named here are refused by name with what they need that the
@@ -163,10 +167,45 @@ const NOT_SERVED: &[(&str, &str)] = &[
     ("gemma3_text", "a decoder: rotary positions, RMSNorm, GeGLU"),
 ];
 
-/// `config.json`'s family, before the rest is read.
+/// `config.json`'s family and head, before the rest is read.
 #[derive(Deserialize)]
 struct ModelType {
     model_type: Option<String>,
+    #[serde(default)]
+    architectures: Vec<String>,
+    id2label: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A sequence classifier's labels by output, from `id2label` (keys `"0"`
+/// to `"n-1"`, each once).
+fn labels(
+    path: &Path,
+    id2label: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<Vec<String>, KernelError> {
+    let Some(map) = id2label else {
+        return Err(config_err(
+            path,
+            "id2label",
+            "missing: a classifier names its labels",
+        ));
+    };
+    let mut out = vec![None; map.len()];
+    for (k, v) in map {
+        match k.parse::<usize>() {
+            Ok(i) if i < out.len() && out[i].is_none() => out[i] = Some(v),
+            _ => {
+                return Err(config_err(
+                    path,
+                    "id2label",
+                    format!("key {k:?}: expected each of 0 to {} once", out.len() - 1),
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(config_err(path, "id2label", "empty"));
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// BERT's, RoBERTa's, XLM-RoBERTa's and CamemBERT's `config.json` (the
@@ -260,17 +299,22 @@ fn offset(path: &Path, pad: Option<usize>, positions: usize) -> Result<usize, Ke
 
 impl EncoderConfig {
     /// Reads `dir/config.json` (a family of [`Family`]'s) and the
-    /// sentence-transformers module files beside it. Errors name the
-    /// file and the field or line; a family the encoder cannot compute is
-    /// refused by name, with what it lacks.
+    /// sentence-transformers module files beside it (a classifier's pooling
+    /// is its first token's). Errors name the file and the field or line; a
+    /// family the encoder cannot compute is refused by name, with what it
+    /// lacks.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
         let dir = dir.as_ref();
-        let modules = Modules::load(dir)?;
-        Self::load_with(dir, &modules)
+        let mut c = Self::load_with(dir, Pooling::Cls)?;
+        if c.labels.is_none() {
+            c.pooling = Modules::load(dir)?.pooling;
+        }
+        Ok(c)
     }
 
-    /// [`EncoderConfig::load`], with the folder's modules already read.
-    pub(crate) fn load_with(dir: &Path, modules: &Modules) -> Result<Self, KernelError> {
+    /// [`EncoderConfig::load`]'s `config.json` and limit, pooled by
+    /// `pooling`.
+    pub(crate) fn load_with(dir: &Path, pooling: Pooling) -> Result<Self, KernelError> {
         let path = dir.join("config.json");
         let bytes = read_optional(&path)?.ok_or_else(|| KernelError::Io {
             path: path.clone(),
@@ -279,7 +323,15 @@ impl EncoderConfig {
                 "no such file (a model folder holds config.json, model.safetensors and tokenizer.json)",
             ),
         })?;
-        let ModelType { model_type } = parse(&path, &bytes)?;
+        let ModelType {
+            model_type,
+            architectures,
+            id2label,
+        } = parse(&path, &bytes)?;
+        let labels = match architectures.first() {
+            Some(a) if a.ends_with("ForSequenceClassification") => Some(labels(&path, id2label)?),
+            _ => None,
+        };
         let Some(model_type) = model_type else {
             return Err(config_err(&path, "model_type", "missing"));
         };
@@ -334,8 +386,9 @@ impl EncoderConfig {
                     eps: eps(&path, j.layer_norm_eps, default_eps)?,
                     activation: activation(&path, "hidden_act", j.hidden_act.as_deref())?,
                     relative_bias: None,
-                    pooling: modules.pooling,
+                    pooling,
                     max_tokens: 0,
+                    labels: labels.clone(),
                 }
             }
             Family::DistilBert => {
@@ -354,8 +407,9 @@ impl EncoderConfig {
                     eps: 1e-12,
                     activation: activation(&path, "activation", j.activation.as_deref())?,
                     relative_bias: None,
-                    pooling: modules.pooling,
+                    pooling,
                     max_tokens: 0,
+                    labels: labels.clone(),
                 }
             }
             Family::MpNet => {
@@ -389,8 +443,9 @@ impl EncoderConfig {
                         buckets: rows,
                         max_distance: 128,
                     }),
-                    pooling: modules.pooling,
+                    pooling,
                     max_tokens: 0,
+                    labels: labels.clone(),
                 }
             }
         };

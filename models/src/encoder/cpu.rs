@@ -94,6 +94,21 @@ impl EncoderWeights {
                 }
             }
         }
+        // A classifier's pair: the rows after the first separator are the
+        // second text's, of token type 1.
+        if let Some((delta, sep)) = &self.second_type {
+            let mut at = 0;
+            for seq in seqs {
+                if let Some(k) = seq.iter().position(|id| id == sep) {
+                    for row in x[(at + k + 1) * h..(at + seq.len()) * h].chunks_exact_mut(h) {
+                        for (v, d) in row.iter_mut().zip(delta.iter()) {
+                            *v += d;
+                        }
+                    }
+                }
+                at += seq.len();
+            }
+        }
         self.emb_norm.add_norm(x, None, c.eps);
         for layer in &self.layers {
             let qkv = grow(&mut s.qkv, t * 3 * h);

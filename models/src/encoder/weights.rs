@@ -18,7 +18,7 @@ use coexec_kernels::tensors::{read, read_f32, tensor_err};
 
 use super::config::{EncoderConfig, Family};
 use crate::folder::{config_err, read_json};
-use crate::modules::{Modules, Pooling};
+use crate::modules::{self, DenseActivation, Modules, Pooling};
 
 /// A dense layer `y = x·Wᵀ + b`, `W` row-major `[out, in]` (PyTorch's).
 #[derive(Debug)]
@@ -65,6 +65,12 @@ pub struct EncoderWeights {
     pub(crate) layers: Vec<Layer>,
     /// MPNet's relative-position bias, `[buckets, heads]`.
     pub(crate) rel_bias: Option<Box<[f32]>>,
+    /// A classifier's token type 1 less type 0 (`[H]`), added to the rows
+    /// of a pair's second text, and the separator token after which that
+    /// text starts ([`EncoderWeights::set_pair_separator`]).
+    pub(crate) second_type: Option<(Box<[f32]>, u32)>,
+    /// Type 1 less type 0, before its separator is known.
+    type_delta: Option<Box<[f32]>>,
     /// The dtype the file holds (`float32`, `float16`, `bfloat16`).
     dtype: &'static str,
     sha256: String,
@@ -317,27 +323,93 @@ impl<'a> Reader<'a> {
     }
 }
 
+impl Reader<'_> {
+    /// A `…ForSequenceClassification` head by its family's names (not
+    /// under the encoder's prefix, but BERT's pooler): a dense layer with
+    /// its activation on the first token's vector, then the output layer of
+    /// `n` logits.
+    fn head(&self, family: Family, h: usize, n: usize) -> Result<Vec<modules::Dense>, KernelError> {
+        let raw = |name: &str, shape: &[usize]| {
+            let want: Vec<Option<usize>> = shape.iter().map(|&d| Some(d)).collect();
+            let (path, st) = self.file_of(name);
+            read_f32(st, path, name, &want).map(|t| t.data)
+        };
+        let layer = |w: &str, b: &str, (inp, out), act| -> Result<modules::Dense, KernelError> {
+            Ok(modules::Dense::new(
+                raw(w, &[out, inp])?,
+                raw(b, &[out])?,
+                (inp, out),
+                act,
+            ))
+        };
+        let (first, act, second) = match family {
+            Family::Bert => {
+                let p = self.prefix;
+                (
+                    format!("{p}pooler.dense"),
+                    DenseActivation::Tanh,
+                    "classifier".to_string(),
+                )
+            }
+            Family::DistilBert => (
+                "pre_classifier".into(),
+                DenseActivation::Relu,
+                "classifier".into(),
+            ),
+            Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::MpNet => (
+                "classifier.dense".into(),
+                DenseActivation::Tanh,
+                "classifier.out_proj".into(),
+            ),
+        };
+        Ok(vec![
+            layer(
+                &format!("{first}.weight"),
+                &format!("{first}.bias"),
+                (h, h),
+                act,
+            )?,
+            layer(
+                &format!("{second}.weight"),
+                &format!("{second}.bias"),
+                (h, n),
+                DenseActivation::Identity,
+            )?,
+        ])
+    }
+}
+
 impl EncoderWeights {
     /// Reads the model folder `dir`: its config ([`EncoderConfig::load`]),
     /// its sentence-transformers modules, and `model.safetensors` (or its
     /// shards). Errors name the file and the field or tensor.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, KernelError> {
         let dir = dir.as_ref();
-        let modules = Modules::load(dir)?;
-        let cfg = EncoderConfig::load_with(dir, &modules)?;
-        modules.check_widths(dir, cfg.hidden)?;
+        // A classifier's head is in its own weights: its folder's
+        // sentence-transformers modules, if any, are not read.
+        let mut cfg = EncoderConfig::load_with(dir, Pooling::Cls)?;
+        let modules = match cfg.labels {
+            Some(_) => None,
+            None => {
+                let m = Modules::load(dir)?;
+                m.check_widths(dir, cfg.hidden)?;
+                cfg.pooling = m.pooling;
+                Some(m)
+            }
+        };
         let files = Files::load(dir)?;
         Self::from_files(cfg, modules, &files)
     }
 
     fn from_files(
         cfg: EncoderConfig,
-        modules: Modules,
+        modules: Option<Modules>,
         files: &Files,
     ) -> Result<Self, KernelError> {
         const WORD: &str = "embeddings.word_embeddings.weight";
         let r = Reader::new(files, cfg.family, WORD)?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
+        let mut type_delta = None;
         let word = r.tensor(WORD, &[cfg.vocab, h])?;
         let table = r.tensor(
             "embeddings.position_embeddings.weight",
@@ -354,6 +426,14 @@ impl EncoderWeights {
                     *p += t;
                 }
             }
+            if cfg.labels.is_some() && cfg.type_vocab > 1 {
+                let d: Box<[f32]> = types[h..2 * h]
+                    .iter()
+                    .zip(&types[..h])
+                    .map(|(a, b)| a - b)
+                    .collect();
+                type_delta = Some(d);
+            }
         }
         let emb_norm = r.norm("embeddings.LayerNorm", h)?;
         let rel_bias = match cfg.relative_bias {
@@ -366,10 +446,17 @@ impl EncoderWeights {
         let layers = (0..cfg.layers)
             .map(|l| r.layer(cfg.family, l, h, i))
             .collect::<Result<Vec<_>, _>>()?;
+        let modules = match (modules, &cfg.labels) {
+            (Some(m), _) => m,
+            (None, Some(labels)) => Modules::classifier(r.head(cfg.family, h, labels.len())?),
+            (None, None) => unreachable!("an encoder of embeddings has its modules"),
+        };
         Ok(Self {
             dtype: r.dtype(WORD),
             cfg,
             modules,
+            second_type: None,
+            type_delta,
             word,
             pos_type,
             emb_norm,
@@ -395,12 +482,29 @@ impl EncoderWeights {
 
     /// Whether the GPU twin computes this encoder: the BERT layout with
     /// the exact GELU, pooled by mean or `[CLS]` (MPNet's relative bias,
-    /// the tanh GELU and the other poolings run on the CPU workers only).
+    /// the tanh GELU, the other poolings and classifiers' token types run
+    /// on the CPU workers only).
     pub fn gpu_twin(&self) -> bool {
         let c = &self.cfg;
         c.relative_bias.is_none()
             && c.activation == super::Activation::GeluErf
             && matches!(c.pooling, Pooling::Mean | Pooling::Cls)
+            && c.labels.is_none()
+    }
+
+    /// Sets the token a pair's first text ends with (BERT's `[SEP]`):
+    /// the rows after its first occurrence in a sequence are the second
+    /// text's, of token type 1. Without it (or for a model without token
+    /// types) every row is type 0.
+    pub(crate) fn set_pair_separator(&mut self, sep: u32) {
+        if let Some(d) = self.type_delta.take() {
+            self.second_type = Some((d, sep));
+        }
+    }
+
+    /// Whether the model gives a pair's second text its own token type.
+    pub(crate) fn has_pair_types(&self) -> bool {
+        self.type_delta.is_some() || self.second_type.is_some()
     }
 
     /// The encoder's shape.

@@ -359,6 +359,166 @@ impl Request for DecodeRequest {
 /// `/decode`'s answer: each list's text.
 pub(crate) type DecodeResponse = Vec<String>;
 
+/// `POST /rerank`'s body: a query and the texts to rank by it (TEI's
+/// `RerankRequest`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct RerankRequest {
+    pub(crate) query: String,
+    pub(crate) texts: Batch<String>,
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    #[serde(default)]
+    pub(crate) raw_scores: bool,
+    #[serde(default)]
+    pub(crate) return_text: bool,
+}
+
+impl Request for RerankRequest {
+    const SHAPE: &'static str = r#"{"query": string, "texts": [string, ...], "truncate": bool, "raw_scores": bool, "return_text": bool}"#;
+}
+
+/// One text's rank: its index in the request, its score, and the text
+/// where `return_text`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Rank {
+    pub(crate) index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) text: Option<String>,
+    pub(crate) score: f32,
+}
+
+/// One input of `/predict`: a text, or a pair `[text, text]` (TEI's
+/// `Sequence`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Sequence {
+    Single(String),
+    Pair(String, String),
+}
+
+impl Sequence {
+    fn of(mut v: Vec<String>) -> Result<Self, String> {
+        match v.len() {
+            1 => Ok(Sequence::Single(v.remove(0))),
+            2 => {
+                let b = v.remove(1);
+                Ok(Sequence::Pair(v.remove(0), b))
+            }
+            n => Err(format!("an input holds 1 or 2 texts, not {n}")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Sequence {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Sequence::of(Vec::<String>::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// `/predict`'s inputs: `"text"`, `["text"]`, `["text", "text"]` (a pair),
+/// or a batch of those in arrays, `[["a"], ["b", "c"]]` (TEI's
+/// `PredictInput`); the batch bounded as it is read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PredictInput {
+    Single(Sequence),
+    Batch(Vec<Sequence>),
+}
+
+impl<'de> Deserialize<'de> for PredictInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// The first element of an array input: a text (the array is one
+        /// input) or an array (a batch).
+        enum First {
+            Text(String),
+            Sequence(Sequence),
+        }
+        impl<'de> Deserialize<'de> for First {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct TextOrSeq;
+                impl<'de> Visitor<'de> for TextOrSeq {
+                    type Value = First;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string or an array of 1 or 2 strings")
+                    }
+                    fn visit_str<E: de::Error>(self, s: &str) -> Result<First, E> {
+                        Ok(First::Text(s.to_owned()))
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<First, A::Error> {
+                        let mut v = Vec::new();
+                        while let Some(t) = seq.next_element::<String>()? {
+                            if v.len() == 2 {
+                                return Err(de::Error::custom("an input holds 1 or 2 texts"));
+                            }
+                            v.push(t);
+                        }
+                        Sequence::of(v)
+                            .map(First::Sequence)
+                            .map_err(de::Error::custom)
+                    }
+                }
+                d.deserialize_any(TextOrSeq)
+            }
+        }
+        struct Inputs;
+        impl<'de> Visitor<'de> for Inputs {
+            type Value = PredictInput;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, a pair [string, string] or a batch [[string], [string, string], ...]")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<PredictInput, E> {
+                Ok(PredictInput::Single(Sequence::Single(s.to_owned())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PredictInput, A::Error> {
+                match seq.next_element::<First>()? {
+                    None => Ok(PredictInput::Batch(Vec::new())),
+                    Some(First::Text(a)) => match seq.next_element::<String>()? {
+                        None => Ok(PredictInput::Single(Sequence::Single(a))),
+                        Some(b) => {
+                            if seq.next_element::<de::IgnoredAny>()?.is_some() {
+                                return Err(de::Error::custom("an input holds 1 or 2 texts"));
+                            }
+                            Ok(PredictInput::Single(Sequence::Pair(a, b)))
+                        }
+                    },
+                    Some(First::Sequence(s)) => bounded_seq(seq, vec![s]).map(PredictInput::Batch),
+                }
+            }
+        }
+        d.deserialize_any(Inputs)
+    }
+}
+
+/// `POST /predict`'s body (TEI's `PredictRequest`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct PredictRequest {
+    pub(crate) inputs: PredictInput,
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    #[serde(default)]
+    pub(crate) raw_scores: bool,
+}
+
+impl Request for PredictRequest {
+    const SHAPE: &'static str = r#"{"inputs": string, [string, string] or [[string], [string, string], ...], "truncate": bool, "raw_scores": bool}"#;
+}
+
+/// A label's score.
+#[derive(Debug, Serialize)]
+pub(crate) struct Prediction {
+    pub(crate) score: f32,
+    pub(crate) label: String,
+}
+
+/// `/predict`'s answer: the labels by score, highest first, for the input
+/// or for each input of a batch.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum PredictResponse {
+    Single(Vec<Prediction>),
+    Batch(Vec<Vec<Prediction>>),
+}
+
 /// `GET /info`'s answer: the model and the service's limits (TEI's
 /// `Info`; its `served_model_name`, `sha` and `docker_label` are issue
 /// 69's).
@@ -401,6 +561,17 @@ pub(crate) struct Info {
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ModelType {
     Embedding(EmbeddingModel),
+    /// A sequence classifier of more than one label.
+    Classifier(ClassifierModel),
+    /// A sequence classifier of one label: a cross-encoder.
+    Reranker(ClassifierModel),
+}
+
+/// A classifier's labels both ways (TEI's `ClassifierModel`).
+#[derive(Debug, Serialize)]
+pub(crate) struct ClassifierModel {
+    pub(crate) id2label: std::collections::BTreeMap<String, String>,
+    pub(crate) label2id: std::collections::BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Serialize)]
