@@ -1,0 +1,7 @@
+//! The model library's tests against references: every family's tiny
+//! model and classifier against sentence-transformers and transformers in
+//! float64 (`families`), and all-mpnet-base-v2 against sentence-transformers
+//! (`mpnet`). One binary: each test binary is linked whole.
+
+mod families;
+mod mpnet;
