@@ -55,8 +55,8 @@ mod types;
 
 use types::{
     EmbedRequest, EmbedResponse, Embedding, EmbeddingModel, EncodingFormat, Info, ModelType,
-    OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, SimilarityRequest,
-    SimilarityResponse, TokenizeInput, TruncationDirection,
+    OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, Sequence,
+    SimilarityRequest, SimilarityResponse, TokenizeInput, TruncationDirection,
 };
 
 /// A request whose texts hold more bytes than this is tokenised on
@@ -115,19 +115,11 @@ impl Api {
     }
 }
 
-/// One input of a route: a text, or a pair of texts (a cross-encoder's
-/// query and passage).
-#[derive(Debug, Clone)]
-pub(crate) enum Text {
-    One(String),
-    Pair(String, String),
-}
-
-impl Text {
+impl Sequence {
     fn len(&self) -> usize {
         match self {
-            Text::One(t) => t.len(),
-            Text::Pair(a, b) => a.len() + b.len(),
+            Sequence::Single(t) => t.len(),
+            Sequence::Pair(a, b) => a.len() + b.len(),
         }
     }
 }
@@ -245,7 +237,7 @@ impl Cut {
 fn tokenize(
     model: &Embedder,
     api: Api,
-    texts: &[Text],
+    texts: &[Sequence],
     cut: Cut,
 ) -> Result<Vec<Vec<u32>>, ErrorResponse> {
     let left = cut.direction == TruncationDirection::Left;
@@ -255,8 +247,8 @@ fn tokenize(
         .map(|(k, t)| {
             let right = cut.truncate && !left;
             match t {
-                Text::One(t) => model.tokenize(t, right),
-                Text::Pair(a, b) => model.tokenize_pair(a, b, right),
+                Sequence::Single(t) => model.tokenize(t, right),
+                Sequence::Pair(a, b) => model.tokenize_pair(a, b, right),
             }
             .map_err(|e| match e {
                 TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
@@ -315,7 +307,7 @@ async fn embed_texts(
     if svc.model().labels().is_some() {
         return Err(not_a("an embedding model"));
     }
-    let texts = texts.into_iter().map(Text::One).collect();
+    let texts = texts.into_iter().map(Sequence::Single).collect();
     run_inputs(svc, api, admitted, texts, cut).await
 }
 
@@ -331,7 +323,7 @@ async fn run_inputs(
     svc: &Service<Embedder>,
     api: Api,
     admitted: Admitted,
-    texts: Vec<Text>,
+    texts: Vec<Sequence>,
     cut: Cut,
 ) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
     let Admitted { held, accepted } = admitted;
@@ -341,7 +333,7 @@ async fn run_inputs(
         return Err(svc.overloaded());
     }
     let model = svc.model().clone();
-    let bytes: usize = texts.iter().map(Text::len).sum();
+    let bytes: usize = texts.iter().map(Sequence::len).sum();
     // The budget goes along with the work: a client that leaves drops
     // this handler, not the tokenizer's run on the blocking pool.
     let tokenized = off_the_handler(bytes, move || {

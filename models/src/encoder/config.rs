@@ -388,7 +388,7 @@ impl EncoderConfig {
                     relative_bias: None,
                     pooling,
                     max_tokens: 0,
-                    labels: labels.clone(),
+                    labels: None,
                 }
             }
             Family::DistilBert => {
@@ -409,7 +409,7 @@ impl EncoderConfig {
                     relative_bias: None,
                     pooling,
                     max_tokens: 0,
-                    labels: labels.clone(),
+                    labels: None,
                 }
             }
             Family::MpNet => {
@@ -445,10 +445,11 @@ impl EncoderConfig {
                     }),
                     pooling,
                     max_tokens: 0,
-                    labels: labels.clone(),
+                    labels: None,
                 }
             }
         };
+        c.labels = labels;
         if !c.hidden.is_multiple_of(c.heads) {
             let field = if family == Family::DistilBert {
                 "n_heads"

@@ -16,7 +16,7 @@ use coexec_models::Embedder;
 use super::types::{
     PredictInput, PredictRequest, PredictResponse, Prediction, Rank, RerankRequest, Sequence,
 };
-use super::{Api, Cut, Text, not_a, receive_as, run_inputs};
+use super::{Api, Cut, not_a, receive_as, run_inputs};
 use crate::Service;
 use crate::body::{Json, timed};
 use crate::error::ErrorResponse;
@@ -76,7 +76,7 @@ pub(crate) async fn rerank(
         }
         let pairs = texts
             .iter()
-            .map(|t| Text::Pair(req.query.clone(), t.clone()))
+            .map(|t| Sequence::Pair(req.query.clone(), t.clone()))
             .collect();
         let cut = Cut::new(req.truncate, req.truncation_direction);
         let (logits, _) = run_inputs(&svc, Api::Rerank, admitted, pairs, cut).await?;
@@ -116,23 +116,16 @@ pub(crate) async fn predict(
             }
             PredictInput::Batch(b) => (b, false),
         };
-        let mut texts = Vec::with_capacity(inputs.len());
-        for (k, s) in inputs.into_iter().enumerate() {
-            let t = match s {
-                Sequence::Single(a) => Text::One(a),
-                Sequence::Pair(a, b) => Text::Pair(a, b),
-            };
-            let empty = match &t {
-                Text::One(a) => a.is_empty(),
-                Text::Pair(a, b) => a.is_empty() || b.is_empty(),
-            };
-            if empty {
-                return Err(super::types::empty(format!(
-                    "`inputs[{k}]` holds an empty string"
-                )));
-            }
-            texts.push(t);
+        let empty = |s: &Sequence| match s {
+            Sequence::Single(a) => a.is_empty(),
+            Sequence::Pair(a, b) => a.is_empty() || b.is_empty(),
+        };
+        if let Some(k) = inputs.iter().position(empty) {
+            return Err(super::types::empty(format!(
+                "`inputs[{k}]` holds an empty string"
+            )));
         }
+        let texts = inputs;
         let cut = Cut::new(req.truncate, req.truncation_direction);
         let (logits, _) = run_inputs(&svc, Api::Predict, admitted, texts, cut).await?;
         let mut out = Vec::with_capacity(logits.len());
