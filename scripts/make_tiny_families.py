@@ -91,10 +91,13 @@ def roberta_tokenizer():
 #        pooling mode, extra modules, dtype, shard, prompts)
 def families():
     from transformers import (BertConfig, BertModel, CamembertConfig, CamembertModel,
-                              DistilBertConfig, DistilBertModel, MPNetConfig, MPNetModel,
-                              RobertaConfig, RobertaModel, XLMRobertaConfig,
+                              DistilBertConfig, DistilBertModel, ModernBertConfig,
+                              ModernBertModel, MPNetConfig, MPNetModel, Qwen3Config,
+                              Qwen3Model, RobertaConfig, RobertaModel, XLMRobertaConfig,
                               XLMRobertaModel)
     nb = len(json.load(open(BERT_TOKENIZER))["model"]["vocab"])
+    bt = bert_tokenizer()
+    cls, sep = bt.token_to_id("[CLS]"), bt.token_to_id("[SEP]")
     nr = nb  # the renumbered vocabulary has as many entries
     common = dict(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                   intermediate_size=FF)
@@ -132,10 +135,34 @@ def families():
                        dict(common, vocab_size=nr, max_position_embeddings=202,
                             pad_token_id=1, relative_attention_num_buckets=32),
                        roberta_tokenizer, "mean", ["normalize"], "float32", False, {}),
+        # Three layers: global, local (keys within 8 positions), global; the
+        # texts past 17 tokens reach past the window.
+        "modernbert-mean": (ModernBertConfig, ModernBertModel,
+                            dict(common, num_hidden_layers=3, vocab_size=nb,
+                                 max_position_embeddings=128, global_attn_every_n_layers=2,
+                                 local_attention=16, global_rope_theta=160000.0,
+                                 local_rope_theta=10000.0, pad_token_id=0,
+                                 bos_token_id=cls, cls_token_id=cls, eos_token_id=sep,
+                                 sep_token_id=sep, _limit=128),
+                            bert_tokenizer, "mean", [], "float32", False, {}),
+        # A decoder: causal, 4 query heads sharing 2 key-value heads, heads
+        # 16 wide (not hidden/heads), last-token pooling as Qwen3-Embedding.
+        "qwen3-lasttoken": (Qwen3Config, Qwen3Model,
+                            dict(common, vocab_size=nb, num_key_value_heads=2, head_dim=16,
+                                 max_position_embeddings=128, rms_norm_eps=1e-6,
+                                 rope_parameters={"rope_type": "default",
+                                                  "rope_theta": 1000000.0},
+                                 pad_token_id=0, bos_token_id=cls, eos_token_id=sep,
+                                 tie_word_embeddings=False, _limit=128),
+                            bert_tokenizer, "lasttoken", ["normalize"], "bfloat16", False,
+                            {"query": "Instruct: Given a web search query, retrieve relevant "
+                                      "passages that answer the query\nQuery: "}),
     }
 
 
 def max_seq(cfg):
+    if "_limit" in cfg:
+        return cfg["_limit"]
     n = cfg.get("max_position_embeddings", 72)
     return n - 2 if "pad_token_id" in cfg else n
 
@@ -144,7 +171,7 @@ def write(name, spec, texts):
     from sentence_transformers import SentenceTransformer, models
     cfg_cls, model_cls, kw, tok_fn, pooling, extra, dtype, shard, prompts = spec
     torch.manual_seed(SEED + sum(map(ord, name)))
-    cfg = cfg_cls(**kw)
+    cfg = cfg_cls(**{k: v for k, v in kw.items() if not k.startswith("_")})
     model = model_cls(cfg)
     # Non-trivial LayerNorms and biases (zero and one at initialisation).
     with torch.no_grad():

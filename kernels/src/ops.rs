@@ -192,6 +192,81 @@ pub fn add_layer_norm(x: &mut [f32], y: Option<&[f32]>, gamma: &[f32], beta: &[f
     }
 }
 
+/// Each `h`-wide row of `x` becomes `RMSNorm(r)·gamma`:
+/// `r / √(mean(r²) + eps)`, the mean summed in `f64` (Qwen3's and
+/// Llama's norm: no centring, no shift).
+///
+/// # Panics
+///
+/// If `gamma` is empty or `x` is not whole rows.
+pub fn rms_norm(x: &mut [f32], gamma: &[f32], eps: f32) {
+    let h = gamma.len();
+    assert!(h > 0 && x.len().is_multiple_of(h));
+    for row in x.chunks_exact_mut(h) {
+        let ms = sum_f64(row, |v| v * v) / h as f64;
+        let inv = (1.0 / (ms + eps as f64).sqrt()) as f32;
+        for (v, g) in row.iter_mut().zip(gamma) {
+            *v = *v * inv * g;
+        }
+    }
+}
+
+widest! {
+    /// SiLU (swish): `x·σ(x)`, SwiGLU's gate activation.
+    fn silu(v: &mut [f32]) {
+        for x in v {
+            *x /= 1.0 + exp(-*x);
+        }
+    }
+}
+
+/// Rotary position embedding of one head's vector `x` (`d` wide, `d`
+/// even) at the position whose angles' cosines and sines are `cos` and
+/// `sin` (`d/2` each), in the split-halves layout (Hugging Face's
+/// `rotate_half`): element `k` pairs with `k + d/2`.
+///
+/// # Panics
+///
+/// If `x` is not `2·cos.len()` long or `sin` is not as long as `cos`.
+pub fn rotate_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    assert!(x.len() == 2 * half && sin.len() == half);
+    let (a, b) = x.split_at_mut(half);
+    for (((a, b), c), s) in a.iter_mut().zip(b.iter_mut()).zip(cos).zip(sin) {
+        let (x0, x1) = (*a, *b);
+        *a = x0 * c - x1 * s;
+        *b = x1 * c + x0 * s;
+    }
+}
+
+/// The rotary angles' cosines and sines for positions `0..len` of a head
+/// `d` wide (`len × d/2` each, row `p` position `p`'s), with base `theta`:
+/// the angle of pair `k` at position `p` is `p·θ^(-2k/d)`. The inverse
+/// frequencies and the angles are f32 products, as Hugging Face computes
+/// them (an angle of position 500 then differs from the exact one by some
+/// 1e-5 radians, the same in both); the cosine and sine of each f32 angle
+/// are taken in f64 and rounded.
+///
+/// # Panics
+///
+/// If `d` is odd or zero.
+pub fn rotary_table(len: usize, d: usize, theta: f64, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    assert!(d > 0 && d.is_multiple_of(2));
+    let half = d / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|k| 1.0 / (theta as f32).powf((2 * k) as f32 / d as f32))
+        .collect();
+    cos.clear();
+    sin.clear();
+    for p in 0..len {
+        for &f in &inv {
+            let angle = (p as f32 * f) as f64;
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+}
+
 /// A matrix read in place from a slice: element `(i, j)` at
 /// `i·row_stride + j·col_stride` (a transpose is the strides swapped).
 #[derive(Debug, Clone, Copy)]
@@ -399,6 +474,52 @@ mod tests {
         let mean: f32 = x.iter().sum::<f32>() / 4.0;
         let var: f32 = x.iter().map(|v| v * v).sum::<f32>() / 4.0;
         assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5, "{x:?}");
+    }
+
+    #[test]
+    fn rms_norm_gives_unit_root_mean_square_times_gamma() {
+        let mut x = [3.0, -4.0, 0.0, 5.0, 2.0, 2.0, 2.0, 2.0];
+        rms_norm(&mut x, &[1.0, 1.0, 1.0, 2.0], 0.0);
+        let rms = |r: &[f32]| (r.iter().map(|v| v * v).sum::<f32>() / 4.0).sqrt();
+        let scale = 1.0 / (50.0f32 / 4.0).sqrt();
+        assert!((x[0] - 3.0 * scale).abs() < 1e-6 && (x[3] - 10.0 * scale).abs() < 1e-6);
+        // The second row is constant: RMSNorm does not centre it.
+        assert_eq!(&x[4..7], &[1.0; 3]);
+        assert!((rms(&x[4..]) - (1.75f32).sqrt()).abs() < 1e-6, "{x:?}");
+    }
+
+    #[test]
+    fn silu_is_x_times_its_sigmoid() {
+        let xs = [-20.0f32, -1.0, 0.0, 0.5, 3.0, 20.0];
+        let mut v = xs;
+        silu(&mut v);
+        for (x, y) in xs.iter().zip(v) {
+            let want = *x as f64 / (1.0 + (-*x as f64).exp());
+            assert!(
+                (y as f64 - want).abs() < 1e-6 * (1.0 + want.abs()),
+                "{x}: {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn rotary_turns_each_pair_by_its_angle() {
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        rotary_table(3, 4, 10_000.0, &mut cos, &mut sin);
+        assert_eq!((cos.len(), sin.len()), (6, 6));
+        // Position 0 turns nothing; position 2's first pair turns by 2
+        // radians, its second by 2/100.
+        assert_eq!((&cos[..2], &sin[..2]), (&[1.0, 1.0][..], &[0.0, 0.0][..]));
+        assert!((cos[4] - 2.0f32.cos()).abs() < 1e-7 && (sin[5] - 0.02f32.sin()).abs() < 1e-7);
+        let mut x = [1.0, 2.0, 3.0, 4.0];
+        rotate_half(&mut x, &cos[4..], &sin[4..]);
+        let (c, s) = (2.0f32.cos(), 2.0f32.sin());
+        assert!((x[0] - (c - 3.0 * s)).abs() < 1e-6 && (x[2] - (3.0 * c + s)).abs() < 1e-6);
+        let norm: f32 = x.iter().map(|v| v * v).sum();
+        assert!(
+            (norm - 30.0).abs() < 1e-4,
+            "a rotation keeps the length: {x:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! RoBERTa with the tanh GELU and last-token pooling; XLM-RoBERTa in three
 //! shards; CamemBERT with mean/√len pooling; DistilBERT with max pooling;
 //! MPNet with sequences long enough to reach its farthest relative-position
-//! buckets.
+//! buckets; ModernBERT (rotary, pre-norm, GeGLU, a local layer between two
+//! global ones, inputs past its window); Qwen3 in bf16 (a causal decoder,
+//! grouped-query heads wider than hidden/heads, per-head RMSNorm, SwiGLU,
+//! last-token pooling, an instruction prompt).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,7 +59,7 @@ fn folders(kind: &str) -> Vec<PathBuf> {
 
 fn families() -> Vec<PathBuf> {
     let dirs = folders("embedding");
-    assert!(dirs.len() >= 8, "{} embedding folders", dirs.len());
+    assert!(dirs.len() >= 10, "{} embedding folders", dirs.len());
     dirs
 }
 
@@ -253,6 +256,58 @@ fn bad_folders_are_refused_by_file_and_field() {
     assert!(e.contains("\"gpt2\" is not a family"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 
+    // The rotary families' settings the encoder does not compute, by field.
+    for (name, key, value, want) in [
+        (
+            "qwen3-lasttoken",
+            "rope_scaling",
+            serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+            "rope_scaling",
+        ),
+        (
+            "qwen3-lasttoken",
+            "rope_parameters",
+            serde_json::json!({"rope_type": "linear", "rope_theta": 1e6, "factor": 2.0}),
+            "rope_type \"linear\"",
+        ),
+        (
+            "qwen3-lasttoken",
+            "use_sliding_window",
+            serde_json::json!(true),
+            "use_sliding_window",
+        ),
+        (
+            "qwen3-lasttoken",
+            "num_key_value_heads",
+            serde_json::json!(3),
+            "does not divide the 4 heads",
+        ),
+        (
+            "modernbert-mean",
+            "layer_types",
+            serde_json::json!(["full_attention", "chunked_attention", "full_attention"]),
+            "\"chunked_attention\"",
+        ),
+        (
+            "modernbert-mean",
+            "architectures",
+            serde_json::json!(["ModernBertForSequenceClassification"]),
+            "classifier's head is not read yet",
+        ),
+    ] {
+        let dir = copy_of(name);
+        edit(&dir.join("config.json"), |c| {
+            c[key] = value;
+            c["id2label"] = serde_json::json!({"0": "a"});
+        });
+        let e = load_err(&dir);
+        assert!(
+            e.contains("config.json") && e.contains(want),
+            "{name} {key}: {e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     // A tensor that does not fit the config, in each family's own names,
     // named with its file (the shard that holds it where there are shards).
     for (name, key, value, tensor, file) in [
@@ -283,6 +338,20 @@ fn bad_folders_are_refused_by_file_and_field() {
             65,
             "encoder.layer.0.intermediate.dense.weight",
             "model-0000",
+        ),
+        (
+            "modernbert-mean",
+            "intermediate_size",
+            65,
+            "layers.0.mlp.Wi.weight",
+            "model.safetensors",
+        ),
+        (
+            "qwen3-lasttoken",
+            "head_dim",
+            8,
+            "layers.0.self_attn.q_proj.weight",
+            "model.safetensors",
         ),
     ] {
         let dir = copy_of(name);
@@ -360,9 +429,16 @@ fn the_gpu_twin_covers_the_bert_layout_only() {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let model = Embedder::load(&dir).unwrap();
         let twin = model.weights().gpu_twin();
-        let want = !["mpnet", "roberta-lasttoken", "camembert", "distilbert-max"]
-            .iter()
-            .any(|p| name.starts_with(p));
+        let want = ![
+            "mpnet",
+            "roberta-lasttoken",
+            "camembert",
+            "distilbert-max",
+            "modernbert",
+            "qwen3",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p));
         assert_eq!(twin, want, "{name}");
         let k = Encoder::new(Arc::clone(model.weights()), vec![vec![0, 5, 2]]).unwrap();
         assert_eq!(k.cuda().is_some(), twin && cfg!(feature = "cuda"), "{name}");

@@ -3,12 +3,20 @@
 //! [`EncoderConfig`] the forward pass reads; and sentence-transformers'
 //! `max_seq_length` (`sentence_bert_config.json`).
 //!
-//! The families served share the BERT layout: learned absolute positions,
-//! post-norm layers of biased attention and a two-layer MLP. They differ in
-//! their tensors' names, the positions' offset (RoBERTa's and MPNet's
-//! start after the padding id), token types (BERT's; none in DistilBERT
-//! and MPNet, one in RoBERTa's), the MLP's activation, and MPNet's
-//! relative-position bias on attention's scores.
+//! The families served are one stack of layers, each attention then an
+//! MLP, composed per family from these parts:
+//!
+//! | family | positions | norm | layer | attention | MLP |
+//! |---|---|---|---|---|---|
+//! | BERT, RoBERTa, XLM-R, CamemBERT | learned table (+ token types) | LayerNorm | post-norm | all keys, biased | GELU |
+//! | DistilBERT | learned table | LayerNorm | post-norm | all keys, biased | GELU |
+//! | MPNet | learned table + relative bias | LayerNorm | post-norm | all keys, biased | GELU |
+//! | ModernBERT | rotary (two bases) | LayerNorm, no bias | pre-norm, final norm | global / local window, alternating | GeGLU |
+//! | Qwen3 | rotary | RMSNorm (+ per-head on Q, K) | pre-norm, final norm | causal, grouped-query | SwiGLU |
+//!
+//! They differ besides in their tensors' names, the positions' offset
+//! (RoBERTa's and MPNet's start after the padding id) and token types
+//! (BERT's; none in DistilBERT and MPNet, one in RoBERTa's).
 
 use std::path::Path;
 
@@ -36,6 +44,10 @@ pub enum Family {
     DistilBert,
     /// `mpnet` (all-mpnet-base-v2, multi-qa-mpnet).
     MpNet,
+    /// `modernbert` (ModernBERT, gte-modernbert, modernbert-embed).
+    ModernBert,
+    /// `qwen3` (Qwen3-Embedding): a decoder, pooled by its last token.
+    Qwen3,
 }
 
 impl Family {
@@ -48,6 +60,8 @@ impl Family {
             Family::Camembert => "camembert",
             Family::DistilBert => "distilbert",
             Family::MpNet => "mpnet",
+            Family::ModernBert => "modernbert",
+            Family::Qwen3 => "qwen3",
         }
     }
 
@@ -61,6 +75,7 @@ impl Family {
             Family::Camembert => "roberta.",
             Family::DistilBert => "distilbert.",
             Family::MpNet => "mpnet.",
+            Family::ModernBert | Family::Qwen3 => "model.",
         }
     }
 }
@@ -76,6 +91,31 @@ pub enum Activation {
     GeluTanh,
     /// `relu`.
     Relu,
+    /// `silu` (`swish`): `x·σ(x)`, SwiGLU's.
+    Silu,
+}
+
+/// How a layer normalises its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NormKind {
+    /// LayerNorm: centred, scaled, shifted (a shift of 0 where the family
+    /// has no bias).
+    Layer,
+    /// RMSNorm: scaled by the root mean square, not centred or shifted.
+    Rms,
+}
+
+/// Rotary positions (RoPE) in place of a position table: each head's
+/// queries and keys turned by angles of their position, base `theta`
+/// (`local_theta` in a layer of local attention).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rotary {
+    /// The base of the global layers' angles (`rope_theta`).
+    pub theta: f64,
+    /// The base of the local layers' angles (ModernBERT's
+    /// `local_rope_theta`).
+    pub local_theta: f64,
 }
 
 /// MPNet's relative-position bias: a learned value per head and bucket of
@@ -107,6 +147,8 @@ pub struct EncoderConfig {
     pub heads: usize,
     /// Feed-forward width (`intermediate_size`; `hidden_dim`).
     pub intermediate: usize,
+    /// Width of one attention head (`head_dim`; else `hidden / heads`).
+    pub head_width: usize,
     /// Positions a sequence may use: `max_position_embeddings` less the
     /// rows before the first position (`position_offset`).
     pub max_positions: usize,
@@ -122,6 +164,25 @@ pub struct EncoderConfig {
     pub activation: Activation,
     /// MPNet's relative-position bias.
     pub relative_bias: Option<RelativeBias>,
+    /// Key-value heads (`num_key_value_heads`): fewer than `heads` in a
+    /// grouped-query decoder, each shared by `heads / kv_heads` queries.
+    pub kv_heads: usize,
+    /// The norm's kind.
+    pub norm: NormKind,
+    /// Pre-norm layers (each part's input normalised, a final norm after
+    /// the last layer) rather than BERT's post-norm.
+    pub pre_norm: bool,
+    /// A gated MLP (GeGLU, SwiGLU): the up projection gives `2·I` values,
+    /// the activation of the first `I` times the other `I`.
+    pub gated: bool,
+    /// Rotary positions, where the family has no position table.
+    pub rotary: Option<Rotary>,
+    /// Causal attention: a token sees the keys up to its own (a decoder).
+    pub causal: bool,
+    /// Per layer: the distance from its query past which keys are not
+    /// seen (ModernBERT's local layers: half of `local_attention`), or
+    /// `None` for all of them.
+    pub windows: Vec<Option<usize>>,
     /// Pooling (sentence-transformers' `1_Pooling/config.json`; mean where
     /// the folder has no modules).
     pub pooling: Pooling,
@@ -135,36 +196,40 @@ pub struct EncoderConfig {
     pub labels: Option<Vec<String>>,
 }
 
-/// Families named here are refused by name with what they need that the
-/// encoder does not compute.
+/// Families named here are refused by name, with why.
 const NOT_SERVED: &[(&str, &str)] = &[
     (
         "nomic_bert",
-        "rotary positions and a SwiGLU MLP without biases",
+        "its modelling (rotary positions, SwiGLU) is remote code outside \
+         transformers, so no reference here checks a pass of it",
     ),
     (
-        "modernbert",
-        "rotary positions, pre-norm, GeGLU and alternating local attention",
+        "new",
+        "GTE v1.5's modelling is remote code outside transformers, so no \
+         reference here checks a pass of it",
     ),
-    ("new", "GTE v1.5's rotary positions and gated MLP"),
-    ("jina_bert", "ALiBi attention biases and a gated MLP"),
+    (
+        "jina_bert",
+        "it needs ALiBi attention biases, which the encoder does not compute",
+    ),
     (
         "deberta-v2",
-        "disentangled attention over relative positions",
+        "it needs disentangled attention over relative positions, which the \
+         encoder does not compute",
     ),
     (
         "qwen2",
-        "a decoder: causal attention, rotary positions, RMSNorm, SwiGLU",
-    ),
-    (
-        "qwen3",
-        "a decoder: causal attention, rotary positions, RMSNorm, SwiGLU",
+        "its decoder differs from Qwen3's (biased Q, K, V; no per-head norm) \
+         and is not composed yet",
     ),
     (
         "mistral",
-        "a decoder: causal attention, rotary positions, RMSNorm, SwiGLU",
+        "its decoder (sliding-window causal attention) is not composed yet",
     ),
-    ("gemma3_text", "a decoder: rotary positions, RMSNorm, GeGLU"),
+    (
+        "gemma3_text",
+        "its decoder (scaled embeddings, four norms a layer) is not composed yet",
+    ),
 ];
 
 /// `config.json`'s family and head, before the rest is read.
@@ -260,10 +325,11 @@ fn activation(
         "gelu" => Ok(Activation::GeluErf),
         "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
         "relu" => Ok(Activation::Relu),
+        "silu" | "swish" => Ok(Activation::Silu),
         other => Err(config_err(
             path,
             field,
-            format!("\"{other}\"; the encoder computes gelu, gelu_new (tanh) and relu"),
+            format!("\"{other}\"; the encoder computes gelu, gelu_new (tanh), relu and silu"),
         )),
     }
 }
@@ -295,6 +361,229 @@ fn offset(path: &Path, pad: Option<usize>, positions: usize) -> Result<usize, Ke
         ));
     }
     Ok(off)
+}
+
+/// Whether `c` is a classifier of a family whose head is not read.
+fn labels_of_new_family(c: &EncoderConfig) -> bool {
+    c.labels.is_some() && matches!(c.family, Family::ModernBert | Family::Qwen3)
+}
+
+/// One rotary setting (`rope_parameters`, or one layer type's there).
+#[derive(Deserialize)]
+struct RopeJson {
+    rope_type: Option<String>,
+    rope_theta: Option<f64>,
+}
+
+/// A rotary base: `theta` of `rope` (Transformers 5's `rope_parameters`),
+/// else of the older field, else `default`; scaled kinds refused.
+fn rope_theta(
+    path: &Path,
+    field: &'static str,
+    rope: Option<&RopeJson>,
+    old: Option<f64>,
+    default: f64,
+) -> Result<f64, KernelError> {
+    if let Some(t) = rope.and_then(|r| r.rope_type.as_deref())
+        && t != "default"
+    {
+        return Err(config_err(
+            path,
+            field,
+            format!("rope_type \"{t}\"; the encoder computes \"default\" (unscaled) rotary angles"),
+        ));
+    }
+    let theta = rope.and_then(|r| r.rope_theta).or(old).unwrap_or(default);
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(config_err(
+            path,
+            field,
+            format!("rope_theta {theta}; expected a number above 1"),
+        ));
+    }
+    Ok(theta)
+}
+
+/// ModernBERT's `rope_parameters`, one per layer type.
+#[derive(Deserialize)]
+struct ModernRopeJson {
+    full_attention: Option<RopeJson>,
+    sliding_attention: Option<RopeJson>,
+}
+
+/// ModernBERT's `config.json`: both the Hub's fields
+/// (`global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`)
+/// and Transformers 5's (`layer_types`, `rope_parameters`).
+#[derive(Deserialize)]
+struct ModernBertJson {
+    vocab_size: Dim,
+    hidden_size: Dim,
+    num_hidden_layers: Dim,
+    num_attention_heads: Dim,
+    intermediate_size: Dim,
+    max_position_embeddings: Dim,
+    norm_eps: Option<f64>,
+    hidden_activation: Option<String>,
+    global_attn_every_n_layers: Option<Dim>,
+    local_attention: Option<Dim>,
+    global_rope_theta: Option<f64>,
+    local_rope_theta: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    rope_parameters: Option<ModernRopeJson>,
+    rope_scaling: Option<serde::de::IgnoredAny>,
+}
+
+fn modernbert(
+    path: &Path,
+    j: ModernBertJson,
+    pooling: Pooling,
+) -> Result<EncoderConfig, KernelError> {
+    if j.rope_scaling.is_some() {
+        return Err(config_err(
+            path,
+            "rope_scaling",
+            "scaled rotary angles are not computed; the encoder computes the default ones",
+        ));
+    }
+    let layers = j.num_hidden_layers.0;
+    let radius = j.local_attention.map_or(128, |d| d.0) / 2;
+    let windows = match j.layer_types {
+        Some(types) => {
+            if types.len() != layers {
+                return Err(config_err(
+                    path,
+                    "layer_types",
+                    format!("{} types for {layers} layers", types.len()),
+                ));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "full_attention" => Ok(None),
+                    "sliding_attention" => Ok(Some(radius)),
+                    other => Err(config_err(
+                        path,
+                        "layer_types",
+                        format!("\"{other}\"; expected full_attention or sliding_attention"),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        None => {
+            let every = j.global_attn_every_n_layers.map_or(3, |d| d.0).max(1);
+            (0..layers)
+                .map(|l| (!l.is_multiple_of(every)).then_some(radius))
+                .collect()
+        }
+    };
+    let rp = j.rope_parameters.as_ref();
+    let theta = rope_theta(
+        path,
+        "rope_parameters",
+        rp.and_then(|r| r.full_attention.as_ref()),
+        j.global_rope_theta,
+        160_000.0,
+    )?;
+    let local_theta = rope_theta(
+        path,
+        "rope_parameters",
+        rp.and_then(|r| r.sliding_attention.as_ref()),
+        j.local_rope_theta,
+        10_000.0,
+    )?;
+    Ok(EncoderConfig {
+        family: Family::ModernBert,
+        vocab: j.vocab_size.0,
+        hidden: j.hidden_size.0,
+        layers,
+        heads: j.num_attention_heads.0,
+        intermediate: j.intermediate_size.0,
+        max_positions: j.max_position_embeddings.0,
+        eps: eps(path, j.norm_eps, 1e-5)?,
+        activation: activation(path, "hidden_activation", j.hidden_activation.as_deref())?,
+        pre_norm: true,
+        gated: true,
+        rotary: Some(Rotary { theta, local_theta }),
+        windows,
+        pooling,
+        ..EncoderConfig::post_norm()
+    })
+}
+
+/// Qwen3's `config.json`.
+#[derive(Deserialize)]
+struct Qwen3Json {
+    vocab_size: Dim,
+    hidden_size: Dim,
+    num_hidden_layers: Dim,
+    num_attention_heads: Dim,
+    num_key_value_heads: Option<Dim>,
+    head_dim: Option<Dim>,
+    intermediate_size: Dim,
+    max_position_embeddings: Dim,
+    rms_norm_eps: Option<f64>,
+    hidden_act: Option<String>,
+    rope_theta: Option<f64>,
+    rope_parameters: Option<RopeJson>,
+    rope_scaling: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    use_sliding_window: bool,
+    #[serde(default)]
+    attention_bias: bool,
+}
+
+fn qwen3(path: &Path, j: Qwen3Json, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
+    if j.rope_scaling.is_some() {
+        return Err(config_err(
+            path,
+            "rope_scaling",
+            "scaled rotary angles are not computed; the encoder computes the default ones",
+        ));
+    }
+    if j.use_sliding_window {
+        return Err(config_err(
+            path,
+            "use_sliding_window",
+            "true; the encoder's causal attention sees every earlier token",
+        ));
+    }
+    if j.attention_bias {
+        return Err(config_err(
+            path,
+            "attention_bias",
+            "true; Qwen3's projections are read without biases",
+        ));
+    }
+    let heads = j.num_attention_heads.0;
+    Ok(EncoderConfig {
+        family: Family::Qwen3,
+        vocab: j.vocab_size.0,
+        hidden: j.hidden_size.0,
+        layers: j.num_hidden_layers.0,
+        heads,
+        kv_heads: j.num_key_value_heads.map_or(heads, |d| d.0),
+        head_width: j.head_dim.map_or(0, |d| d.0),
+        intermediate: j.intermediate_size.0,
+        max_positions: j.max_position_embeddings.0,
+        eps: eps(path, j.rms_norm_eps, 1e-6)?,
+        activation: activation(path, "hidden_act", j.hidden_act.as_deref().or(Some("silu")))?,
+        norm: NormKind::Rms,
+        pre_norm: true,
+        gated: true,
+        rotary: Some(Rotary {
+            theta: rope_theta(
+                path,
+                "rope_parameters",
+                j.rope_parameters.as_ref(),
+                j.rope_theta,
+                1_000_000.0,
+            )?,
+            local_theta: 0.0,
+        }),
+        causal: true,
+        pooling,
+        ..EncoderConfig::post_norm()
+    })
 }
 
 impl EncoderConfig {
@@ -342,14 +631,14 @@ impl EncoderConfig {
             "camembert" => Family::Camembert,
             "distilbert" => Family::DistilBert,
             "mpnet" => Family::MpNet,
+            "modernbert" => Family::ModernBert,
+            "qwen3" => Family::Qwen3,
             other => {
                 let why = match NOT_SERVED.iter().find(|(t, _)| *t == other) {
-                    Some((_, lacks)) => format!(
-                        "\"{other}\" is not served yet: it needs {lacks}, which the encoder does not compute"
-                    ),
+                    Some((_, why)) => format!("\"{other}\" is not served yet: {why}"),
                     None => format!(
                         "\"{other}\" is not a family the encoder serves (bert, roberta, \
-                         xlm-roberta, camembert, distilbert, mpnet)"
+                         xlm-roberta, camembert, distilbert, mpnet, modernbert, qwen3)"
                     ),
                 };
                 return Err(config_err(&path, "model_type", why));
@@ -389,6 +678,7 @@ impl EncoderConfig {
                     pooling,
                     max_tokens: 0,
                     labels: None,
+                    ..Self::post_norm()
                 }
             }
             Family::DistilBert => {
@@ -410,6 +700,7 @@ impl EncoderConfig {
                     pooling,
                     max_tokens: 0,
                     labels: None,
+                    ..Self::post_norm()
                 }
             }
             Family::MpNet => {
@@ -446,20 +737,66 @@ impl EncoderConfig {
                     pooling,
                     max_tokens: 0,
                     labels: None,
+                    ..Self::post_norm()
                 }
             }
+            Family::ModernBert => modernbert(&path, parse(&path, &bytes)?, pooling)?,
+            Family::Qwen3 => qwen3(&path, parse(&path, &bytes)?, pooling)?,
         };
         c.labels = labels;
-        if !c.hidden.is_multiple_of(c.heads) {
-            let field = if family == Family::DistilBert {
-                "n_heads"
-            } else {
-                "num_attention_heads"
-            };
+        let heads_field = if family == Family::DistilBert {
+            "n_heads"
+        } else {
+            "num_attention_heads"
+        };
+        if c.heads == 0 || c.layers == 0 || c.hidden == 0 {
             return Err(config_err(
                 &path,
-                field,
-                format!("{} does not divide the hidden width {}", c.heads, c.hidden),
+                heads_field,
+                "an encoder has at least one layer, one head and a width",
+            ));
+        }
+        if c.head_width == 0 {
+            if !c.hidden.is_multiple_of(c.heads) {
+                return Err(config_err(
+                    &path,
+                    heads_field,
+                    format!("{} does not divide the hidden width {}", c.heads, c.hidden),
+                ));
+            }
+            c.head_width = c.hidden / c.heads;
+        }
+        if c.kv_heads == 0 {
+            c.kv_heads = c.heads;
+        }
+        if !c.heads.is_multiple_of(c.kv_heads) {
+            return Err(config_err(
+                &path,
+                "num_key_value_heads",
+                format!("{} does not divide the {} heads", c.kv_heads, c.heads),
+            ));
+        }
+        if c.rotary.is_some() && !c.head_width.is_multiple_of(2) {
+            return Err(config_err(
+                &path,
+                "head_dim",
+                format!(
+                    "{}: rotary positions turn pairs, so a head's width is even",
+                    c.head_width
+                ),
+            ));
+        }
+        if c.windows.is_empty() {
+            c.windows = vec![None; c.layers];
+        }
+        if labels_of_new_family(&c) {
+            return Err(config_err(
+                &path,
+                "architectures",
+                format!(
+                    "a {} classifier's head is not read yet; its embedding model is served",
+                    c.family.model_type()
+                ),
             ));
         }
         c.max_tokens = max_tokens(dir, c.max_positions)?;
@@ -468,27 +805,92 @@ impl EncoderConfig {
 
     /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
-        self.hidden / self.heads
+        self.head_width
+    }
+
+    /// The fields every family of BERT's layout shares: post-norm
+    /// LayerNorm layers of all-keys attention, every head its own keys, a
+    /// plain MLP, positions from a table. The widths marked 0 are set
+    /// once the family's fields are read.
+    fn post_norm() -> Self {
+        Self {
+            family: Family::Bert,
+            vocab: 0,
+            hidden: 0,
+            layers: 0,
+            heads: 0,
+            intermediate: 0,
+            head_width: 0,
+            max_positions: 0,
+            position_offset: 0,
+            type_vocab: 0,
+            eps: 1e-12,
+            activation: Activation::GeluErf,
+            relative_bias: None,
+            kv_heads: 0,
+            norm: NormKind::Layer,
+            pre_norm: false,
+            gated: false,
+            rotary: None,
+            causal: false,
+            windows: Vec::new(),
+            pooling: Pooling::Mean,
+            max_tokens: 0,
+            labels: None,
+        }
     }
 
     /// Floating-point operations of one token's pass through the dense
-    /// layers (multiply and add counted apart): `layers · (8·H² + 4·H·I)`.
+    /// layers (multiply and add counted apart): per layer `2·H` times the
+    /// projections' outputs (Q, K and V, attention's output, the MLP's up
+    /// and down: `8·H² + 4·H·I` in BERT's layout; a gated MLP's up is
+    /// `2·I` wide).
     pub fn flops_per_token(&self) -> f64 {
-        let (h, i) = (self.hidden as f64, self.intermediate as f64);
-        self.layers as f64 * (8.0 * h * h + 4.0 * h * i)
+        self.dense_flops() as f64
+    }
+
+    fn dense_flops(&self) -> u128 {
+        let (h, i, d) = (
+            self.hidden as u128,
+            self.intermediate as u128,
+            self.head_width as u128,
+        );
+        let (q, kv) = (self.heads as u128 * d, self.kv_heads as u128 * d);
+        let mlp = if self.gated { 3 * h * i } else { 2 * h * i };
+        self.layers as u128 * 2 * (h * (q + 2 * kv) + q * h + mlp)
+    }
+
+    /// Query-key pairs one layer scores in a sequence of `len` tokens:
+    /// `len²`, fewer when queries see only earlier keys (causal) or those
+    /// within `window` of them.
+    fn pairs(&self, len: usize, window: Option<usize>) -> u128 {
+        let n = len as u128;
+        match (self.causal, window) {
+            (true, _) => n * (n + 1) / 2,
+            (false, None) => n * n,
+            (false, Some(r)) => (0..len)
+                .map(|q| (q.saturating_add(r).min(len - 1) - q.saturating_sub(r) + 1) as u128)
+                .sum(),
+        }
     }
 
     /// The work of a sequence of `len` tokens in token-equivalents: `len`
-    /// for the dense layers, plus attention's `4·len²·H` flops per layer
-    /// (scores and weighted sum) at [`ATTENTION_COST`] times a dense
-    /// flop's cost: `len · (1 + 3·len / (2·H + I))`. Every family served
-    /// has this layout; MPNet's relative bias adds one addition per score
-    /// (under 1% of attention's work). For all-MiniLM-L6-v2 the divisor is
-    /// 2304/3 = 768: attention adds 33% at 256 tokens, 3% at 24; for
-    /// all-mpnet-base-v2 (H 768, I 3072) it is 1536: 17% at 256 tokens.
+    /// for the dense layers, plus attention's flops (`4·d` a scored pair
+    /// and head: the score and the weighted sum) at [`ATTENTION_COST`]
+    /// times a dense flop's cost, over the dense layers' flops a token. In
+    /// BERT's layout that is `len · (1 + 3·len / (2·H + I))`: for
+    /// all-MiniLM-L6-v2 the divisor is 2304/3 = 768, attention adding 33%
+    /// at 256 tokens and 3% at 24; for all-mpnet-base-v2 (H 768, I 3072)
+    /// 1536, 17% at 256 tokens (MPNet's relative bias adds one addition a
+    /// score, under 1% of attention's work). A causal decoder scores half
+    /// the pairs; ModernBERT's local layers at most `2·64 + 1` keys a
+    /// query.
     pub fn work(&self, len: usize) -> usize {
-        let k = 2 * self.hidden + self.intermediate;
-        len + (ATTENTION_COST * len * len).div_ceil(k)
+        let per_pair = 4 * self.heads as u128 * self.head_width as u128;
+        let pairs: u128 = self.windows.iter().map(|&w| self.pairs(len, w)).sum();
+        let attention =
+            (ATTENTION_COST as u128 * per_pair * pairs).div_ceil(self.dense_flops().max(1));
+        len.saturating_add(usize::try_from(attention).unwrap_or(usize::MAX))
     }
 }
 

@@ -16,8 +16,8 @@
 
 use coexec_kernels::ops::{self, View};
 
-use super::config::{Activation, RelativeBias};
-use super::weights::{Dense, EncoderWeights, Norm};
+use super::config::{Activation, NormKind, RelativeBias};
+use super::weights::{Dense, EncoderWeights, Layer, Norm};
 
 /// Tokens per tile: the activations of a tile (`T·(H + 3H + H + H + I)`
 /// floats, 5.4 MB at 384 tokens of MiniLM) stay near the caches, and the
@@ -28,6 +28,8 @@ pub(crate) const TILE_TOKENS: usize = 384;
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     x: Vec<f32>,
+    /// A pre-norm layer's normalised input (`x` stays the residual).
+    normed: Vec<f32>,
     qkv: Vec<f32>,
     ctx: Vec<f32>,
     tmp: Vec<f32>,
@@ -36,6 +38,43 @@ pub(crate) struct Scratch {
     /// Per relative distance `j - i + l - 1` of a sequence of `l` tokens,
     /// its bucket's row in the relative bias (MPNet's).
     buckets: Vec<usize>,
+    /// Rotary angles' cosines and sines per base, for the longest
+    /// sequence seen.
+    rope: Vec<RopeTable>,
+}
+
+/// [`ops::rotary_table`]'s cosines and sines of one base and head width.
+#[derive(Debug)]
+struct RopeTable {
+    theta: f64,
+    d: usize,
+    len: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// The table of base `theta` for heads `d` wide and positions `0..len`,
+/// computed where it is not yet (or is shorter).
+fn rope_table(tables: &mut Vec<RopeTable>, theta: f64, d: usize, len: usize) -> &RopeTable {
+    let at = match tables.iter().position(|t| t.theta == theta && t.d == d) {
+        Some(k) => k,
+        None => {
+            tables.push(RopeTable {
+                theta,
+                d,
+                len: 0,
+                cos: Vec::new(),
+                sin: Vec::new(),
+            });
+            tables.len() - 1
+        }
+    };
+    let t = &mut tables[at];
+    if t.len < len {
+        ops::rotary_table(len, d, theta, &mut t.cos, &mut t.sin);
+        t.len = len;
+    }
+    &tables[at]
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -59,10 +98,28 @@ impl Dense {
 }
 
 impl Norm {
-    /// Each row `r` of `x` becomes `LayerNorm(r + y_r)` (`y` absent: of
-    /// `r`).
-    fn add_norm(&self, x: &mut [f32], y: Option<&[f32]>, eps: f32) {
-        ops::add_layer_norm(x, y, &self.gamma, &self.beta, eps);
+    /// Each row `r` of `x` becomes `norm(r + y_r)` (`y` absent: of `r`),
+    /// the norm of kind `kind`.
+    fn add_norm(&self, x: &mut [f32], y: Option<&[f32]>, eps: f32, kind: NormKind) {
+        match kind {
+            NormKind::Layer => ops::add_layer_norm(x, y, &self.gamma, &self.beta, eps),
+            NormKind::Rms => {
+                if let Some(y) = y {
+                    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+                }
+                ops::rms_norm(x, &self.gamma, eps);
+            }
+        }
+    }
+}
+
+/// `act` over `v` in place.
+fn activate(act: Activation, v: &mut [f32]) {
+    match act {
+        Activation::GeluErf => ops::gelu_erf(v),
+        Activation::GeluTanh => ops::gelu_tanh(v),
+        Activation::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Activation::Silu => ops::silu(v),
     }
 }
 
@@ -82,15 +139,16 @@ impl EncoderWeights {
     fn encode_tile(&self, seqs: &[&[u32]], out: &mut [f32], s: &mut Scratch) {
         let c = &self.cfg;
         let (h, t) = (c.hidden, seqs.iter().map(|q| q.len()).sum::<usize>());
+        let (q_w, kv_w) = (c.heads * c.head_width, c.kv_heads * c.head_width);
         let x = grow(&mut s.x, t * h);
         let mut rows = x.chunks_exact_mut(h);
         for seq in seqs {
             for (p, &id) in seq.iter().enumerate() {
                 let row = rows.next().expect("t rows");
-                let w = &self.word[id as usize * h..][..h];
-                let pt = &self.pos_type[p * h..][..h];
-                for ((v, a), b) in row.iter_mut().zip(w).zip(pt) {
-                    *v = a + b;
+                row.copy_from_slice(&self.word[id as usize * h..][..h]);
+                if !self.pos_type.is_empty() {
+                    let pt = &self.pos_type[p * h..][..h];
+                    row.iter_mut().zip(pt).for_each(|(v, b)| *v += b);
                 }
             }
         }
@@ -109,29 +167,71 @@ impl EncoderWeights {
                 at += seq.len();
             }
         }
-        self.emb_norm.add_norm(x, None, c.eps);
-        for layer in &self.layers {
-            let qkv = grow(&mut s.qkv, t * 3 * h);
-            layer.qkv.forward(&s.x[..t * h], t, qkv);
-            let ctx = grow(&mut s.ctx, t * h);
-            let longest = seqs.iter().map(|q| q.len()).max().unwrap_or(0);
+        if let Some(n) = &self.emb_norm {
+            n.add_norm(x, None, c.eps, c.norm);
+        }
+        let longest = seqs.iter().map(|q| q.len()).max().unwrap_or(0);
+        for (li, layer) in self.layers.iter().enumerate() {
+            let qkv = grow(&mut s.qkv, t * (q_w + 2 * kv_w));
+            let input = match (&layer.attn_norm, c.pre_norm) {
+                (Some(n), true) => {
+                    let normed = grow(&mut s.normed, t * h);
+                    normed.copy_from_slice(&s.x[..t * h]);
+                    n.add_norm(normed, None, c.eps, c.norm);
+                    &s.normed[..t * h]
+                }
+                _ => &s.x[..t * h],
+            };
+            layer.qkv.forward(input, t, qkv);
+            let window = c.windows[li];
+            self.position_queries_keys(layer, window, seqs, longest, qkv, &mut s.rope);
+            let ctx = grow(&mut s.ctx, t * q_w);
             let scores = grow(&mut s.scores, longest * longest);
-            self.attention(seqs, qkv, ctx, scores, &mut s.buckets);
+            self.attention(seqs, window, qkv, ctx, scores, &mut s.buckets);
             let tmp = grow(&mut s.tmp, t * h);
             layer.attn_out.forward(ctx, t, tmp);
             let x = &mut s.x[..t * h];
-            layer.attn_norm.add_norm(x, Some(tmp), c.eps);
-            let inter = grow(&mut s.inter, t * c.intermediate);
-            layer.up.forward(x, t, inter);
-            match c.activation {
-                Activation::GeluErf => ops::gelu_erf(inter),
-                Activation::GeluTanh => ops::gelu_tanh(inter),
-                Activation::Relu => inter.iter_mut().for_each(|v| *v = v.max(0.0)),
+            if c.pre_norm {
+                x.iter_mut().zip(tmp.iter()).for_each(|(a, b)| *a += b);
+            } else if let Some(n) = &layer.attn_norm {
+                n.add_norm(x, Some(tmp), c.eps, c.norm);
             }
-            layer.down.forward(inter, t, tmp);
-            layer.out_norm.add_norm(x, Some(tmp), c.eps);
+            let input = if c.pre_norm {
+                let normed = grow(&mut s.normed, t * h);
+                normed.copy_from_slice(x);
+                layer.out_norm.add_norm(normed, None, c.eps, c.norm);
+                &s.normed[..t * h]
+            } else {
+                &s.x[..t * h]
+            };
+            let i = c.intermediate;
+            let inter = grow(&mut s.inter, t * layer.up.out);
+            layer.up.forward(input, t, inter);
+            if c.gated {
+                // Row r's `[a | g]` (2·I) becomes act(a)·g (I) at row r of
+                // an I-wide matrix: its place ends before row r's start
+                // for r ≥ 1, and is `a`'s own for row 0.
+                for r in 0..t {
+                    activate(c.activation, &mut inter[2 * r * i..(2 * r + 1) * i]);
+                    for k in 0..i {
+                        inter[r * i + k] = inter[2 * r * i + k] * inter[(2 * r + 1) * i + k];
+                    }
+                }
+            } else {
+                activate(c.activation, inter);
+            }
+            layer.down.forward(&s.inter[..t * i], t, tmp);
+            let x = &mut s.x[..t * h];
+            if c.pre_norm {
+                x.iter_mut().zip(tmp.iter()).for_each(|(a, b)| *a += b);
+            } else {
+                layer.out_norm.add_norm(x, Some(tmp), c.eps, c.norm);
+            }
         }
-        let x = &s.x[..t * h];
+        let x = &mut s.x[..t * h];
+        if let Some(n) = &self.final_norm {
+            n.add_norm(x, None, c.eps, c.norm);
+        }
         let mut at = 0;
         for (seq, o) in seqs.iter().zip(out.chunks_exact_mut(h)) {
             c.pooling.pool(&x[at * h..(at + seq.len()) * h], o);
@@ -139,41 +239,100 @@ impl EncoderWeights {
         }
     }
 
-    /// `ctx` (`t × H`): per sequence and head, `softmax(Q·Kᵀ/√d)·V` over
-    /// the sequence's own tokens, from `qkv` (`t × 3H`: Q, K, V side by
-    /// side in each row), MPNet's relative bias added to the scores.
+    /// Qwen3's per-head RMSNorm of queries and keys, then rotary positions
+    /// (a local layer's base where `window` is set), on `qkv` in place.
+    fn position_queries_keys(
+        &self,
+        layer: &Layer,
+        window: Option<usize>,
+        seqs: &[&[u32]],
+        longest: usize,
+        qkv: &mut [f32],
+        rope: &mut Vec<RopeTable>,
+    ) {
+        let c = &self.cfg;
+        let d = c.head_width;
+        let (q_w, kv_w) = (c.heads * d, c.kv_heads * d);
+        let width = q_w + 2 * kv_w;
+        if let Some((qn, kn)) = &layer.qk_norm {
+            for row in qkv.chunks_exact_mut(width) {
+                ops::rms_norm(&mut row[..q_w], &qn.gamma, c.eps);
+                ops::rms_norm(&mut row[q_w..q_w + kv_w], &kn.gamma, c.eps);
+            }
+        }
+        let Some(rot) = c.rotary else { return };
+        let theta = if window.is_some() {
+            rot.local_theta
+        } else {
+            rot.theta
+        };
+        let table = rope_table(rope, theta, d, longest);
+        let half = d / 2;
+        let mut rows = qkv.chunks_exact_mut(width);
+        for seq in seqs {
+            for p in 0..seq.len() {
+                let row = rows.next().expect("t rows");
+                let (cos, sin) = (
+                    &table.cos[p * half..][..half],
+                    &table.sin[p * half..][..half],
+                );
+                for head in row[..q_w + kv_w].chunks_exact_mut(d) {
+                    ops::rotate_half(head, cos, sin);
+                }
+            }
+        }
+    }
+
+    /// `ctx` (`t × heads·d`): per sequence and head, `softmax(Q·Kᵀ/√d)·V`
+    /// over the keys the query sees (all of its sequence's; up to its own
+    /// in a causal stack; within `window` of it in a local layer), from
+    /// `qkv` (`t` rows of all heads' queries, then the key-value heads'
+    /// keys, then their values), MPNet's relative bias added to the
+    /// scores. Query head `k` reads key-value head `k / (heads /
+    /// kv_heads)`.
     fn attention(
         &self,
         seqs: &[&[u32]],
+        window: Option<usize>,
         qkv: &[f32],
         ctx: &mut [f32],
         scores: &mut [f32],
         buckets: &mut Vec<usize>,
     ) {
-        let (h, d, heads) = (self.cfg.hidden, self.cfg.head_dim(), self.cfg.heads);
+        let c = &self.cfg;
+        let (d, heads) = (c.head_width, c.heads);
+        let (q_w, kv_w) = (heads * d, c.kv_heads * d);
+        let width = q_w + 2 * kv_w;
+        let group = heads / c.kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
         let mut at = 0;
         for seq in seqs {
             let l = seq.len();
-            if let Some(rb) = self.cfg.relative_bias {
+            if let Some(rb) = c.relative_bias {
                 buckets.clear();
                 buckets.extend((0..2 * l - 1).map(|k| bucket(rb, k as i64 - (l as i64 - 1))));
             }
             for head in 0..heads {
-                // Q, K and V of this sequence and head: `l` rows 3H apart,
-                // `d` columns from the head's offset in each third.
-                let part = |third: usize| View {
-                    data: &qkv[at * 3 * h + third * h + head * d..],
-                    row_stride: 3 * h,
+                // This sequence's `l` rows, `width` apart; `d` columns from
+                // the head's offset in its part of each row.
+                let part = |offset: usize| View {
+                    data: &qkv[at * width + offset..],
+                    row_stride: width,
                     col_stride: 1,
                 };
+                let kvh = head / group;
+                let (q, k, v) = (
+                    part(head * d),
+                    part(q_w + kvh * d),
+                    part(q_w + kv_w + kvh * d),
+                );
                 // Kᵀ is K read with its strides swapped.
                 let kt = View {
                     row_stride: 1,
-                    col_stride: 3 * h,
-                    ..part(1)
+                    col_stride: width,
+                    ..k
                 };
-                ops::matmul_strided((l, d, l), scale, part(0), kt, &mut scores[..l * l], l);
+                ops::matmul_strided((l, d, l), scale, q, kt, &mut scores[..l * l], l);
                 if let Some(bias) = &self.rel_bias {
                     for (i, row) in scores[..l * l].chunks_exact_mut(l).enumerate() {
                         // Distance j - i is at `j - i + l - 1` in `buckets`.
@@ -183,14 +342,27 @@ impl EncoderWeights {
                         }
                     }
                 }
-                ops::softmax_rows(&mut scores[..l * l], l);
+                if !c.causal && window.is_none() {
+                    ops::softmax_rows(&mut scores[..l * l], l);
+                } else {
+                    for (i, row) in scores[..l * l].chunks_exact_mut(l).enumerate() {
+                        let (lo, hi) = match window {
+                            _ if c.causal => (0, i),
+                            Some(r) => (i.saturating_sub(r), (i + r).min(l - 1)),
+                            None => (0, l - 1),
+                        };
+                        ops::softmax_rows(&mut row[lo..=hi], hi - lo + 1);
+                        row[..lo].fill(0.0);
+                        row[hi + 1..].fill(0.0);
+                    }
+                }
                 let s = View {
                     data: &scores[..l * l],
                     row_stride: l,
                     col_stride: 1,
                 };
-                let c = &mut ctx[at * h + head * d..];
-                ops::matmul_strided((l, l, d), 1.0, s, part(2), c, h);
+                let out = &mut ctx[at * q_w + head * d..];
+                ops::matmul_strided((l, l, d), 1.0, s, v, out, q_w);
             }
             at += l;
         }

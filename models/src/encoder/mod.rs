@@ -1,6 +1,7 @@
-//! A sentence encoder of the BERT layout — BERT, RoBERTa, XLM-RoBERTa,
-//! CamemBERT, DistilBERT and MPNet ([`Family`]) — over a batch of tokenised
-//! sequences, on every CPU worker (and GPU stream) at once.
+//! A sentence encoder — BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT,
+//! MPNet, ModernBERT and the Qwen3 decoder ([`Family`]; the parts each
+//! composes are [`EncoderConfig`]'s) — over a batch of tokenised sequences,
+//! on every CPU worker (and, for the BERT layout, every GPU stream) at once.
 //!
 //! A model folder holds `config.json` (Hugging Face's: the family, widths,
 //! depth, heads, vocabulary; [`EncoderConfig`]), `model.safetensors` (or
@@ -11,9 +12,10 @@
 //! [`Encoder`] takes token ids.
 //!
 //! **Work is counted in tokens, not sequences.** A sequence of `L` tokens
-//! costs `L` dense-layer tokens plus attention's `L²` term
-//! ([`EncoderConfig::work`]: `L·(1 + 3L/(2H + I))` token-equivalents, the 3
-//! measured), so the
+//! costs `L` dense-layer tokens plus attention's term, the pairs its layers
+//! score ([`EncoderConfig::work`]: `L·(1 + 3L/(2H + I))` token-equivalents
+//! in BERT's layout, the 3 measured; half the pairs in a causal decoder, a
+//! window's in a local layer), so the
 //! kernel's items are token-equivalents: a batch's sequences, sorted
 //! shortest first, are laid end to end on the item axis, and a chunk
 //! `lo..hi` computes the sequences whose *middle* item lies in it. Each
@@ -64,7 +66,9 @@ mod tests;
 mod weights;
 
 pub use crate::modules::{DenseActivation, Pooling};
-pub use config::{ATTENTION_COST, Activation, EncoderConfig, Family, RelativeBias};
+pub use config::{
+    ATTENTION_COST, Activation, EncoderConfig, Family, NormKind, RelativeBias, Rotary,
+};
 pub use weights::EncoderWeights;
 
 thread_local! {

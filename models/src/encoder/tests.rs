@@ -353,6 +353,42 @@ fn work_grows_with_the_square_of_the_length() {
     assert_eq!(k.tokens(), 29);
 }
 
+/// The cost model of the rotary families: a causal decoder scores
+/// `L(L+1)/2` pairs a layer, a local layer at most `2r + 1` keys a query;
+/// the dense flops count a gated MLP's `3·H·I` and grouped-query K and V.
+#[test]
+fn work_counts_the_pairs_each_family_scores() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/families");
+    let q = EncoderConfig::load(root.join("qwen3-lasttoken")).unwrap();
+    assert_eq!((q.heads, q.kv_heads, q.head_dim()), (4, 2, 16));
+    assert!(q.causal && q.pre_norm && q.gated && q.norm == NormKind::Rms);
+    // Dense flops a token: 2 layers · 2·(32·(64 + 2·32) + 64·32 + 3·32·64)
+    // = 49152; attention 3 · 4·64 a pair.
+    assert_eq!(q.flops_per_token(), 49_152.0);
+    let pairs = |l: usize| 2 * l * (l + 1) / 2;
+    for l in [1, 10, 128] {
+        assert_eq!(q.work(l), l + (3 * 256 * pairs(l)).div_ceil(49_152), "{l}");
+    }
+    let m = EncoderConfig::load(root.join("modernbert-mean")).unwrap();
+    assert_eq!(m.windows, vec![None, Some(8), None]);
+    let r = m.rotary.unwrap();
+    assert_eq!((r.theta, r.local_theta), (160_000.0, 10_000.0));
+    // A local layer's query sees at most 17 keys: past 17 tokens the local
+    // layer's pairs grow linearly, the global layers' with the square.
+    let dense = m.flops_per_token() as usize;
+    assert_eq!(dense, 3 * 2 * (32 * 96 + 32 * 32 + 3 * 32 * 64));
+    let local = |l: usize| {
+        (0..l)
+            .map(|i| (i + 8).min(l - 1) - i.saturating_sub(8) + 1)
+            .sum::<usize>()
+    };
+    for l in [5, 17, 100] {
+        let pairs = 2 * l * l + local(l);
+        assert_eq!(m.work(l), l + (3 * 4 * 32 * pairs).div_ceil(dense), "{l}");
+    }
+    assert_eq!(local(100), 100 * 17 - 2 * (8 * 9 / 2));
+}
+
 #[test]
 fn bad_inputs_and_folders_are_refused_by_name() {
     let dir = folder("bad", "");

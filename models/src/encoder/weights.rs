@@ -29,22 +29,30 @@ pub(crate) struct Dense {
     pub(crate) out: usize,
 }
 
-/// LayerNorm's scale and shift.
+/// A norm's scale and shift (the shift zeros where the family's LayerNorm
+/// has no bias, empty in an RMSNorm).
 #[derive(Debug)]
 pub(crate) struct Norm {
     pub(crate) gamma: Box<[f32]>,
     pub(crate) beta: Box<[f32]>,
 }
 
-/// One encoder layer. Q, K and V are one dense layer of `3·H` outputs
-/// (their rows stacked), so a tile's projections are one GEMM.
+/// One encoder layer. Q, K and V are one dense layer (their rows stacked:
+/// all heads' queries, then the keys, then the values), so a tile's
+/// projections are one GEMM; a gated MLP's two up projections are one too
+/// (the activated half first).
 #[derive(Debug)]
 pub(crate) struct Layer {
     pub(crate) qkv: Dense,
+    /// Qwen3's RMSNorm of each head's queries and of its keys.
+    pub(crate) qk_norm: Option<(Norm, Norm)>,
     pub(crate) attn_out: Dense,
-    pub(crate) attn_norm: Norm,
+    /// Post-norm: after attention's residual; pre-norm: before attention
+    /// (none in ModernBERT's first layer).
+    pub(crate) attn_norm: Option<Norm>,
     pub(crate) up: Dense,
     pub(crate) down: Dense,
+    /// Post-norm: after the MLP's residual; pre-norm: before the MLP.
     pub(crate) out_norm: Norm,
 }
 
@@ -59,10 +67,14 @@ pub struct EncoderWeights {
     pub(crate) word: Box<[f32]>,
     /// `[max_positions, H]`: position `p`'s row of the position embeddings
     /// (the family's offset applied), with token type 0's vector added
-    /// where the family has token types (every input is one segment).
+    /// where the family has token types (every input is one segment);
+    /// empty where positions are rotary.
     pub(crate) pos_type: Box<[f32]>,
-    pub(crate) emb_norm: Norm,
+    /// The embeddings' norm (none in a decoder).
+    pub(crate) emb_norm: Option<Norm>,
     pub(crate) layers: Vec<Layer>,
+    /// A pre-norm stack's norm after its last layer.
+    pub(crate) final_norm: Option<Norm>,
     /// MPNet's relative-position bias, `[buckets, heads]`.
     pub(crate) rel_bias: Option<Box<[f32]>>,
     /// A classifier's token type 1 less type 0 (`[H]`), added to the rows
@@ -101,12 +113,14 @@ fn image_of(w: &EncoderWeights) -> Result<BertImage, KernelError> {
     fn dense(d: &Dense) -> (&[f32], &[f32]) {
         (&d.w, &d.b)
     }
-    let mut img = BertImage::new(shape, &w.word, &w.pos_type, norm(&w.emb_norm))?;
+    let missing = || KernelError::invalid("encoder image", "not of BERT's layout");
+    let emb_norm = w.emb_norm.as_ref().ok_or_else(missing)?;
+    let mut img = BertImage::new(shape, &w.word, &w.pos_type, norm(emb_norm))?;
     for l in &w.layers {
         img.layer(LayerRef {
             qkv: dense(&l.qkv),
             attn_out: dense(&l.attn_out),
-            attn_norm: norm(&l.attn_norm),
+            attn_norm: norm(l.attn_norm.as_ref().ok_or_else(missing)?),
             up: dense(&l.up),
             down: dense(&l.down),
             out_norm: norm(&l.out_norm),
@@ -246,6 +260,60 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Whether the files hold `name` (under the prefix).
+    fn has(&self, name: &str) -> bool {
+        let name = format!("{}{name}", self.prefix);
+        self.file_of(&name).1.tensor(&name).is_ok()
+    }
+
+    /// A dense layer whose bias the family makes optional
+    /// (`attention_bias`, `mlp_bias`): read where the file has it, zeros
+    /// where it has none.
+    fn dense_maybe_biased(&self, name: &str, out: usize, inp: usize) -> Result<Dense, KernelError> {
+        let b = format!("{name}.bias");
+        Ok(Dense {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: if self.has(&b) {
+                self.tensor(&b, &[out])?
+            } else {
+                vec![0.0; out].into_boxed_slice()
+            },
+            inp,
+            out,
+        })
+    }
+
+    /// A norm whose shift is optional (ModernBERT's `norm_bias`); an
+    /// RMSNorm's (`rms`) has none.
+    fn norm_maybe_shifted(&self, name: &str, h: usize, rms: bool) -> Result<Norm, KernelError> {
+        let b = format!("{name}.bias");
+        Ok(Norm {
+            gamma: self.tensor(&format!("{name}.weight"), &[h])?,
+            beta: if rms {
+                Box::default()
+            } else if self.has(&b) {
+                self.tensor(&b, &[h])?
+            } else {
+                vec![0.0; h].into_boxed_slice()
+            },
+        })
+    }
+
+    /// Dense layers `names` of `outs` outputs each, stacked as one.
+    fn stacked(&self, names: &[String], outs: &[usize], inp: usize) -> Result<Dense, KernelError> {
+        let parts = names
+            .iter()
+            .zip(outs)
+            .map(|(n, &o)| self.dense_maybe_biased(n, o, inp))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Dense {
+            w: parts.iter().flat_map(|d| d.w.iter().copied()).collect(),
+            b: parts.iter().flat_map(|d| d.b.iter().copied()).collect(),
+            inp,
+            out: outs.iter().sum(),
+        })
+    }
+
     /// Q, K and V (`names`) as one dense layer of `3·h` outputs.
     fn qkv(&self, names: [String; 3], h: usize) -> Result<Dense, KernelError> {
         let [q, k, v] = names;
@@ -263,8 +331,49 @@ impl<'a> Reader<'a> {
     }
 
     /// Layer `l` by its family's names.
-    fn layer(&self, family: Family, l: usize, h: usize, i: usize) -> Result<Layer, KernelError> {
+    fn layer(&self, c: &EncoderConfig, l: usize) -> Result<Layer, KernelError> {
+        let (family, h, i) = (c.family, c.hidden, c.intermediate);
+        let (q, kv) = (c.heads * c.head_width, c.kv_heads * c.head_width);
         match family {
+            Family::ModernBert => {
+                let at = |s: &str| format!("layers.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.dense_maybe_biased(&at("attn.Wqkv"), 3 * h, h)?,
+                    qk_norm: None,
+                    attn_out: self.dense_maybe_biased(&at("attn.Wo"), h, h)?,
+                    attn_norm: match l {
+                        0 => None,
+                        _ => Some(self.norm_maybe_shifted(&at("attn_norm"), h, false)?),
+                    },
+                    up: self.dense_maybe_biased(&at("mlp.Wi"), 2 * i, h)?,
+                    down: self.dense_maybe_biased(&at("mlp.Wo"), h, i)?,
+                    out_norm: self.norm_maybe_shifted(&at("mlp_norm"), h, false)?,
+                })
+            }
+            Family::Qwen3 => {
+                let at = |s: &str| format!("layers.{l}.{s}");
+                let d = c.head_width;
+                Ok(Layer {
+                    qkv: self.stacked(
+                        &[
+                            at("self_attn.q_proj"),
+                            at("self_attn.k_proj"),
+                            at("self_attn.v_proj"),
+                        ],
+                        &[q, kv, kv],
+                        h,
+                    )?,
+                    qk_norm: Some((
+                        self.norm_maybe_shifted(&at("self_attn.q_norm"), d, true)?,
+                        self.norm_maybe_shifted(&at("self_attn.k_norm"), d, true)?,
+                    )),
+                    attn_out: self.dense_maybe_biased(&at("self_attn.o_proj"), h, q)?,
+                    attn_norm: Some(self.norm_maybe_shifted(&at("input_layernorm"), h, true)?),
+                    up: self.stacked(&[at("mlp.gate_proj"), at("mlp.up_proj")], &[i, i], h)?,
+                    down: self.dense_maybe_biased(&at("mlp.down_proj"), h, i)?,
+                    out_norm: self.norm_maybe_shifted(&at("post_attention_layernorm"), h, true)?,
+                })
+            }
             Family::DistilBert => {
                 let at = |s: &str| format!("transformer.layer.{l}.{s}");
                 Ok(Layer {
@@ -277,7 +386,8 @@ impl<'a> Reader<'a> {
                         h,
                     )?,
                     attn_out: self.dense(&at("attention.out_lin"), h, h)?,
-                    attn_norm: self.norm(&at("sa_layer_norm"), h)?,
+                    qk_norm: None,
+                    attn_norm: Some(self.norm(&at("sa_layer_norm"), h)?),
                     up: self.dense(&at("ffn.lin1"), i, h)?,
                     down: self.dense(&at("ffn.lin2"), h, i)?,
                     out_norm: self.norm(&at("output_layer_norm"), h)?,
@@ -295,7 +405,8 @@ impl<'a> Reader<'a> {
                         h,
                     )?,
                     attn_out: self.dense(&at("attention.attn.o"), h, h)?,
-                    attn_norm: self.norm(&at("attention.LayerNorm"), h)?,
+                    qk_norm: None,
+                    attn_norm: Some(self.norm(&at("attention.LayerNorm"), h)?),
                     up: self.dense(&at("intermediate.dense"), i, h)?,
                     down: self.dense(&at("output.dense"), h, i)?,
                     out_norm: self.norm(&at("output.LayerNorm"), h)?,
@@ -313,7 +424,8 @@ impl<'a> Reader<'a> {
                         h,
                     )?,
                     attn_out: self.dense(&at("attention.output.dense"), h, h)?,
-                    attn_norm: self.norm(&at("attention.output.LayerNorm"), h)?,
+                    qk_norm: None,
+                    attn_norm: Some(self.norm(&at("attention.output.LayerNorm"), h)?),
                     up: self.dense(&at("intermediate.dense"), i, h)?,
                     down: self.dense(&at("output.dense"), h, i)?,
                     out_norm: self.norm(&at("output.LayerNorm"), h)?,
@@ -361,6 +473,12 @@ impl Reader<'_> {
                 DenseActivation::Tanh,
                 "classifier.out_proj".into(),
             ),
+            Family::ModernBert | Family::Qwen3 => {
+                return Err(KernelError::invalid(
+                    "classifier head",
+                    format!("a {} classifier's head is not read", family.model_type()),
+                ));
+            }
         };
         Ok(vec![
             layer(
@@ -406,53 +524,70 @@ impl EncoderWeights {
         modules: Option<Modules>,
         files: &Files,
     ) -> Result<Self, KernelError> {
-        const WORD: &str = "embeddings.word_embeddings.weight";
-        let r = Reader::new(files, cfg.family, WORD)?;
-        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let word_name = match cfg.family {
+            Family::ModernBert => "embeddings.tok_embeddings.weight",
+            Family::Qwen3 => "embed_tokens.weight",
+            _ => "embeddings.word_embeddings.weight",
+        };
+        let r = Reader::new(files, cfg.family, word_name)?;
+        let h = cfg.hidden;
         let mut type_delta = None;
-        let word = r.tensor(WORD, &[cfg.vocab, h])?;
-        let table = r.tensor(
-            "embeddings.position_embeddings.weight",
-            &[cfg.position_offset + cfg.max_positions, h],
-        )?;
-        let mut pos_type = table[cfg.position_offset * h..].to_vec().into_boxed_slice();
-        if cfg.type_vocab > 0 {
-            let types = r.tensor(
-                "embeddings.token_type_embeddings.weight",
-                &[cfg.type_vocab, h],
+        let word = r.tensor(word_name, &[cfg.vocab, h])?;
+        let (pos_type, emb_norm, rel_bias) = if cfg.rotary.is_some() {
+            let norm = match cfg.family {
+                Family::ModernBert => Some(r.norm_maybe_shifted("embeddings.norm", h, false)?),
+                _ => None,
+            };
+            (Box::default(), norm, None)
+        } else {
+            let table = r.tensor(
+                "embeddings.position_embeddings.weight",
+                &[cfg.position_offset + cfg.max_positions, h],
             )?;
-            for row in pos_type.chunks_exact_mut(h) {
-                for (p, t) in row.iter_mut().zip(&types[..h]) {
-                    *p += t;
+            let mut pos_type = table[cfg.position_offset * h..].to_vec().into_boxed_slice();
+            if cfg.type_vocab > 0 {
+                let types = r.tensor(
+                    "embeddings.token_type_embeddings.weight",
+                    &[cfg.type_vocab, h],
+                )?;
+                for row in pos_type.chunks_exact_mut(h) {
+                    for (p, t) in row.iter_mut().zip(&types[..h]) {
+                        *p += t;
+                    }
+                }
+                if cfg.labels.is_some() && cfg.type_vocab > 1 {
+                    let d: Box<[f32]> = types[h..2 * h]
+                        .iter()
+                        .zip(&types[..h])
+                        .map(|(a, b)| a - b)
+                        .collect();
+                    type_delta = Some(d);
                 }
             }
-            if cfg.labels.is_some() && cfg.type_vocab > 1 {
-                let d: Box<[f32]> = types[h..2 * h]
-                    .iter()
-                    .zip(&types[..h])
-                    .map(|(a, b)| a - b)
-                    .collect();
-                type_delta = Some(d);
-            }
-        }
-        let emb_norm = r.norm("embeddings.LayerNorm", h)?;
-        let rel_bias = match cfg.relative_bias {
-            Some(rb) => Some(r.tensor(
-                "encoder.relative_attention_bias.weight",
-                &[rb.buckets, cfg.heads],
-            )?),
-            None => None,
+            let rel_bias = match cfg.relative_bias {
+                Some(rb) => Some(r.tensor(
+                    "encoder.relative_attention_bias.weight",
+                    &[rb.buckets, cfg.heads],
+                )?),
+                None => None,
+            };
+            (pos_type, Some(r.norm("embeddings.LayerNorm", h)?), rel_bias)
         };
         let layers = (0..cfg.layers)
-            .map(|l| r.layer(cfg.family, l, h, i))
+            .map(|l| r.layer(&cfg, l))
             .collect::<Result<Vec<_>, _>>()?;
+        let final_norm = match cfg.family {
+            Family::ModernBert => Some(r.norm_maybe_shifted("final_norm", h, false)?),
+            Family::Qwen3 => Some(r.norm_maybe_shifted("norm", h, true)?),
+            _ => None,
+        };
         let modules = match (modules, &cfg.labels) {
             (Some(m), _) => m,
             (None, Some(labels)) => Modules::classifier(r.head(cfg.family, h, labels.len())?),
             (None, None) => unreachable!("an encoder of embeddings has its modules"),
         };
         Ok(Self {
-            dtype: r.dtype(WORD),
+            dtype: r.dtype(word_name),
             cfg,
             modules,
             second_type: None,
@@ -461,6 +596,7 @@ impl EncoderWeights {
             pos_type,
             emb_norm,
             layers,
+            final_norm,
             rel_bias,
             sha256: files.sha256(),
             source: files.files[0].0.clone(),
@@ -482,11 +618,15 @@ impl EncoderWeights {
 
     /// Whether the GPU twin computes this encoder: the BERT layout with
     /// the exact GELU, pooled by mean or `[CLS]` (MPNet's relative bias,
-    /// the tanh GELU, the other poolings and classifiers' token types run
-    /// on the CPU workers only).
+    /// the tanh GELU, the other poolings, classifiers' token types and the
+    /// rotary families, ModernBERT and Qwen3, run on the CPU workers
+    /// only).
     pub fn gpu_twin(&self) -> bool {
         let c = &self.cfg;
         c.relative_bias.is_none()
+            && c.rotary.is_none()
+            && !c.pre_norm
+            && !c.gated
             && c.activation == super::Activation::GeluErf
             && matches!(c.pooling, Pooling::Mean | Pooling::Cls)
             && c.labels.is_none()
