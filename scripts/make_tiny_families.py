@@ -91,7 +91,8 @@ def roberta_tokenizer():
 #        pooling mode, extra modules, dtype, shard, prompts)
 def families():
     from transformers import (BertConfig, BertModel, CamembertConfig, CamembertModel,
-                              DistilBertConfig, DistilBertModel, ModernBertConfig,
+                              DistilBertConfig, DistilBertModel, GteConfig, GteModel,
+                              ModernBertConfig, NomicBertConfig, NomicBertModel,
                               ModernBertModel, MPNetConfig, MPNetModel, Qwen3Config,
                               Qwen3Model, RobertaConfig, RobertaModel, XLMRobertaConfig,
                               XLMRobertaModel)
@@ -157,6 +158,19 @@ def families():
                             bert_tokenizer, "lasttoken", ["normalize"], "bfloat16", False,
                             {"query": "Instruct: Given a web search query, retrieve relevant "
                                       "passages that answer the query\nQuery: "}),
+        # Rotary (base 1000), SwiGLU without biases, post-norm, token types.
+        "nomic-bert-mean": (NomicBertConfig, NomicBertModel,
+                            dict(common, vocab_size=nb, max_position_embeddings=128,
+                                 type_vocab_size=2, hidden_act="silu", pad_token_id=0,
+                                 _limit=128),
+                            bert_tokenizer, "mean", ["normalize"], "float32", False,
+                            {"search_query": "search_query: ",
+                             "search_document": "search_document: "}),
+        # Rotary (base 160000), biased attention, gated GELU, post-norm.
+        "gte-cls": (GteConfig, GteModel,
+                    dict(common, vocab_size=nb, max_position_embeddings=128,
+                         type_vocab_size=1, hidden_act="gelu", pad_token_id=0, _limit=128),
+                    bert_tokenizer, "cls", ["normalize"], "float16", False, {}),
     }
 
 
@@ -247,6 +261,39 @@ def write(name, spec, texts):
           f"longest {max(map(len, ids))} tokens, dim {len(vectors[0])}")
 
 
+def hub_config(name, hub_name):
+    """A copy of tiny folder `name` with config.json as the Hugging Face
+    Hub's checkpoints of the family write it (NomicBERT's GPT-2 names,
+    GTE's `new` with its rope fields), and the same reference: the same
+    model. (Transformers 5 saves both families' tensors in the Hub's names
+    already: `emb_ln`, `attn.Wqkv`, `mlp.fc11`; `attention.qkv_proj`,
+    `mlp.up_gate_proj`.)"""
+    src, dst = os.path.join(OUT, name), os.path.join(OUT, hub_name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    if cfg["model_type"] == "nomic_bert":
+        hub = {"model_type": "nomic_bert", "architectures": ["NomicBertModel"],
+               "vocab_size": cfg["vocab_size"], "n_embd": cfg["hidden_size"],
+               "n_layer": cfg["num_hidden_layers"], "n_head": cfg["num_attention_heads"],
+               "n_inner": cfg["intermediate_size"],
+               "n_positions": cfg["max_position_embeddings"],
+               "type_vocab_size": cfg["type_vocab_size"],
+               "layer_norm_epsilon": cfg["layer_norm_eps"], "activation_function": "swiglu",
+               "rotary_emb_base": cfg["rope_parameters"]["rope_theta"],
+               "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+               "rotary_scaling_factor": None, "prenorm": False, "qkv_proj_bias": False,
+               "mlp_fc1_bias": False, "mlp_fc2_bias": False}
+    else:
+        hub = dict(cfg, model_type="new", architectures=["NewModel"],
+                   position_embedding_type="rope", layer_norm_type="layer_norm",
+                   logn_attention_scale=False,
+                   rope_theta=cfg["rope_parameters"]["rope_theta"])
+        del hub["rope_parameters"]
+    json.dump(hub, open(os.path.join(dst, "config.json"), "w"), indent=2)
+    print(f"{hub_name}: {name} with the Hub's config.json")
+
+
 def write_classifier(name, cfg_cls, model_cls, kw, tok_fn, labels, texts):
     """A sequence classifier (a cross-encoder where it has one label) as
     transformers saves it, and its logits in float64 for single texts and
@@ -333,6 +380,8 @@ def main():
     texts = sentences()
     for name, spec in families().items():
         write(name, spec, texts)
+    hub_config("nomic-bert-mean", "nomic-bert-hub")
+    hub_config("gte-cls", "gte-hub")
     for name, (cfg_cls, model_cls, kw, tok_fn, labels) in classifiers().items():
         write_classifier(name, cfg_cls, model_cls, kw, tok_fn, labels, texts)
     buckets()

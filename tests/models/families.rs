@@ -12,7 +12,9 @@
 //! buckets; ModernBERT (rotary, pre-norm, GeGLU, a local layer between two
 //! global ones, inputs past its window); Qwen3 in bf16 (a causal decoder,
 //! grouped-query heads wider than hidden/heads, per-head RMSNorm, SwiGLU,
-//! last-token pooling, an instruction prompt).
+//! last-token pooling, an instruction prompt); NomicBERT (rotary, SwiGLU,
+//! token types) and GTE in f16 (rotary, biased attention, gated GELU), each
+//! also with the Hub's `config.json` (`n_embd`…; `new`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,7 +61,7 @@ fn folders(kind: &str) -> Vec<PathBuf> {
 
 fn families() -> Vec<PathBuf> {
     let dirs = folders("embedding");
-    assert!(dirs.len() >= 10, "{} embedding folders", dirs.len());
+    assert!(dirs.len() >= 14, "{} embedding folders", dirs.len());
     dirs
 }
 
@@ -242,11 +244,11 @@ fn bad_folders_are_refused_by_file_and_field() {
     // A family the encoder cannot compute: by name, with what it needs.
     let dir = copy_of("bert-f16");
     edit(&dir.join("config.json"), |c| {
-        c["model_type"] = "nomic_bert".into()
+        c["model_type"] = "jina_bert".into()
     });
     let e = load_err(&dir);
     assert!(
-        e.contains("config.json") && e.contains("nomic_bert") && e.contains("rotary"),
+        e.contains("config.json") && e.contains("jina_bert") && e.contains("ALiBi"),
         "{e}"
     );
     edit(&dir.join("config.json"), |c| {
@@ -287,6 +289,24 @@ fn bad_folders_are_refused_by_file_and_field() {
             "layer_types",
             serde_json::json!(["full_attention", "chunked_attention", "full_attention"]),
             "\"chunked_attention\"",
+        ),
+        (
+            "nomic-bert-hub",
+            "rotary_emb_interleaved",
+            serde_json::json!(true),
+            "rotary_emb_interleaved",
+        ),
+        (
+            "gte-hub",
+            "rope_scaling",
+            serde_json::json!({"type": "ntk", "factor": 2.0}),
+            "rope_scaling",
+        ),
+        (
+            "gte-hub",
+            "logn_attention_scale",
+            serde_json::json!(true),
+            "logn_attention_scale",
         ),
         (
             "modernbert-mean",
@@ -436,6 +456,8 @@ fn the_gpu_twin_covers_the_bert_layout_only() {
             "distilbert-max",
             "modernbert",
             "qwen3",
+            "nomic-bert",
+            "gte",
         ]
         .iter()
         .any(|p| name.starts_with(p));

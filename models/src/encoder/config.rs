@@ -13,6 +13,8 @@
 //! | MPNet | learned table + relative bias | LayerNorm | post-norm | all keys, biased | GELU |
 //! | ModernBERT | rotary (two bases) | LayerNorm, no bias | pre-norm, final norm | global / local window, alternating | GeGLU |
 //! | Qwen3 | rotary | RMSNorm (+ per-head on Q, K) | pre-norm, final norm | causal, grouped-query | SwiGLU |
+//! | NomicBERT | rotary (+ token types) | LayerNorm | post-norm | all keys, no bias | SwiGLU |
+//! | GTE | rotary (+ token types) | LayerNorm | post-norm | all keys, biased | gated GELU |
 //!
 //! They differ besides in their tensors' names, the positions' offset
 //! (RoBERTa's and MPNet's start after the padding id) and token types
@@ -48,6 +50,11 @@ pub enum Family {
     ModernBert,
     /// `qwen3` (Qwen3-Embedding): a decoder, pooled by its last token.
     Qwen3,
+    /// `nomic_bert` (nomic-embed-text v1, v1.5): rotary, SwiGLU, post-norm.
+    NomicBert,
+    /// `gte`, the Hub's `new` (gte-multilingual-base, gte-*-en-v1.5):
+    /// rotary, gated GELU, post-norm.
+    Gte,
 }
 
 impl Family {
@@ -62,6 +69,8 @@ impl Family {
             Family::MpNet => "mpnet",
             Family::ModernBert => "modernbert",
             Family::Qwen3 => "qwen3",
+            Family::NomicBert => "nomic_bert",
+            Family::Gte => "gte",
         }
     }
 
@@ -76,6 +85,10 @@ impl Family {
             Family::DistilBert => "distilbert.",
             Family::MpNet => "mpnet.",
             Family::ModernBert | Family::Qwen3 => "model.",
+            Family::NomicBert => "nomic_bert.",
+            // The Hub's checkpoints (`new`) are prefixed `new.`: the reader
+            // tries both.
+            Family::Gte => "gte.",
         }
     }
 }
@@ -198,16 +211,6 @@ pub struct EncoderConfig {
 
 /// Families named here are refused by name, with why.
 const NOT_SERVED: &[(&str, &str)] = &[
-    (
-        "nomic_bert",
-        "its modelling (rotary positions, SwiGLU) is remote code outside \
-         transformers, so no reference here checks a pass of it",
-    ),
-    (
-        "new",
-        "GTE v1.5's modelling is remote code outside transformers, so no \
-         reference here checks a pass of it",
-    ),
     (
         "jina_bert",
         "it needs ALiBi attention biases, which the encoder does not compute",
@@ -365,7 +368,7 @@ fn offset(path: &Path, pad: Option<usize>, positions: usize) -> Result<usize, Ke
 
 /// Whether `c` is a classifier of a family whose head is not read.
 fn labels_of_new_family(c: &EncoderConfig) -> bool {
-    c.labels.is_some() && matches!(c.family, Family::ModernBert | Family::Qwen3)
+    c.labels.is_some() && c.rotary.is_some()
 }
 
 /// One rotary setting (`rope_parameters`, or one layer type's there).
@@ -510,6 +513,190 @@ fn modernbert(
     })
 }
 
+/// Refuses `field` where the file sets it to other than `ok`.
+fn only<T: PartialEq + std::fmt::Debug>(
+    path: &Path,
+    field: &'static str,
+    value: Option<T>,
+    ok: T,
+    why: &str,
+) -> Result<(), KernelError> {
+    match value {
+        Some(v) if v != ok => Err(config_err(path, field, format!("{v:?}; {why}"))),
+        _ => Ok(()),
+    }
+}
+
+/// NomicBERT's `config.json`: Transformers' names, or the Hub's
+/// checkpoints' GPT-2 names (`n_embd`, `n_layer`, …, `rotary_emb_base`).
+#[derive(Deserialize)]
+struct NomicJson {
+    vocab_size: Dim,
+    #[serde(alias = "n_embd")]
+    hidden_size: Dim,
+    #[serde(alias = "n_layer")]
+    num_hidden_layers: Dim,
+    #[serde(alias = "n_head")]
+    num_attention_heads: Dim,
+    #[serde(alias = "n_inner")]
+    intermediate_size: Dim,
+    #[serde(alias = "n_positions")]
+    max_position_embeddings: Dim,
+    head_dim: Option<Dim>,
+    type_vocab_size: Option<Dim>,
+    #[serde(alias = "layer_norm_epsilon")]
+    layer_norm_eps: Option<f64>,
+    #[serde(alias = "activation_function")]
+    hidden_act: Option<String>,
+    rope_parameters: Option<RopeJson>,
+    rotary_emb_base: Option<f64>,
+    rope_scaling: Option<serde::de::IgnoredAny>,
+    rotary_scaling_factor: Option<f64>,
+    rotary_emb_fraction: Option<f64>,
+    rotary_emb_interleaved: Option<bool>,
+    prenorm: Option<bool>,
+}
+
+fn nomic_bert(path: &Path, j: NomicJson, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
+    if j.rope_scaling.is_some() || j.rotary_scaling_factor.is_some() {
+        return Err(config_err(
+            path,
+            "rotary_scaling_factor",
+            "scaled rotary angles are not computed; the encoder computes the default ones",
+        ));
+    }
+    only(
+        path,
+        "rotary_emb_fraction",
+        j.rotary_emb_fraction,
+        1.0,
+        "the encoder turns every pair",
+    )?;
+    only(
+        path,
+        "rotary_emb_interleaved",
+        j.rotary_emb_interleaved,
+        false,
+        "the encoder pairs split halves",
+    )?;
+    only(
+        path,
+        "prenorm",
+        j.prenorm,
+        false,
+        "NomicBERT's layers are post-norm",
+    )?;
+    // The Hub's "swiglu" names the gated form of SiLU.
+    let act = match j.hidden_act.as_deref() {
+        None | Some("swiglu") => "silu",
+        Some(a) => a,
+    };
+    Ok(EncoderConfig {
+        family: Family::NomicBert,
+        vocab: j.vocab_size.0,
+        hidden: j.hidden_size.0,
+        layers: j.num_hidden_layers.0,
+        heads: j.num_attention_heads.0,
+        head_width: j.head_dim.map_or(0, |d| d.0),
+        intermediate: j.intermediate_size.0,
+        max_positions: j.max_position_embeddings.0,
+        type_vocab: j.type_vocab_size.map_or(2, |d| d.0),
+        eps: eps(path, j.layer_norm_eps, 1e-12)?,
+        activation: activation(path, "hidden_act", Some(act))?,
+        gated: true,
+        rotary: Some(Rotary {
+            theta: rope_theta(
+                path,
+                "rope_parameters",
+                j.rope_parameters.as_ref(),
+                j.rotary_emb_base,
+                1000.0,
+            )?,
+            local_theta: 0.0,
+        }),
+        pooling,
+        ..EncoderConfig::post_norm()
+    })
+}
+
+/// GTE's `config.json` (Transformers' `gte`, or the Hub's `new`).
+#[derive(Deserialize)]
+struct GteJson {
+    vocab_size: Dim,
+    hidden_size: Dim,
+    num_hidden_layers: Dim,
+    num_attention_heads: Dim,
+    intermediate_size: Dim,
+    max_position_embeddings: Dim,
+    type_vocab_size: Option<Dim>,
+    layer_norm_eps: Option<f64>,
+    hidden_act: Option<String>,
+    rope_theta: Option<f64>,
+    rope_parameters: Option<RopeJson>,
+    rope_scaling: Option<serde::de::IgnoredAny>,
+    position_embedding_type: Option<String>,
+    layer_norm_type: Option<String>,
+    logn_attention_scale: Option<bool>,
+}
+
+fn gte(path: &Path, j: GteJson, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
+    if j.rope_scaling.is_some() {
+        return Err(config_err(
+            path,
+            "rope_scaling",
+            "scaled rotary angles are not computed; the encoder computes the default ones",
+        ));
+    }
+    let rope = "rope".to_string();
+    only(
+        path,
+        "position_embedding_type",
+        j.position_embedding_type,
+        rope,
+        "GTE's positions are rotary",
+    )?;
+    let ln = "layer_norm".to_string();
+    only(
+        path,
+        "layer_norm_type",
+        j.layer_norm_type,
+        ln,
+        "the encoder computes LayerNorm",
+    )?;
+    only(
+        path,
+        "logn_attention_scale",
+        j.logn_attention_scale,
+        false,
+        "the encoder scales scores by 1/sqrt(d) only",
+    )?;
+    Ok(EncoderConfig {
+        family: Family::Gte,
+        vocab: j.vocab_size.0,
+        hidden: j.hidden_size.0,
+        layers: j.num_hidden_layers.0,
+        heads: j.num_attention_heads.0,
+        intermediate: j.intermediate_size.0,
+        max_positions: j.max_position_embeddings.0,
+        type_vocab: j.type_vocab_size.map_or(1, |d| d.0),
+        eps: eps(path, j.layer_norm_eps, 1e-12)?,
+        activation: activation(path, "hidden_act", j.hidden_act.as_deref())?,
+        gated: true,
+        rotary: Some(Rotary {
+            theta: rope_theta(
+                path,
+                "rope_parameters",
+                j.rope_parameters.as_ref(),
+                j.rope_theta,
+                160_000.0,
+            )?,
+            local_theta: 0.0,
+        }),
+        pooling,
+        ..EncoderConfig::post_norm()
+    })
+}
+
 /// Qwen3's `config.json`.
 #[derive(Deserialize)]
 struct Qwen3Json {
@@ -633,12 +820,14 @@ impl EncoderConfig {
             "mpnet" => Family::MpNet,
             "modernbert" => Family::ModernBert,
             "qwen3" => Family::Qwen3,
+            "nomic_bert" => Family::NomicBert,
+            "gte" | "new" => Family::Gte,
             other => {
                 let why = match NOT_SERVED.iter().find(|(t, _)| *t == other) {
                     Some((_, why)) => format!("\"{other}\" is not served yet: {why}"),
                     None => format!(
                         "\"{other}\" is not a family the encoder serves (bert, roberta, \
-                         xlm-roberta, camembert, distilbert, mpnet, modernbert, qwen3)"
+                         xlm-roberta, camembert, distilbert, mpnet, modernbert, qwen3, nomic_bert, gte)"
                     ),
                 };
                 return Err(config_err(&path, "model_type", why));
@@ -742,6 +931,8 @@ impl EncoderConfig {
             }
             Family::ModernBert => modernbert(&path, parse(&path, &bytes)?, pooling)?,
             Family::Qwen3 => qwen3(&path, parse(&path, &bytes)?, pooling)?,
+            Family::NomicBert => nomic_bert(&path, parse(&path, &bytes)?, pooling)?,
+            Family::Gte => gte(&path, parse(&path, &bytes)?, pooling)?,
         };
         c.labels = labels;
         let heads_field = if family == Family::DistilBert {

@@ -210,10 +210,14 @@ impl<'a> Reader<'a> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let has = |n: &str| files.iter().any(|(_, st)| st.tensor(n).is_ok());
-        let prefix = if !has(first) && has(&format!("{}{first}", family.prefix())) {
-            family.prefix()
-        } else {
-            ""
+        // The Hub's GTE checkpoints are prefixed `new.`.
+        let candidates: &[&'static str] = match family {
+            Family::Gte => &["gte.", "new."],
+            _ => &[family.prefix()],
+        };
+        let prefix = match candidates.iter().find(|p| has(&format!("{p}{first}"))) {
+            Some(p) if !has(first) => p,
+            _ => "",
         };
         Ok(Self { files, prefix })
     }
@@ -330,11 +334,51 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// A gated MLP's up projection stored `[linear; activated]` (GTE's
+    /// Hub checkpoints' `up_gate_proj`), as the pass takes it: the
+    /// activated half first.
+    fn swapped_halves(&self, name: &str, i: usize, h: usize) -> Result<Dense, KernelError> {
+        let mut d = self.dense_maybe_biased(name, 2 * i, h)?;
+        let (w, b) = (d.w.clone(), d.b.clone());
+        d.w[..i * h].copy_from_slice(&w[i * h..]);
+        d.w[i * h..].copy_from_slice(&w[..i * h]);
+        d.b[..i].copy_from_slice(&b[i..]);
+        d.b[i..].copy_from_slice(&b[..i]);
+        Ok(d)
+    }
+
     /// Layer `l` by its family's names.
     fn layer(&self, c: &EncoderConfig, l: usize) -> Result<Layer, KernelError> {
         let (family, h, i) = (c.family, c.hidden, c.intermediate);
         let (q, kv) = (c.heads * c.head_width, c.kv_heads * c.head_width);
         match family {
+            // NomicBERT's and GTE's tensors as the Hub's checkpoints name
+            // them (and Transformers 5 saves them).
+            Family::NomicBert => {
+                let at = |s: &str| format!("encoder.layers.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.dense_maybe_biased(&at("attn.Wqkv"), 3 * q, h)?,
+                    qk_norm: None,
+                    attn_out: self.dense_maybe_biased(&at("attn.out_proj"), h, q)?,
+                    attn_norm: Some(self.norm(&at("norm1"), h)?),
+                    // fc12 is the gate (activated), fc11 the linear half.
+                    up: self.stacked(&[at("mlp.fc12"), at("mlp.fc11")], &[i, i], h)?,
+                    down: self.dense_maybe_biased(&at("mlp.fc2"), h, i)?,
+                    out_norm: self.norm(&at("norm2"), h)?,
+                })
+            }
+            Family::Gte => {
+                let at = |s: &str| format!("encoder.layer.{l}.{s}");
+                Ok(Layer {
+                    qkv: self.dense_maybe_biased(&at("attention.qkv_proj"), 3 * q, h)?,
+                    qk_norm: None,
+                    attn_out: self.dense_maybe_biased(&at("attention.o_proj"), h, q)?,
+                    attn_norm: Some(self.norm(&at("attn_ln"), h)?),
+                    up: self.swapped_halves(&at("mlp.up_gate_proj"), i, h)?,
+                    down: self.dense_maybe_biased(&at("mlp.down_proj"), h, i)?,
+                    out_norm: self.norm(&at("mlp_ln"), h)?,
+                })
+            }
             Family::ModernBert => {
                 let at = |s: &str| format!("layers.{l}.{s}");
                 Ok(Layer {
@@ -473,7 +517,7 @@ impl Reader<'_> {
                 DenseActivation::Tanh,
                 "classifier.out_proj".into(),
             ),
-            Family::ModernBert | Family::Qwen3 => {
+            Family::ModernBert | Family::Qwen3 | Family::NomicBert | Family::Gte => {
                 return Err(KernelError::invalid(
                     "classifier head",
                     format!("a {} classifier's head is not read", family.model_type()),
@@ -532,12 +576,25 @@ impl EncoderWeights {
         let r = Reader::new(files, cfg.family, word_name)?;
         let h = cfg.hidden;
         let mut type_delta = None;
-        let word = r.tensor(word_name, &[cfg.vocab, h])?;
+        let mut word = r.tensor(word_name, &[cfg.vocab, h])?;
         let (pos_type, emb_norm, rel_bias) = if cfg.rotary.is_some() {
             let norm = match cfg.family {
                 Family::ModernBert => Some(r.norm_maybe_shifted("embeddings.norm", h, false)?),
-                _ => None,
+                Family::Qwen3 => None,
+                Family::NomicBert => Some(r.norm("emb_ln", h)?),
+                _ => Some(r.norm("embeddings.LayerNorm", h)?),
             };
+            // Every input is one segment: type 0's vector is folded into
+            // each word's, once.
+            if cfg.type_vocab > 0 {
+                let types = r.tensor(
+                    "embeddings.token_type_embeddings.weight",
+                    &[cfg.type_vocab, h],
+                )?;
+                for row in word.chunks_exact_mut(h) {
+                    row.iter_mut().zip(&types[..h]).for_each(|(w, t)| *w += t);
+                }
+            }
             (Box::default(), norm, None)
         } else {
             let table = r.tensor(
