@@ -344,7 +344,7 @@ impl<M: Model> BatchJob<M> {
         match outputs {
             Ok(outs) => {
                 for (reply, out) in replies.into_iter().zip(outs) {
-                    let _ = reply.send(out);
+                    let _ = reply.send(out.map(|o| (o, started)));
                 }
             }
             Err(e) => {

@@ -98,8 +98,8 @@ use model::check_input;
 pub use model::{Checked, Model};
 pub use place::Placement;
 use place::Placer;
-pub use request::Pending;
 use request::{Enqueued, Request};
+pub use request::{Pending, Served};
 
 struct Shared {
     close: Notify,
@@ -405,6 +405,7 @@ impl<M: Model> Stream<M> {
         let pending = Pending {
             rx,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
+            enqueued: now,
         };
         let req = Request {
             input,
