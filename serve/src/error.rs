@@ -2,7 +2,9 @@
 //! kind}`, the kind as Text Embeddings Inference names it ([`ErrorType`]),
 //! the status its kind maps to unless its cause has one of its own (a body
 //! over the limit 413, a stalled one 408, an unknown path 404, a passed
-//! deadline 504).
+//! deadline 504). On OpenAI's route the same error is written as TEI's
+//! `OpenAICompatErrorResponse`, `{"message", "code", "type"}`
+//! ([`ErrorResponse::openai`]).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -31,12 +33,13 @@ pub(crate) enum ErrorType {
 
 impl ErrorType {
     /// The status of an error of this type whose cause has none of its own
-    /// ([`ErrorResponse::with_status`]). TEI's, except `Backend`: TEI
-    /// answers 424, coexec 500 (TEI 1.9's codes are not adopted yet).
+    /// ([`ErrorResponse::with_status`]): TEI 1.9's (`router/src/http/server.rs`,
+    /// `From<&ErrorType> for StatusCode`), `Backend` 424 and every
+    /// `Validation` 422, too many inputs included (TEI ≤ 1.8 answered 413).
     pub(crate) fn status(self) -> StatusCode {
         match self {
             ErrorType::Unhealthy => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorType::Backend => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorType::Backend => StatusCode::FAILED_DEPENDENCY,
             ErrorType::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             ErrorType::Validation | ErrorType::Tokenizer => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorType::Empty => StatusCode::BAD_REQUEST,
@@ -59,6 +62,23 @@ pub(crate) struct ErrorResponse {
     /// a drain).
     #[serde(skip)]
     close: bool,
+    /// Written in OpenAI's shape (`/v1/embeddings`).
+    #[serde(skip)]
+    openai: bool,
+    /// TEI's `err` label of `te_request_failure`, where the type alone
+    /// does not say it ([`ErrorResponse::te_err`]).
+    #[serde(skip)]
+    cause: Option<&'static str>,
+}
+
+/// TEI's `OpenAICompatErrorResponse`: what `/v1/embeddings` answers for
+/// an error (the status in `code`).
+#[derive(Serialize)]
+struct OpenAiError<'a> {
+    message: &'a str,
+    code: u16,
+    #[serde(rename = "type")]
+    error_type: ErrorType,
 }
 
 impl ErrorResponse {
@@ -70,15 +90,43 @@ impl ErrorResponse {
             status: error_type.status(),
             retry_after: None,
             close: false,
+            openai: false,
+            cause: None,
         }
     }
 
-    /// 413 `Validation`: more inputs than a request may carry, or a text
-    /// past a limit it may not be cut to. TEI ≤ 1.8's status for these;
-    /// TEI 1.9 answers 422.
+    /// Written as TEI's `OpenAICompatErrorResponse` (`{"message", "code",
+    /// "type"}`), with the same status.
     #[cfg_attr(not(feature = "tei"), allow(dead_code))]
-    pub(crate) fn too_large(error: impl Into<String>) -> Self {
-        Self::new(ErrorType::Validation, error).with_status(StatusCode::PAYLOAD_TOO_LARGE)
+    pub(crate) fn openai(mut self) -> Self {
+        self.openai = true;
+        self
+    }
+
+    /// With TEI's `err` label for `te_request_failure` (`batch_size`,
+    /// `model_type`), where its type's would be another.
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    pub(crate) fn because(mut self, cause: &'static str) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+
+    /// TEI's `err` label of `te_request_failure` for this error: its cause
+    /// where it has one, else by type (`validation` for a request refused
+    /// as it is, `tokenization`, `overloaded`, `inference`).
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    pub(crate) fn te_err(&self) -> &'static str {
+        self.cause.unwrap_or(match self.error_type {
+            ErrorType::Validation | ErrorType::Empty => "validation",
+            ErrorType::Tokenizer => "tokenization",
+            ErrorType::Overloaded => "overloaded",
+            ErrorType::Backend | ErrorType::Unhealthy => "inference",
+        })
+    }
+
+    /// The status it is sent with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
     }
 
     /// 429 `Overloaded`, with `Retry-After: secs`.
@@ -108,7 +156,16 @@ impl ErrorResponse {
 impl IntoResponse for ErrorResponse {
     fn into_response(self) -> Response {
         let (status, retry_after, close) = (self.status, self.retry_after, self.close);
-        let mut r = (status, Json(self)).into_response();
+        let mut r = if self.openai {
+            let body = OpenAiError {
+                message: &self.error,
+                code: status.as_u16(),
+                error_type: self.error_type,
+            };
+            (status, Json(body)).into_response()
+        } else {
+            (status, Json(self)).into_response()
+        };
         let h = r.headers_mut();
         if let Some(secs) = retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -139,11 +196,9 @@ mod tests {
         assert_eq!(r.headers()[header::RETRY_AFTER], "3");
         assert_eq!(r.headers()[header::CONNECTION], "close");
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
-        let r = ErrorResponse::too_large("batch").into_response();
-        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
         for (t, s) in [
             (ErrorType::Unhealthy, 503),
-            (ErrorType::Backend, 500),
+            (ErrorType::Backend, 424),
             (ErrorType::Overloaded, 429),
             (ErrorType::Validation, 422),
             (ErrorType::Tokenizer, 422),
@@ -151,5 +206,31 @@ mod tests {
         ] {
             assert_eq!(t.status().as_u16(), s, "{t:?}");
         }
+    }
+
+    /// TEI's `OpenAICompatErrorResponse`: the same error, flat, its status
+    /// in `code`.
+    #[test]
+    fn on_openais_route_an_error_is_message_code_type() {
+        let r = ErrorResponse::new(ErrorType::Validation, "too many")
+            .openai()
+            .into_response();
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = futures_body(r);
+        assert_eq!(
+            body,
+            serde_json::json!({"message": "too many", "code": 422, "type": "Validation"})
+        );
+    }
+
+    fn futures_body(r: Response) -> serde_json::Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt
+            .block_on(http_body_util::BodyExt::collect(r.into_body()))
+            .unwrap()
+            .to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
     }
 }

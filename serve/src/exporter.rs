@@ -24,7 +24,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use coexec::metrics::CHUNK_BUCKETS;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::oneshot;
 
 use crate::net::server::ServerConfig;
@@ -70,6 +70,26 @@ const REQUEST_BUCKETS: [f64; 16] = [
     5.0,
 ];
 
+/// TEI's histograms (`te_*`, Text Embeddings Inference's names beside
+/// coexec's own) with TEI's buckets (`router/src/prometheus.rs`), so that
+/// a dashboard's `histogram_quantile` over them reads as it does on TEI:
+/// the durations 35 steps of 1.5× from 15 µs, input lengths and batch
+/// sizes and tokens powers of two.
+fn tei_buckets(b: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
+    let durations: Vec<f64> = (1..=35).map(|k| 1e-5 * 1.5f64.powi(k)).collect();
+    let powers = |n: i32| (0..n).map(|x| 2f64.powi(x)).collect::<Vec<f64>>();
+    let full = |name: &str| Matcher::Full(name.into());
+    let mut b = b;
+    for kind in ["request", "embed", "predict"] {
+        for part in ["", "_tokenization", "_queue", "_inference"] {
+            b = b.set_buckets_for_metric(full(&format!("te_{kind}{part}_duration")), &durations)?;
+        }
+    }
+    b.set_buckets_for_metric(full("te_request_input_length"), &powers(20))?
+        .set_buckets_for_metric(full("te_batch_next_size"), &powers(13))?
+        .set_buckets_for_metric(full("te_batch_next_tokens"), &powers(21))
+}
+
 /// Installs coexec's Prometheus recorder as the process's global one (once:
 /// later calls return the same handle) and returns the handle to render it
 /// with, as `GET /metrics` does ([`crate::ServeConfig::prometheus`]).
@@ -110,6 +130,7 @@ pub(crate) fn handle() -> Result<PrometheusHandle, Error> {
                 &TOKEN_BUCKETS,
             )
         })
+        .and_then(tei_buckets)
         .map_err(|e| Error::Metrics(e.to_string()))?
         .build_recorder();
     let h = recorder.handle();

@@ -9,7 +9,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use metrics::gauge;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +16,7 @@ use super::body::{Json, Received, limits, receive, timed};
 use super::bounded::{Batch, Overflow, Refused, parse};
 use super::error::{ErrorResponse, ErrorType};
 use super::{ServeModel, Service};
-use coexec::stream::{Checked, Pending, StreamError};
+use coexec::stream::{Checked, Pending, Served, StreamError};
 
 /// Rows answered per second, measured over windows of at least
 /// [`DrainRate::WINDOW`] (a plain struct on a caller's clock).
@@ -105,7 +104,7 @@ pub(super) fn invalid(msg: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(ErrorType::Validation, msg).with_status(StatusCode::BAD_REQUEST)
 }
 
-/// 500 `Backend`.
+/// 424 `Backend` (TEI 1.9's status; `/v1/infer` answers 500, [`infer`]).
 pub(super) fn failed(msg: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(ErrorType::Backend, msg)
 }
@@ -195,6 +194,8 @@ pub(super) fn outcome_of(r: &Response) -> &'static str {
         StatusCode::GATEWAY_TIMEOUT => "deadline",
         StatusCode::TOO_MANY_REQUESTS => "overloaded",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        // TEI's `Backend` status: the model failed, not the request.
+        StatusCode::FAILED_DEPENDENCY => "failed",
         s if s.is_client_error() => "invalid",
         _ => "failed",
     }
@@ -205,7 +206,17 @@ pub(super) async fn infer<M: ServeModel>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(infer_inner(&svc, &headers, body)).await
+    // coexec's own route keeps a server error's 500 for a model that
+    // failed: TEI's 424 is TEI's routes' (a client of `/v1/infer` retries
+    // on 5xx).
+    let own = |e: ErrorResponse| {
+        if e.error_type == ErrorType::Backend && e.status() == StatusCode::FAILED_DEPENDENCY {
+            e.with_status(StatusCode::INTERNAL_SERVER_ERROR)
+        } else {
+            e
+        }
+    };
+    timed(async { infer_inner(&svc, &headers, body).await.map_err(own) }).await
 }
 
 async fn infer_inner<M: ServeModel>(
@@ -259,11 +270,13 @@ async fn infer_inner<M: ServeModel>(
     let refused = |k, why| invalid(format!("inputs[{k}]: {why}"));
     drop(body);
     let outputs = submit(svc, accepted, inputs, deadline, refused).await?;
-    Ok(Json(InferResponse { outputs }))
+    Ok(Json(InferResponse {
+        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
+    }))
 }
 
 /// Queues a request's checked `inputs` on the stream, all or none, and
-/// awaits their outputs in order; `Err` is the answer to send instead (503
+/// awaits their outputs in order, each with where its time went; `Err` is the answer to send instead (503
 /// when the drain began before the request's head, `accepted` false; 429,
 /// 504, 500; `refused(k, why)` for the `k`-th output the model refused,
 /// [`StreamError::Output`]). `deadline` is the request's own, else the
@@ -274,7 +287,7 @@ pub(super) async fn submit<M: ServeModel>(
     inputs: Checked<M::Input>,
     deadline: Option<Duration>,
     refused: impl FnOnce(usize, String) -> ErrorResponse,
-) -> Result<Vec<M::Output>, ErrorResponse> {
+) -> Result<Vec<(M::Output, Served)>, ErrorResponse> {
     let i = &svc.inner;
     if !accepted {
         return Err(draining());
@@ -295,12 +308,12 @@ pub(super) async fn submit<M: ServeModel>(
             _ => return Err(draining()),
         },
     };
-    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    super::set_queue_size(i.stream.queued());
     let _counted = Counted::new(&i.in_flight, rows as u64);
     let mut outputs = Vec::with_capacity(rows);
     let mut failure = None;
     for (k, p) in pending.into_iter().enumerate() {
-        match p.await {
+        match p.timed().await {
             Ok(out) => outputs.push(out),
             Err(e) => {
                 failure = Some((k, e));

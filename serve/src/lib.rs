@@ -129,6 +129,8 @@ pub struct ServeConfig {
     body_deadline: Duration,
     memory_budget: u64,
     prometheus: Option<PrometheusHandle>,
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    served_model_name: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -150,7 +152,17 @@ impl ServeConfig {
             body_deadline: body::BODY_DEADLINE,
             memory_budget: 1 << 30,
             prometheus: None,
+            served_model_name: None,
         }
+    }
+
+    /// The model's name on TEI's routes: `/info`'s `served_model_name`
+    /// and `/v1/embeddings`' `model` (TEI's `--served-model-name`;
+    /// default: the model's id).
+    #[cfg(feature = "tei")]
+    pub fn served_model_name(mut self, name: impl Into<String>) -> Self {
+        self.served_model_name = Some(name.into());
+        self
     }
 
     /// The bytes the requests in progress may hold at once, by an upper
@@ -188,8 +200,9 @@ impl ServeConfig {
         self
     }
 
-    /// Most inputs in one request (more: 400 on `/v1/infer`, 413 on TEI's
-    /// routes), refused as the body is read, at the first input past it.
+    /// Most inputs in one request (more: 400 on `/v1/infer`, 422 on TEI's
+    /// routes, as TEI 1.9's), refused as the body is read, at the first
+    /// input past it.
     pub fn max_inputs(mut self, n: usize) -> Self {
         self.max_inputs = n;
         self
@@ -232,6 +245,10 @@ struct Inner<M: ServeModel> {
     batch_len: usize,
     #[cfg_attr(not(feature = "tei"), allow(dead_code))]
     batch_cost: Option<usize>,
+    /// Whether the runtime has CPU (or simulated) classes, and GPU ones:
+    /// TEI's `x-compute-type`.
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    devices: (bool, bool),
 }
 
 /// The inference service: a [`Stream`] of a [`ServeModel`] and the HTTP
@@ -272,6 +289,8 @@ impl<M: ServeModel> Service<M> {
         let stream = stream.on_batch(|t| {
             let n = t.size.max(1);
             histogram!("coexec_batch_size").record(t.size as f64);
+            #[cfg(feature = "tei")]
+            histogram!("te_batch_next_size").record(t.size as f64);
             histogram!("coexec_request_queue_duration_seconds")
                 .record_many((t.total_wait + t.prepare).as_secs_f64() / n as f64, n);
             histogram!("coexec_request_inference_duration_seconds")
@@ -279,6 +298,11 @@ impl<M: ServeModel> Service<M> {
         });
         let model = Arc::new(model);
         let (batch_len, batch_cost) = (stream.max_batch_len(), stream.max_batch_cost_limit());
+        let gpu = |c: &coexec::ClassInfo| matches!(c.kind, coexec::DeviceKind::Cuda { .. });
+        let devices = (
+            rt.classes().iter().any(|c| !gpu(c)),
+            rt.classes().iter().any(gpu),
+        );
         let stream = Stream::start(rt, model.clone(), stream)?;
         let budget = budget::Budget::new(cfg.memory_budget);
         Ok(Self {
@@ -294,6 +318,7 @@ impl<M: ServeModel> Service<M> {
                 budget,
                 batch_len,
                 batch_cost,
+                devices,
             }),
         })
     }
@@ -427,14 +452,19 @@ fn method_not_allowed(routes: &'static str) -> ErrorResponse {
 #[cfg(feature = "tei")]
 impl Service<coexec_models::Embedder> {
     /// TEI's routes — `POST /embed`, `POST /v1/embeddings` (and
-    /// `/embeddings`), `POST /similarity`, `POST /tokenize`, `POST /decode`,
-    /// `GET /info`, `GET /health` — and [`Service::router`]'s (token ids on
-    /// `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a handle).
+    /// `/embeddings`), `POST /similarity`, `/rerank`, `/predict`,
+    /// `/tokenize`, `/decode`, `GET /info`, `GET /health`; SageMaker's and
+    /// the Inference API's `POST /` and `/invocations` (`/embed`, or
+    /// `/rerank` or `/predict` for a classifier, as TEI chooses by the
+    /// model) and `GET /`, `/ping` (`/health`); the OpenAPI document at
+    /// `GET /api-doc/openapi.json` — and [`Service::router`]'s (token ids
+    /// on `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a
+    /// handle).
     pub fn tei_router(&self) -> Router {
         let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
-            "POST /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz, /metrics"
+            "POST /, /invocations, /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz, /metrics"
         } else {
-            "POST /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /info, /health, /healthz, /readyz"
+            "POST /, /invocations, /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz"
         };
         let json405 = move || async move { method_not_allowed(routes) };
         let tei = Router::new()
@@ -447,7 +477,10 @@ impl Service<coexec_models::Embedder> {
             .route("/tokenize", post(tei::tokens::tokenize).fallback(json405))
             .route("/decode", post(tei::tokens::decode).fallback(json405))
             .route("/info", get(tei::info).fallback(json405))
-            .route("/health", get(tei::health).fallback(json405));
+            .route("/health", get(tei::health).fallback(json405))
+            .route("/", get(tei::health).post(tei::by_model).fallback(json405))
+            .route("/invocations", post(tei::by_model).fallback(json405))
+            .route("/ping", get(tei::health).fallback(json405));
         self.router_with(tei, routes)
     }
 }
@@ -507,12 +540,78 @@ fn describe() {
             Unit::Count,
             "Tokens per batch of an embedding model."
         );
+        describe_tei();
     }
     // Every outcome from the start, at 0: `rate()` and `increase()` then
     // see a series' first requests, and an alert its first burst.
     for o in OUTCOMES {
         counter!("coexec_requests_total", "outcome" => o).increment(0);
     }
+}
+
+/// `coexec_queue_size`, and TEI's `te_queue_size` beside it.
+fn set_queue_size(rows: usize) {
+    gauge!("coexec_queue_size").set(rows as f64);
+    #[cfg(feature = "tei")]
+    gauge!("te_queue_size").set(rows as f64);
+}
+
+/// Text Embeddings Inference's `te_*` series, beside coexec's own, with
+/// TEI's names, types and labels, so that TEI's dashboards and alerts read
+/// coexec's service unchanged (docs/tei-compat.md).
+#[cfg(feature = "tei")]
+fn describe_tei() {
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    for (name, what) in [
+        (
+            "te_request_count",
+            "TEI requests parsed, by method (single, batch).",
+        ),
+        (
+            "te_request_success",
+            "TEI requests answered 200, by method.",
+        ),
+        (
+            "te_request_failure",
+            "TEI requests refused or failed, by TEI's err label.",
+        ),
+        ("te_embed_count", "Inputs of embedding requests taken."),
+        ("te_embed_success", "Inputs of embedding requests answered."),
+        ("te_predict_count", "Inputs of /predict and /rerank taken."),
+        (
+            "te_predict_success",
+            "Inputs of /predict and /rerank answered.",
+        ),
+    ] {
+        describe_counter!(name, Unit::Count, what);
+    }
+    for kind in ["request", "embed", "predict"] {
+        for (part, what) in [
+            ("", "arrival (body read) to answer"),
+            ("_tokenization", "tokenising"),
+            ("_queue", "waiting in the queue"),
+            ("_inference", "the batch's inference"),
+        ] {
+            let per = if kind == "request" {
+                "a request (its inputs' mean)"
+            } else {
+                "an input"
+            };
+            describe_histogram!(
+                format!("te_{kind}{part}_duration"),
+                Unit::Seconds,
+                format!("Seconds of {per}: {what}.")
+            );
+        }
+    }
+    describe_histogram!(
+        "te_request_input_length",
+        Unit::Count,
+        "Tokens of each input."
+    );
+    describe_histogram!("te_batch_next_size", Unit::Count, "Inputs per batch.");
+    describe_histogram!("te_batch_next_tokens", Unit::Count, "Tokens per batch.");
+    describe_gauge!("te_queue_size", Unit::Count, "Inputs waiting in the queue.");
 }
 
 async fn ready<M: ServeModel>(
@@ -535,7 +634,7 @@ async fn scrape<M: ServeModel>(State(svc): State<Service<M>>) -> Result<Response
         return Err(ErrorResponse::new(ErrorType::Validation, "no metrics here")
             .with_status(StatusCode::NOT_FOUND));
     };
-    gauge!("coexec_queue_size").set(i.stream.queued() as f64);
+    set_queue_size(i.stream.queued());
     h.run_upkeep();
     Ok((
         [(

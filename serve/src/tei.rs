@@ -14,31 +14,48 @@
 //!  GET  /health         200, 503 while draining
 //! ```
 //!
+//! Also TEI's `POST /` and `/invocations` (the Inference API's and
+//! SageMaker's: `/embed`, or `/rerank`, `/predict` by the model), `GET /`
+//! and `/ping` (`/health`). `/embed` and `/v1/embeddings` take token ids
+//! too (`[101, 7592]`, `[[101], [7592]]`), and `/v1/embeddings` writes
+//! vectors as base64 of their little-endian `f32`s where asked.
+//!
 //! Texts are tokenised on the request's handler (a request of more than
 //! [`BLOCKING_BYTES`] on tokio's blocking pool), never on coexec's workers.
 //! `/tokenize` never truncates (its tokens count a text, or cut it into
 //! pieces the model takes whole), and with `/decode` takes no place in the
 //! queue; both hold their answers' bytes in the memory budget every route
 //! shares ([`ServeConfig::memory_budget`](super::ServeConfig::memory_budget)).
-//! Errors are `{"error", "error_type"}` with TEI's statuses: 400 `Empty`
-//! (no input, an empty string), 413 `Validation` (too many inputs, refused
-//! at the first one past the limit; an input past the model's limit with
-//! `truncate: false`; a body over the limit), 400 for a body that is not
-//! JSON, 422 `Validation` for JSON of the wrong shape, a text the model
-//! cannot take (no tokens) or an option coexec does not serve (a
-//! a `prompt_name` the model lacks, a text that would be cut on the left, `base64`,
-//! `dimensions` past the model's), 422 `Tokenizer`, 429 `Overloaded` with
-//! `Retry-After` (a full queue, the memory budget spent), 500 `Backend`
-//! for a vector that is not finite. A text's and a vector's refusals are
-//! their own request's: the requests batched with them are answered.
+//!
+//! Errors are `{"error", "error_type"}` (on `/v1/embeddings` TEI's
+//! OpenAI shape, `{"message", "code", "type"}`) with TEI 1.9's statuses:
+//! 400 `Empty` (no input, an empty string), 422 `Validation` (too many
+//! inputs, refused at the first one past the limit; an input past the
+//! model's limit with `truncate: false`; JSON of the wrong shape; a token
+//! id past the vocabulary; a text the model cannot take; an option coexec
+//! does not serve: a `prompt_name` the model lacks, a text that would be
+//! cut on the left, `dimensions` past the model's), 413 for a body over
+//! the limit, 400 for a body that is not JSON, 422 `Tokenizer`, 429
+//! `Overloaded` with `Retry-After` (a full queue, the memory budget
+//! spent), 424 `Backend` for a vector that is not finite or a route of
+//! another kind of model. A text's and a vector's refusals are their own
+//! request's: the requests batched with them are answered.
+//!
+//! A success carries TEI's headers, measured per request: `x-compute-type`,
+//! `x-compute-time` and `x-total-time` (ms from the body read to the
+//! answer), `x-compute-characters`, `x-compute-tokens`, and the means over
+//! its inputs of `x-tokenization-time`, `x-queue-time` and
+//! `x-inference-time` (ms). TEI's `te_*` series are recorded beside
+//! coexec's own.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
-use metrics::counter;
+use metrics::{counter, histogram};
 
 use super::body::{Json, Received, limits, receive, timed};
 use super::bounded::{Limits, Overflow, Refused, parse};
@@ -46,7 +63,7 @@ use super::error::{ErrorResponse, ErrorType};
 use super::infer::{failed, submit};
 use super::{ServeModel, Service};
 use crate::budget::Held;
-use coexec::stream::StreamError;
+use coexec::stream::{Served, StreamError};
 use coexec_models::{Embedder, TokenizeError, normalize};
 
 pub(super) mod classify;
@@ -54,8 +71,8 @@ pub(super) mod tokens;
 mod types;
 
 use types::{
-    EmbedRequest, EmbedResponse, Embedding, EmbeddingModel, EncodingFormat, Info, ModelType,
-    OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, Sequence,
+    EmbedRequest, EmbedResponse, Embedding, EmbeddingModel, EncodingFormat, Info, InputType,
+    ModelType, OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, Sequence,
     SimilarityRequest, SimilarityResponse, TokenizeInput, TruncationDirection,
 };
 
@@ -64,7 +81,7 @@ use types::{
 pub const BLOCKING_BYTES: usize = 64 << 10;
 
 /// Token ids are the input of `/v1/infer` (for clients that tokenise
-/// themselves); TEI's routes take text.
+/// themselves); TEI's routes take texts or ids.
 impl ServeModel for Embedder {
     fn describe_input(&self) -> String {
         format!(
@@ -124,20 +141,60 @@ impl Sequence {
     }
 }
 
+/// One input to run: a text or a pair to tokenise, or token ids as the
+/// client gave them (TEI's `EncodingInput`).
+#[derive(Debug)]
+pub(super) enum Item {
+    Seq(Sequence),
+    Ids(Vec<u32>),
+}
+
+impl Item {
+    /// Its bytes, for the choice of where to tokenise.
+    fn bytes(&self) -> usize {
+        match self {
+            Item::Seq(s) => s.len(),
+            Item::Ids(ids) => 4 * ids.len(),
+        }
+    }
+
+    /// TEI's `x-compute-characters` of it: a text's characters, a list's
+    /// ids.
+    fn chars(&self) -> usize {
+        match self {
+            Item::Seq(Sequence::Single(t)) => t.chars().count(),
+            Item::Seq(Sequence::Pair(a, b)) => a.chars().count() + b.chars().count(),
+            Item::Ids(ids) => ids.len(),
+        }
+    }
+}
+
+impl<T> types::Input<T> {
+    /// TEI's `method` label of `te_request_count`: one input or a batch.
+    fn method(&self) -> &'static str {
+        match self {
+            types::Input::Single(_) => "single",
+            types::Input::Batch(_) => "batch",
+        }
+    }
+}
+
 /// A 422 `Validation`.
 fn validation(msg: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(ErrorType::Validation, msg)
 }
 
-/// The answer to a body [`parse`] refused as an `R`: 413 for more inputs
-/// than a request may carry, 429 for more than the queue has room for now,
-/// 400 for a body that is not JSON, 422 for JSON of another shape.
+/// The answer to a body [`parse`] refused as an `R`: 422 for more inputs
+/// than a request may carry (TEI 1.9's status; ≤ 1.8 answered 413), 429
+/// for more than the queue has room for now, 400 for a body that is not
+/// JSON, 422 for JSON of another shape.
 fn refused<R: Request>(svc: &Service<Embedder>, e: Refused) -> ErrorResponse {
     match e {
         Refused::Overflow(Overflow::NoRoom { .. }) => svc.overloaded(),
-        Refused::Overflow(Overflow::TooMany { at_least, most }) => ErrorResponse::too_large(
-            format!("batch size of at least {at_least} > maximum allowed batch size {most}"),
-        ),
+        Refused::Overflow(Overflow::TooMany { at_least, most }) => validation(format!(
+            "batch size of at least {at_least} > maximum allowed batch size {most}"
+        ))
+        .because("batch_size"),
         Refused::Json(e) if e.is_data() => validation(format!("expected {}: {e}", R::SHAPE)),
         Refused::Json(e) => {
             validation(format!("the body is not JSON: {e}")).with_status(StatusCode::BAD_REQUEST)
@@ -163,15 +220,13 @@ fn read<R: Request>(
     }
 }
 
-/// `texts` with the model's prompt `name` put before each, as
-/// sentence-transformers does before tokenising (no name: the model's
-/// default prompt, if it has one). A name the model does not define is a
-/// 422 naming the prompts it has.
-pub(crate) fn prompted(
-    model: &Embedder,
+/// The prompt to put before each text: the model's prompt `name` (no
+/// name: its default prompt, if it has one), or a 422 naming the prompts
+/// it has.
+fn prompt_of<'m>(
+    model: &'m Embedder,
     name: Option<&str>,
-    texts: Vec<String>,
-) -> Result<Vec<String>, ErrorResponse> {
+) -> Result<Option<&'m str>, ErrorResponse> {
     let prompt = match name {
         None => model.default_prompt(),
         Some(n) => Some(model.prompt(n).ok_or_else(|| {
@@ -181,10 +236,64 @@ pub(crate) fn prompted(
             ))
         })?),
     };
-    Ok(match prompt {
-        Some(p) if !p.is_empty() => texts.into_iter().map(|t| format!("{p}{t}")).collect(),
-        _ => texts,
+    Ok(prompt.filter(|p| !p.is_empty()))
+}
+
+/// `texts` with the model's prompt `name` put before each, as
+/// sentence-transformers does before tokenising ([`prompt_of`]).
+pub(crate) fn prompted(
+    model: &Embedder,
+    name: Option<&str>,
+    texts: Vec<String>,
+) -> Result<Vec<String>, ErrorResponse> {
+    Ok(match prompt_of(model, name)? {
+        Some(p) => texts.into_iter().map(|t| format!("{p}{t}")).collect(),
+        None => texts,
     })
+}
+
+/// `/embed`'s and `/v1/embeddings`' inputs as items to run, the prompt
+/// put before each text. Token ids are taken as they are, unless there is
+/// a prompt: then, as TEI does, they are decoded (special tokens left
+/// out), put after the prompt and tokenised again.
+fn prompted_inputs(
+    model: &Embedder,
+    name: Option<&str>,
+    api: Api,
+    inputs: Vec<InputType>,
+) -> Result<Vec<Item>, ErrorResponse> {
+    let prompt = prompt_of(model, name)?;
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(k, input)| {
+            Ok(match (input, prompt) {
+                (InputType::Text(t), None) => Item::Seq(Sequence::Single(t)),
+                (InputType::Text(t), Some(p)) => Item::Seq(Sequence::Single(format!("{p}{t}"))),
+                (InputType::Ids(ids), None) => Item::Ids(ids),
+                (InputType::Ids(ids), Some(p)) => {
+                    check_ids(model, api, k, &ids)?;
+                    let text = model.decode(&ids, true).map_err(|e| {
+                        ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k)))
+                    })?;
+                    Item::Seq(Sequence::Single(format!("{p}{text}")))
+                }
+            })
+        })
+        .collect()
+}
+
+/// A 422 for an id past the model's vocabulary.
+fn check_ids(model: &Embedder, api: Api, k: usize, ids: &[u32]) -> Result<(), ErrorResponse> {
+    let vocab = model.weights().config().vocab;
+    match ids.iter().position(|&id| id as usize >= vocab) {
+        Some(j) => Err(validation(format!(
+            "`{}`: token id {} at {j} is not below the model's vocabulary of {vocab}",
+            api.at(k),
+            ids[j]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The vectors' length asked for (`dimensions`), checked against the
@@ -213,10 +322,18 @@ fn finish(vectors: &mut [Vec<f32>], dims: Option<usize>, unit: bool) {
     }
 }
 
+/// A vector as OpenAI's `encoding_format: "base64"` writes it: its
+/// little-endian `f32` bytes in standard base64.
+fn base64_of(v: &[f32]) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// How a request's texts are tokenised.
 #[derive(Debug, Clone, Copy)]
 struct Cut {
-    /// Cut past the model's limit (else 413).
+    /// Cut past the model's limit (else 422).
     truncate: bool,
     direction: TruncationDirection,
 }
@@ -231,44 +348,76 @@ impl Cut {
     }
 }
 
-/// The ids of each input, or the 4xx of the first that fails. An input
-/// past the model's limit that would have to be cut on the left is
-/// refused: only cutting on the right is served.
+/// The ids of each input and how long its tokenising took, or the 4xx of
+/// the first that fails. A text past the model's limit that would have to
+/// be cut on the left is refused: only cutting texts on the right is
+/// served. Token ids past it are cut at the end asked for.
 fn tokenize(
     model: &Embedder,
     api: Api,
-    texts: &[Sequence],
+    items: Vec<Item>,
     cut: Cut,
-) -> Result<Vec<Vec<u32>>, ErrorResponse> {
+) -> Result<Vec<(Vec<u32>, Duration)>, ErrorResponse> {
     let left = cut.direction == TruncationDirection::Left;
-    texts
-        .iter()
+    let max = model.max_input_length();
+    items
+        .into_iter()
         .enumerate()
-        .map(|(k, t)| {
+        .map(|(k, item)| {
+            let t0 = Instant::now();
             let right = cut.truncate && !left;
-            match t {
-                Sequence::Single(t) => model.tokenize(t, right),
-                Sequence::Pair(a, b) => model.tokenize_pair(a, b, right),
+            let ids = match item {
+                Item::Seq(Sequence::Single(t)) => model.tokenize(&t, right),
+                Item::Seq(Sequence::Pair(a, b)) => model.tokenize_pair(&a, &b, right),
+                Item::Ids(mut ids) => {
+                    check_ids(model, api, k, &ids)?;
+                    if ids.len() > max {
+                        if !cut.truncate {
+                            return Err(validation(format!(
+                                "`{}`: {} token ids, more than the model's {max}",
+                                api.at(k),
+                                ids.len()
+                            )));
+                        }
+                        if left {
+                            ids.drain(..ids.len() - max);
+                        } else {
+                            ids.truncate(max);
+                        }
+                    }
+                    Ok(ids)
+                }
             }
             .map_err(|e| match e {
                 TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
                     "`{}`: {e}; cutting it on the left (`truncation_direction`) is not served",
                     api.at(k)
                 )),
-                TokenizeError::TooLong { .. } => {
-                    ErrorResponse::too_large(format!("`{}`: {e}", api.at(k)))
-                }
+                TokenizeError::TooLong { .. } => validation(format!("`{}`: {e}", api.at(k))),
                 _ => ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k))),
-            })
+            })?;
+            Ok((ids, t0.elapsed()))
         })
         .collect()
 }
 
-/// A request read by [`read`] holds this: its share of the budget and
-/// whether the drain had begun.
+/// A request read by [`read`] holds this: its share of the budget,
+/// whether the drain had begun, when it was in (TEI's start) and TEI's
+/// `method` of it.
 struct Admitted {
     held: Held,
     accepted: bool,
+    start: Instant,
+    method: &'static str,
+}
+
+impl Admitted {
+    /// Counted in `te_request_count` as `method` (`single`, `batch`).
+    fn counted(mut self, method: &'static str) -> Self {
+        counter!("te_request_count", "method" => method).increment(1);
+        self.method = method;
+        self
+    }
 }
 
 /// Reads an embedding route's body as an `R`, its list bounded by the
@@ -285,7 +434,16 @@ async fn receive_as<R: Request>(
         accepted,
     } = receive(svc, headers, body).await?;
     let req = read(svc, &body, bounds(limits(svc, accepted)))?;
-    Ok((req, Admitted { held, accepted }))
+    let start = Instant::now();
+    Ok((
+        req,
+        Admitted {
+            held,
+            accepted,
+            start,
+            method: "batch",
+        },
+    ))
 }
 
 /// Whether the queue has no room now for `rows` more inputs of a request
@@ -295,51 +453,148 @@ fn full(svc: &Service<Embedder>, rows: usize, accepted: bool) -> bool {
     accepted && s.queued() + rows > s.capacity()
 }
 
-/// `texts` tokenised off the handler, checked, queued and answered: their
-/// vectors (not normalised) and their tokens. A classifier has none: 424.
-async fn embed_texts(
+/// `items` run by [`run_inputs`] on a model of embeddings: their vectors
+/// (not normalised). A classifier has none: 424.
+async fn embed_items(
     svc: &Service<Embedder>,
     api: Api,
     admitted: Admitted,
-    texts: Vec<String>,
+    items: Vec<Item>,
     cut: Cut,
-) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
+) -> Result<(Vec<Vec<f32>>, Done), ErrorResponse> {
     if svc.model().labels().is_some() {
         return Err(not_a("an embedding model"));
     }
-    let texts = texts.into_iter().map(Sequence::Single).collect();
-    run_inputs(svc, api, admitted, texts, cut).await
+    run_inputs(svc, api, admitted, items, cut).await
 }
 
 /// TEI's 424 for a route of another kind of model than the one served.
 fn not_a(kind: &str) -> ErrorResponse {
-    failed(format!("model is not {kind}")).with_status(StatusCode::FAILED_DEPENDENCY)
+    failed(format!("model is not {kind}")).because("model_type")
 }
 
-/// `texts` (texts or pairs) tokenised off the handler, checked, queued and
-/// answered: the model's outputs (vectors, or a classifier's logits) and
-/// the tokens.
+/// What a request cost, measured: TEI's response headers and its
+/// `te_request_*` metrics. Times are the means over its inputs, as TEI's.
+pub(super) struct Done {
+    method: &'static str,
+    compute_type: &'static str,
+    chars: usize,
+    tokens: usize,
+    start: Instant,
+    tokenization: Duration,
+    queue: Duration,
+    inference: Duration,
+}
+
+impl Done {
+    /// TEI's headers (milliseconds, whole), and its `te_request_*` of a
+    /// success.
+    fn headers(&self) -> HeaderMap {
+        let total = self.start.elapsed();
+        counter!("te_request_success", "method" => self.method).increment(1);
+        histogram!("te_request_duration").record(total.as_secs_f64());
+        histogram!("te_request_tokenization_duration").record(self.tokenization.as_secs_f64());
+        histogram!("te_request_queue_duration").record(self.queue.as_secs_f64());
+        histogram!("te_request_inference_duration").record(self.inference.as_secs_f64());
+        let ms = |d: Duration| HeaderValue::from(d.as_millis() as u64);
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-compute-type",
+            HeaderValue::from_static(self.compute_type),
+        );
+        h.insert("x-compute-time", ms(total));
+        h.insert("x-compute-characters", HeaderValue::from(self.chars));
+        h.insert("x-compute-tokens", HeaderValue::from(self.tokens));
+        h.insert("x-total-time", ms(total));
+        h.insert("x-tokenization-time", ms(self.tokenization));
+        h.insert("x-queue-time", ms(self.queue));
+        h.insert("x-inference-time", ms(self.inference));
+        h
+    }
+}
+
+/// Where the service computes: TEI's `x-compute-type` (TEI writes
+/// `gpu+optimized` whatever it runs on): `cpu`, `gpu`, or `gpu+cpu` where
+/// batches run on both, by the runtime's device classes (a GPU counted
+/// where the model's weights have a GPU twin).
+fn compute_type(svc: &Service<Embedder>) -> &'static str {
+    let (cpu, gpu) = svc.inner.devices;
+    match (cpu, gpu && svc.model().weights().gpu_twin()) {
+        (true, true) => "gpu+cpu",
+        (false, true) => "gpu",
+        _ => "cpu",
+    }
+}
+
+/// A TEI route's answer: on success its body as JSON with TEI's headers;
+/// a failure counted in `te_request_failure` by TEI's `err` label, and on
+/// OpenAI's route (`openai`) written in its shape. Both are counted in
+/// `coexec_requests_total` as every route's answers are.
+async fn answer<T: serde::Serialize>(
+    openai: bool,
+    f: impl Future<Output = Result<(Done, T), ErrorResponse>>,
+) -> Response {
+    timed(async {
+        match f.await {
+            Ok((done, body)) => Ok((done.headers(), Json(body))),
+            Err(e) => {
+                counter!("te_request_failure", "err" => e.te_err()).increment(1);
+                Err(if openai { e.openai() } else { e })
+            }
+        }
+    })
+    .await
+}
+
+/// Whether an answer is a classifier's (`te_predict_*`) or embeddings
+/// (`te_embed_*`).
+fn te_kind(api: Api) -> &'static str {
+    match api {
+        Api::Rerank | Api::Predict => "predict",
+        Api::Tei | Api::OpenAi | Api::Similarity => "embed",
+    }
+}
+
+/// `items` tokenised off the handler, checked, queued and answered: the
+/// model's outputs (vectors, or a classifier's logits) and what they cost.
 async fn run_inputs(
     svc: &Service<Embedder>,
     api: Api,
     admitted: Admitted,
-    texts: Vec<Sequence>,
+    items: Vec<Item>,
     cut: Cut,
-) -> Result<(Vec<Vec<f32>>, usize), ErrorResponse> {
-    let Admitted { held, accepted } = admitted;
+) -> Result<(Vec<Vec<f32>>, Done), ErrorResponse> {
+    let Admitted {
+        held,
+        accepted,
+        start,
+        method,
+    } = admitted;
+    let n = items.len();
+    let kind = te_kind(api);
+    if kind == "predict" {
+        counter!("te_predict_count").increment(n as u64);
+    } else {
+        counter!("te_embed_count").increment(n as u64);
+    }
     // A single text is no list the parse bounds: the queue checked by the
     // parsed count before the tokenizer's work.
-    if full(svc, texts.len(), accepted) {
+    if full(svc, n, accepted) {
         return Err(svc.overloaded());
     }
     let model = svc.model().clone();
-    let bytes: usize = texts.iter().map(Sequence::len).sum();
+    let bytes: usize = items.iter().map(Item::bytes).sum();
+    let chars: usize = items.iter().map(Item::chars).sum();
     // The budget goes along with the work: a client that leaves drops
     // this handler, not the tokenizer's run on the blocking pool.
     let tokenized = off_the_handler(bytes, move || {
-        tokenize(&model, api, &texts, cut).map(|ids| (ids, held))
+        tokenize(&model, api, items, cut).map(|ids| (ids, held))
     });
-    let (ids, _held) = tokenized.await?;
+    let (tokenized, _held) = tokenized.await?;
+    let (ids, tok_times): (Vec<Vec<u32>>, Vec<Duration>) = tokenized.into_iter().unzip();
+    for i in &ids {
+        histogram!("te_request_input_length").record(i.len() as f64);
+    }
     // Each text's ids checked on their own before any is queued (at least
     // one token, each within the embedding matrix): a text the model
     // cannot take is refused with its request, and fails no batch-mate.
@@ -354,68 +609,129 @@ async fn run_inputs(
     // A vector that is not finite is the model's failure, TEI's
     // `Backend`, for its own request: never a 200 of `null`s.
     let refused = |k, why| failed(format!("`{}`: {why}", api.at(k)));
-    let vectors = submit(svc, accepted, ids, None, refused).await?;
-    counter!("coexec_embed_sequences_total").increment(vectors.len() as u64);
+    let answered = submit(svc, accepted, ids, None, refused).await?;
+    counter!("coexec_embed_sequences_total").increment(answered.len() as u64);
     counter!("coexec_embed_tokens_total").increment(tokens as u64);
-    Ok((vectors, tokens))
+    let total = start.elapsed();
+    let (mut queue, mut inference) = (Duration::ZERO, Duration::ZERO);
+    let mut outputs = Vec::with_capacity(answered.len());
+    for ((out, served), tok) in answered.into_iter().zip(&tok_times) {
+        queue += served.queued;
+        inference += served.inference;
+        te_input(kind, total, *tok, served);
+        outputs.push(out);
+    }
+    let mean = |d: Duration| d / n.max(1) as u32;
+    let done = Done {
+        method,
+        compute_type: compute_type(svc),
+        chars,
+        tokens,
+        start,
+        tokenization: mean(tok_times.iter().sum()),
+        queue: mean(queue),
+        inference: mean(inference),
+    };
+    Ok((outputs, done))
 }
 
-/// `POST /embed`: a vector per text.
+/// TEI's `te_embed_*` (or `te_predict_*`) of one input answered.
+fn te_input(kind: &str, total: Duration, tokenization: Duration, served: Served) {
+    let (success, duration, tok, queue, inference) = if kind == "predict" {
+        (
+            counter!("te_predict_success"),
+            histogram!("te_predict_duration"),
+            histogram!("te_predict_tokenization_duration"),
+            histogram!("te_predict_queue_duration"),
+            histogram!("te_predict_inference_duration"),
+        )
+    } else {
+        (
+            counter!("te_embed_success"),
+            histogram!("te_embed_duration"),
+            histogram!("te_embed_tokenization_duration"),
+            histogram!("te_embed_queue_duration"),
+            histogram!("te_embed_inference_duration"),
+        )
+    };
+    success.increment(1);
+    duration.record(total.as_secs_f64());
+    tok.record(tokenization.as_secs_f64());
+    queue.record(served.queued.as_secs_f64());
+    inference.record(served.inference.as_secs_f64());
+}
+
+/// `POST /embed`: a vector per input.
 pub(super) async fn embed(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(async {
+    answer(false, async {
         let (req, admitted) = receive_as::<EmbedRequest>(&svc, &headers, body, |l| l).await?;
+        let admitted = admitted.counted(req.inputs.method());
         let dims = dimensions(svc.model(), req.dimensions)?;
-        let texts = req.inputs.into_texts("inputs")?;
-        let texts = prompted(svc.model(), req.prompt_name.as_deref(), texts)?;
+        let inputs = req.inputs.into_inputs("inputs")?;
+        let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), Api::Tei, inputs)?;
         let cut = Cut::new(req.truncate, req.truncation_direction);
-        let (mut vectors, _) = embed_texts(&svc, Api::Tei, admitted, texts, cut).await?;
+        let (mut vectors, done) = embed_items(&svc, Api::Tei, admitted, items, cut).await?;
         finish(&mut vectors, dims, req.normalize.unwrap_or(true));
-        Ok(Json(EmbedResponse(vectors)))
+        Ok((done, EmbedResponse(vectors)))
     })
     .await
 }
 
+/// The model's name on TEI's routes (`--served-model-name`, else its id).
+fn served_name(svc: &Service<Embedder>) -> String {
+    svc.inner
+        .cfg
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| svc.model().id().to_owned())
+}
+
 /// `POST /v1/embeddings` (and `/embeddings`): OpenAI's answer, of unit
-/// vectors.
+/// vectors, as numbers or base64; its errors in OpenAI's shape.
 pub(super) async fn openai(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(async {
+    answer(true, async {
         let (req, admitted) = receive_as::<OpenAiRequest>(&svc, &headers, body, |l| l).await?;
-        if req.encoding_format == Some(EncodingFormat::Base64) {
-            return Err(validation(
-                r#"`encoding_format` "base64" is not served; "float" is"#,
-            ));
-        }
+        let admitted = admitted.counted(req.input.method());
         let dims = dimensions(svc.model(), req.dimensions)?;
-        let texts = req.input.into_texts("input")?;
+        let inputs = req.input.into_inputs("input")?;
+        // TEI's: the model's default prompt, if it has one.
+        let items = prompted_inputs(svc.model(), None, Api::OpenAi, inputs)?;
         let cut = Cut::new(None, TruncationDirection::Right);
-        let (mut vectors, tokens) = embed_texts(&svc, Api::OpenAi, admitted, texts, cut).await?;
+        let (mut vectors, done) = embed_items(&svc, Api::OpenAi, admitted, items, cut).await?;
         finish(&mut vectors, dims, true);
+        let base64 = req.encoding_format == Some(EncodingFormat::Base64);
         let data = vectors
             .into_iter()
             .enumerate()
             .map(|(index, v)| OpenAiEmbedding {
                 object: "embedding",
-                embedding: Embedding::Float(v),
+                embedding: if base64 {
+                    Embedding::Base64(base64_of(&v))
+                } else {
+                    Embedding::Float(v)
+                },
                 index,
             })
             .collect();
-        Ok(Json(OpenAiResponse {
+        let usage = OpenAiUsage {
+            prompt_tokens: done.tokens,
+            total_tokens: done.tokens,
+        };
+        let body = OpenAiResponse {
             object: "list",
             data,
-            model: svc.model().id().to_owned(),
-            usage: OpenAiUsage {
-                prompt_tokens: tokens,
-                total_tokens: tokens,
-            },
-        }))
+            model: served_name(&svc),
+            usage,
+        };
+        Ok((done, body))
     })
     .await
 }
@@ -427,10 +743,11 @@ pub(super) async fn similarity(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(async {
+    answer(false, async {
         // The source sentence counts in the batch.
         let (req, admitted) =
             receive_as::<SimilarityRequest>(&svc, &headers, body, |l| l.after(1)).await?;
+        let admitted = admitted.counted("batch");
         let params = req.parameters.unwrap_or_default();
         let source = req.inputs.source_sentence;
         if source.is_empty() {
@@ -444,8 +761,12 @@ pub(super) async fn similarity(
         texts.push(source);
         texts.extend(sentences);
         let texts = prompted(svc.model(), params.prompt_name.as_deref(), texts)?;
+        let items = texts
+            .into_iter()
+            .map(|t| Item::Seq(Sequence::Single(t)))
+            .collect();
         let cut = Cut::new(params.truncate, params.truncation_direction);
-        let (mut vectors, _) = embed_texts(&svc, Api::Similarity, admitted, texts, cut).await?;
+        let (mut vectors, done) = embed_items(&svc, Api::Similarity, admitted, items, cut).await?;
         finish(&mut vectors, None, true);
         let cosines = match vectors.split_first() {
             Some((source, others)) => others
@@ -454,9 +775,25 @@ pub(super) async fn similarity(
                 .collect(),
             None => Vec::new(),
         };
-        Ok(Json(SimilarityResponse(cosines)))
+        Ok((done, SimilarityResponse(cosines)))
     })
     .await
+}
+
+/// `POST /` and `POST /invocations` (the Inference API's and SageMaker's
+/// route): `/embed` on a model of embeddings, `/rerank` on a cross-encoder
+/// (one label), `/predict` on a classifier, as TEI chooses by the model.
+/// (TEI's `TASK=sentence-similarity` and SPLADE choices are not served.)
+pub(super) async fn by_model(
+    svc: State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match svc.model().labels().map(<[String]>::len) {
+        None => embed(svc, headers, body).await,
+        Some(1) => classify::rerank(svc, headers, body).await,
+        Some(_) => classify::predict(svc, headers, body).await,
+    }
 }
 
 /// Runs `f` on tokio's blocking pool where the request holds more than
@@ -482,6 +819,7 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
         model_id: m.id().to_owned(),
         model_sha: m.sha256().to_owned(),
         model_dtype: "float32",
+        served_model_name: served_name(&svc),
         model_type: match m.labels() {
             None => ModelType::Embedding(EmbeddingModel {
                 pooling: w.config().pooling.name(),
@@ -517,8 +855,10 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
         max_batch_requests: i.batch_len,
         max_client_batch_size: super::body::client_batch(&svc),
         auto_truncate: true,
-        tokenization_workers: 0,
+        tokenization_workers: tokio::runtime::Handle::current().metrics().num_workers(),
         version: env!("CARGO_PKG_VERSION"),
+        sha: option_env!("COEXEC_GIT_SHA"),
+        docker_label: option_env!("DOCKER_LABEL"),
         router: "coexec",
     })
 }

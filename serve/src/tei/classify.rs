@@ -16,9 +16,8 @@ use coexec_models::Embedder;
 use super::types::{
     PredictInput, PredictRequest, PredictResponse, Prediction, Rank, RerankRequest, Sequence,
 };
-use super::{Api, Cut, not_a, receive_as, run_inputs};
+use super::{Api, Cut, Item, answer, not_a, receive_as, run_inputs};
 use crate::Service;
-use crate::body::{Json, timed};
 use crate::error::ErrorResponse;
 
 /// The scores of one input's logits: a softmax over several labels, the
@@ -41,7 +40,7 @@ fn scores(mut logits: Vec<f32>, raw: bool) -> Vec<f32> {
     logits
 }
 
-/// A score that is not a number is the model's failure (its 500), never
+/// A score that is not a number is the model's failure (its 424), never
 /// an order of NaNs.
 fn finite(score: f32) -> Result<f32, ErrorResponse> {
     if score.is_nan() {
@@ -57,11 +56,12 @@ pub(crate) async fn rerank(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(async {
+    answer(false, async {
         if svc.model().labels().map(<[String]>::len) != Some(1) {
             return Err(not_a("a re-ranker model"));
         }
         let (req, admitted) = receive_as::<RerankRequest>(&svc, &headers, body, |l| l).await?;
+        let admitted = admitted.counted("batch");
         let texts = req.texts.0;
         if texts.is_empty() {
             return Err(super::types::empty("`texts` cannot be empty".into()));
@@ -76,10 +76,10 @@ pub(crate) async fn rerank(
         }
         let pairs = texts
             .iter()
-            .map(|t| Sequence::Pair(req.query.clone(), t.clone()))
+            .map(|t| Item::Seq(Sequence::Pair(req.query.clone(), t.clone())))
             .collect();
         let cut = Cut::new(req.truncate, req.truncation_direction);
-        let (logits, _) = run_inputs(&svc, Api::Rerank, admitted, pairs, cut).await?;
+        let (logits, done) = run_inputs(&svc, Api::Rerank, admitted, pairs, cut).await?;
         let mut ranks = logits
             .into_iter()
             .zip(texts)
@@ -93,7 +93,7 @@ pub(crate) async fn rerank(
             })
             .collect::<Result<Vec<_>, ErrorResponse>>()?;
         ranks.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(Json(ranks))
+        Ok((done, ranks))
     })
     .await
 }
@@ -104,11 +104,16 @@ pub(crate) async fn predict(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    timed(async {
+    answer(false, async {
         let Some(labels) = svc.model().labels().map(<[String]>::to_vec) else {
             return Err(not_a("a classifier model"));
         };
         let (req, admitted) = receive_as::<PredictRequest>(&svc, &headers, body, |l| l).await?;
+        let method = match req.inputs {
+            PredictInput::Single(_) => "single",
+            PredictInput::Batch(_) => "batch",
+        };
+        let admitted = admitted.counted(method);
         let (inputs, single) = match req.inputs {
             PredictInput::Single(s) => (vec![s], true),
             PredictInput::Batch(b) if b.is_empty() => {
@@ -125,9 +130,9 @@ pub(crate) async fn predict(
                 "`inputs[{k}]` holds an empty string"
             )));
         }
-        let texts = inputs;
+        let items = inputs.into_iter().map(Item::Seq).collect();
         let cut = Cut::new(req.truncate, req.truncation_direction);
-        let (logits, _) = run_inputs(&svc, Api::Predict, admitted, texts, cut).await?;
+        let (logits, done) = run_inputs(&svc, Api::Predict, admitted, items, cut).await?;
         let mut out = Vec::with_capacity(logits.len());
         for l in logits {
             let mut p = scores(l, req.raw_scores)
@@ -143,11 +148,12 @@ pub(crate) async fn predict(
             p.sort_by(|a, b| b.score.total_cmp(&a.score));
             out.push(p);
         }
-        Ok(Json(if single {
+        let answer = if single {
             PredictResponse::Single(out.pop().unwrap_or_default())
         } else {
             PredictResponse::Batch(out)
-        }))
+        };
+        Ok((done, answer))
     })
     .await
 }

@@ -53,9 +53,10 @@ pub(crate) async fn tokenize(
         for (k, t) in texts.iter().enumerate() {
             let chars = t.chars().count();
             if chars > limit {
-                return Err(ErrorResponse::too_large(format!(
-                    "`inputs[{k}]` must have less than {limit} characters. Given: {chars}"
-                )));
+                return Err(ErrorResponse::new(
+                    ErrorType::Validation,
+                    format!("`inputs[{k}]` must have less than {limit} characters. Given: {chars}"),
+                ));
             }
         }
         Ok((texts, req.add_special_tokens.unwrap_or(true)))

@@ -20,23 +20,24 @@ pub(crate) trait Request: de::DeserializeOwned {
     const SHAPE: &'static str;
 }
 
-/// One input or a batch of them: `"text"` or `["text", ...]` (TEI's
-/// untagged `Input`). Written by hand, not derived untagged: serde's
-/// untagged enums buffer the whole value before they choose, where the
-/// batch must be bounded as it is read. TEI's token-id inputs
-/// (`[101, 7592]`, `[[101], [7592]]`) are not served yet: a number is
-/// refused as not a string.
+/// One input or a batch of them: `"text"`, `[101, 7592]` (token ids),
+/// or a batch `["text", [101, 7592], ...]` (TEI's untagged `Input`).
+/// Written by hand, not derived untagged: serde's untagged enums buffer
+/// the whole value before they choose, where the batch must be bounded as
+/// it is read. An array's first element tells which it is: a number, one
+/// input of ids; a string or an array, a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Input<T = InputType> {
     Single(T),
     Batch(Vec<T>),
 }
 
-/// One input of `/embed` and `/v1/embeddings`: a text (TEI's `InputType`,
-/// whose other kind, token ids, is not served yet).
+/// One input of `/embed` and `/v1/embeddings`: a text, or token ids the
+/// client tokenised itself (TEI's `InputType`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum InputType {
     Text(String),
+    Ids(Vec<u32>),
 }
 
 impl From<String> for InputType {
@@ -45,19 +46,99 @@ impl From<String> for InputType {
     }
 }
 
+/// An input that may be token ids: `InputType` may, `/tokenize`'s text
+/// may not (`None`: refused as not a string).
+pub(crate) trait FromIds: Sized {
+    fn from_ids(ids: Vec<u32>) -> Option<Self>;
+}
+
+impl FromIds for InputType {
+    fn from_ids(ids: Vec<u32>) -> Option<Self> {
+        Some(InputType::Ids(ids))
+    }
+}
+
+impl FromIds for String {
+    fn from_ids(_: Vec<u32>) -> Option<Self> {
+        None
+    }
+}
+
+/// A token id: a whole number from 0 to `u32::MAX`.
+fn id_of<E: de::Error>(v: u64, exp: &dyn de::Expected) -> Result<u32, E> {
+    u32::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), exp))
+}
+
+/// A list of token ids, each a whole number from 0 to `u32::MAX`.
+fn ids_of<'de, A: SeqAccess<'de>>(mut seq: A, mut ids: Vec<u32>) -> Result<Vec<u32>, A::Error> {
+    while let Some(id) = seq.next_element::<u32>()? {
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
 impl<'de> Deserialize<'de> for InputType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(InputType::Text)
+        struct TextOrIds;
+        impl<'de> Visitor<'de> for TextOrIds {
+            type Value = InputType;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of token ids")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<InputType, E> {
+                Ok(InputType::Text(s.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<InputType, E> {
+                Ok(InputType::Text(s))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<InputType, A::Error> {
+                ids_of(seq, Vec::new()).map(InputType::Ids)
+            }
+        }
+        d.deserialize_any(TextOrIds)
     }
 }
 
 /// `/tokenize`'s inputs: texts only (TEI's `TokenizeInput`).
 pub(crate) type TokenizeInput = Input<String>;
 
-impl<'de, T: Deserialize<'de> + From<String>> Deserialize<'de> for Input<T> {
+impl<'de, T: Deserialize<'de> + From<String> + FromIds> Deserialize<'de> for Input<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// An array's first element: an id (the array is one input of
+        /// ids) or an item (the array is a batch).
+        enum First<T> {
+            Id(u32),
+            Item(T),
+        }
+        impl<'de, T: From<String> + FromIds> Deserialize<'de> for First<T> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct IdOrItem<T>(PhantomData<T>);
+                impl<'de, T: From<String> + FromIds> Visitor<'de> for IdOrItem<T> {
+                    type Value = First<T>;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<First<T>, E> {
+                        id_of(v, &self).map(First::Id)
+                    }
+                    fn visit_str<E: de::Error>(self, s: &str) -> Result<First<T>, E> {
+                        Ok(First::Item(s.to_owned().into()))
+                    }
+                    fn visit_string<E: de::Error>(self, s: String) -> Result<First<T>, E> {
+                        Ok(First::Item(s.into()))
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<First<T>, A::Error> {
+                        let ids = ids_of(seq, Vec::new())?;
+                        T::from_ids(ids)
+                            .map(First::Item)
+                            .ok_or_else(|| de::Error::invalid_type(de::Unexpected::Seq, &self))
+                    }
+                }
+                d.deserialize_any(IdOrItem(PhantomData))
+            }
+        }
         struct OneOrBatch<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + From<String>> Visitor<'de> for OneOrBatch<T> {
+        impl<'de, T: Deserialize<'de> + From<String> + FromIds> Visitor<'de> for OneOrBatch<T> {
             type Value = Input<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string or an array of strings")
@@ -68,8 +149,17 @@ impl<'de, T: Deserialize<'de> + From<String>> Deserialize<'de> for Input<T> {
             fn visit_string<E: de::Error>(self, s: String) -> Result<Input<T>, E> {
                 Ok(Input::Single(s.into()))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Input<T>, A::Error> {
-                bounded_seq(seq, Vec::new()).map(Input::Batch)
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Input<T>, A::Error> {
+                match seq.next_element::<First<T>>()? {
+                    None => Ok(Input::Batch(Vec::new())),
+                    Some(First::Id(id)) => {
+                        let ids = ids_of(seq, vec![id])?;
+                        T::from_ids(ids)
+                            .map(Input::Single)
+                            .ok_or_else(|| de::Error::invalid_type(de::Unexpected::Seq, &self))
+                    }
+                    Some(First::Item(t)) => bounded_seq(seq, vec![t]).map(Input::Batch),
+                }
             }
         }
         d.deserialize_any(OneOrBatch(PhantomData))
@@ -99,10 +189,16 @@ impl<T> Input<T> {
 }
 
 impl Input<InputType> {
-    /// The texts, none empty, or the 400 `Empty`.
-    pub(crate) fn into_texts(self, field: &str) -> Result<Vec<String>, ErrorResponse> {
-        let items = self.into_items(field, |InputType::Text(t)| t.is_empty())?;
-        Ok(items.into_iter().map(|InputType::Text(t)| t).collect())
+    /// The inputs, texts or ids, none empty, or the 400 `Empty`.
+    pub(crate) fn into_inputs(self, field: &str) -> Result<Vec<InputType>, ErrorResponse> {
+        let items = self.into_items(field, |i| matches!(i, InputType::Text(t) if t.is_empty()))?;
+        match items
+            .iter()
+            .position(|i| matches!(i, InputType::Ids(ids) if ids.is_empty()))
+        {
+            Some(k) => Err(empty(format!("`{field}[{k}]` holds no token ids"))),
+            None => Ok(items),
+        }
     }
 }
 
@@ -134,7 +230,7 @@ pub(crate) enum TruncationDirection {
 pub(crate) struct EmbedRequest {
     pub(crate) inputs: Input,
     /// Cut a text past the model's limit; absent or null: yes (`/info`'s
-    /// `auto_truncate`); false: 413 for such a text.
+    /// `auto_truncate`); false: 422 for such a text.
     pub(crate) truncate: Option<bool>,
     #[serde(default)]
     pub(crate) truncation_direction: TruncationDirection,
@@ -175,7 +271,8 @@ impl Request for OpenAiRequest {
     const SHAPE: &'static str = r#"{"input": string or [string, ...], "model": string, "encoding_format": "float", "dimensions": n}"#;
 }
 
-/// How `/v1/embeddings` writes a vector. `base64` is not served yet.
+/// How `/v1/embeddings` writes a vector: numbers, or base64 of its
+/// little-endian `f32` bytes (OpenAI's and TEI's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EncodingFormat {
@@ -200,12 +297,12 @@ pub(crate) struct OpenAiEmbedding {
     pub(crate) index: usize,
 }
 
-/// A vector as `/v1/embeddings` writes it (TEI's untagged `Embedding`,
-/// whose `Base64` is not served yet).
+/// A vector as `/v1/embeddings` writes it (TEI's untagged `Embedding`).
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum Embedding {
     Float(Vec<f32>),
+    Base64(String),
 }
 
 #[derive(Debug, Serialize)]
@@ -520,13 +617,15 @@ pub(crate) enum PredictResponse {
 }
 
 /// `GET /info`'s answer: the model and the service's limits (TEI's
-/// `Info`; its `served_model_name`, `sha` and `docker_label` are issue
-/// 69's).
+/// `Info`, and fields of coexec's own).
 #[derive(Debug, Serialize)]
 pub(crate) struct Info {
     pub(crate) model_id: String,
+    /// The weights' SHA-256 (TEI: the Hub revision).
     pub(crate) model_sha: String,
     pub(crate) model_dtype: &'static str,
+    /// The name `/v1/embeddings` answers with (default: `model_id`).
+    pub(crate) served_model_name: String,
     pub(crate) model_type: ModelType,
     /// The encoder's family (`config.json`'s `model_type`; not a TEI
     /// field).
@@ -548,10 +647,15 @@ pub(crate) struct Info {
     pub(crate) max_batch_requests: usize,
     pub(crate) max_client_batch_size: usize,
     pub(crate) auto_truncate: bool,
-    /// Texts are tokenised on the requests' handlers, not on workers of
-    /// their own.
+    /// The threads that tokenise: the request handlers' (tokio's
+    /// workers; a large request goes to its blocking pool).
     pub(crate) tokenization_workers: usize,
     pub(crate) version: &'static str,
+    /// The commit the service was built from, where the build said
+    /// (`COEXEC_GIT_SHA`), as TEI's `VERGEN_GIT_SHA`.
+    pub(crate) sha: Option<&'static str>,
+    /// The image's label, where the build said (`DOCKER_LABEL`, as TEI's).
+    pub(crate) docker_label: Option<&'static str>,
     /// Which router answers: `coexec` (not a TEI field).
     pub(crate) router: &'static str,
 }
@@ -594,13 +698,53 @@ mod tests {
         let r: EmbedRequest = read(r#"{"inputs": "a"}"#, 4).unwrap();
         assert_eq!(r.inputs, Input::Single(InputType::Text("a".into())));
         let r: EmbedRequest = read(r#"{"inputs": ["a", "b\"c"]}"#, 4).unwrap();
-        assert_eq!(r.inputs.into_texts("inputs").unwrap(), ["a", "b\"c"]);
+        assert_eq!(
+            r.inputs.into_inputs("inputs").unwrap(),
+            [InputType::Text("a".into()), InputType::Text("b\"c".into())]
+        );
         for bad in [
-            r#"{"inputs": [1, 2]}"#,
+            r#"{"inputs": [-1, 2]}"#,
+            r#"{"inputs": [4294967296]}"#,
+            r#"{"inputs": ["a", 2]}"#,
+            r#"{"inputs": [[1], "a", [1.5]]}"#,
             r#"{"inputs": {"a": 1}}"#,
             r#"{"input": "x"}"#,
         ] {
             let e = read::<EmbedRequest>(bad, 4).unwrap_err();
+            assert!(
+                matches!(e, Refused::Json(ref e) if e.is_data()),
+                "{bad}: {e:?}"
+            );
+        }
+    }
+
+    /// TEI's token-id inputs: one list of ids, or a batch of lists (and
+    /// texts); `/tokenize`'s inputs stay texts.
+    #[test]
+    fn an_input_may_be_token_ids() {
+        let r: EmbedRequest = read(r#"{"inputs": [101, 7592, 102]}"#, 2).unwrap();
+        assert_eq!(
+            r.inputs,
+            Input::Single(InputType::Ids(vec![101, 7592, 102]))
+        );
+        let r: EmbedRequest = read(r#"{"inputs": [[101, 102], "a", []]}"#, 4).unwrap();
+        assert_eq!(
+            r.inputs,
+            Input::Batch(vec![
+                InputType::Ids(vec![101, 102]),
+                InputType::Text("a".into()),
+                InputType::Ids(vec![]),
+            ])
+        );
+        let e = r.inputs.into_inputs("inputs").unwrap_err();
+        assert_eq!(e.error, "`inputs[2]` holds no token ids");
+        let e = read::<EmbedRequest>(r#"{"inputs": [[1], [2], [3]]}"#, 2).unwrap_err();
+        assert!(
+            matches!(e, Refused::Overflow(Overflow::TooMany { .. })),
+            "{e:?}"
+        );
+        for bad in [r#"{"inputs": [1, 2]}"#, r#"{"inputs": [[1]]}"#] {
+            let e = read::<TokenizeRequest>(bad, 4).unwrap_err();
             assert!(
                 matches!(e, Refused::Json(ref e) if e.is_data()),
                 "{bad}: {e:?}"
@@ -714,6 +858,7 @@ mod tests {
             model_id: "m".into(),
             model_sha: "s".into(),
             model_dtype: "float32",
+            served_model_name: "n".into(),
             model_type: ModelType::Embedding(EmbeddingModel { pooling: "mean" }),
             model_family: "bert",
             model_weights_dtype: "float16",
@@ -728,6 +873,8 @@ mod tests {
             auto_truncate: true,
             tokenization_workers: 0,
             version: "0.1.0",
+            sha: None,
+            docker_label: None,
             router: "coexec",
         };
         let v = serde_json::to_value(&info).unwrap();
@@ -736,5 +883,7 @@ mod tests {
             serde_json::json!({"embedding": {"pooling": "mean"}})
         );
         assert!(v["max_batch_tokens"].is_null());
+        assert!(v["sha"].is_null() && v["docker_label"].is_null());
+        assert_eq!(v["served_model_name"], "n");
     }
 }

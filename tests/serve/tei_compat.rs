@@ -1,0 +1,450 @@
+//! Text Embeddings Inference 1.9's HTTP surface, request for request, on
+//! the committed tiny models (tests/data/tiny-bert, a cross-encoder and a
+//! classifier of tests/data/families): each answer's status, shape and
+//! headers as TEI documents and answers them (`router/src/http/server.rs`,
+//! `types.rs`), and TEI's `te_*` series on `/metrics`. docs/tei-compat.md
+//! is the table these tests stand behind.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use coexec::stream::StreamConfig;
+use coexec_models::Embedder;
+use coexec_serve::{ServeConfig, Service};
+use serde_json::{Value, json};
+
+/// An answer: status, headers (lower-case names) and body.
+struct Answer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// A TEI timing or count header, as the whole number it must be.
+    fn number(&self, name: &str) -> u64 {
+        let v = self
+            .headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}: {:?}", self.headers));
+        v.parse().unwrap_or_else(|e| panic!("{name}: {v:?}: {e}"))
+    }
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Answer {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    // The bodies here are small and sent whole: no chunked encoding.
+    Answer {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn post(addr: SocketAddr, path: &str, body: Value) -> Answer {
+    http(addr, "POST", path, &body.to_string())
+}
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data")
+        .join(rel)
+}
+
+/// The limits the tests reach: 4 inputs a request, bodies of 64 KiB.
+const MAX_INPUTS: usize = 4;
+const MAX_BODY: usize = 64 << 10;
+
+/// Serves `dir` on a loopback port, with `/metrics`, as `tiny` on TEI's
+/// routes; runs `f` on its address, then stops.
+async fn with_service(dir: PathBuf, f: impl FnOnce(SocketAddr) + Send + 'static) {
+    let rt = Arc::new(
+        coexec::Runtime::builder()
+            .devices("cpu:1")
+            .unwrap()
+            .in_memory_profiles()
+            .start()
+            .await
+            .unwrap(),
+    );
+    let model = Embedder::load(&dir).unwrap().with_id("org/tiny-model");
+    let cfg = ServeConfig::new()
+        .max_inputs(MAX_INPUTS)
+        .max_body(MAX_BODY)
+        .served_model_name("tiny")
+        .prometheus(coexec_serve::metrics::install().unwrap());
+    let svc = Service::start(rt, model, StreamConfig::new(), cfg).unwrap();
+    let listener = coexec_serve::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(coexec_serve::serve(listener, svc.tei_router(), async {
+        let _ = stopped.await;
+    }));
+    tokio::task::spawn_blocking(move || f(addr)).await.unwrap();
+    let _ = stop.send(());
+    server.await.unwrap();
+}
+
+/// An object's keys, sorted.
+fn keys_of(v: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// Two answers of numbers alike within float rounding (the same inputs
+/// in batches of other sizes), everything else equal.
+fn assert_close(a: &Value, b: &Value) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() < 1e-5, "{x} against {y}");
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len());
+            x.iter().zip(y).for_each(|(x, y)| assert_close(x, y));
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(keys_of(a), keys_of(b));
+            x.iter().for_each(|(k, v)| assert_close(v, &y[k]));
+        }
+        _ => assert_eq!(a, b),
+    }
+}
+
+/// TEI's error body on its own routes: `{"error", "error_type"}`, nothing
+/// else.
+fn assert_tei_error(a: &Answer, status: u16, kind: &str) {
+    assert_eq!(a.status, status, "{}", a.body);
+    let e = a.json();
+    assert_eq!(keys_of(&e), ["error", "error_type"], "{}", a.body);
+    assert_eq!(e["error_type"], kind, "{}", a.body);
+    assert!(!e["error"].as_str().unwrap().is_empty());
+}
+
+/// TEI's `OpenAICompatErrorResponse` on `/v1/embeddings`: `{"message",
+/// "code", "type"}`, the status in `code`.
+fn assert_openai_error(a: &Answer, status: u16, kind: &str) {
+    assert_eq!(a.status, status, "{}", a.body);
+    let e = a.json();
+    assert_eq!(keys_of(&e), ["code", "message", "type"], "{}", a.body);
+    assert_eq!(e["code"], status);
+    assert_eq!(e["type"], kind);
+}
+
+/// TEI's eight headers on a success, with their meanings: whole
+/// milliseconds for the times (the total covering each part), characters
+/// and tokens counted.
+fn assert_tei_headers(a: &Answer, chars: u64, tokens: u64) {
+    assert_eq!(a.headers["x-compute-type"], "cpu");
+    assert_eq!(a.number("x-compute-characters"), chars);
+    assert_eq!(a.number("x-compute-tokens"), tokens);
+    let total = a.number("x-total-time");
+    assert_eq!(a.number("x-compute-time"), total);
+    for part in ["x-tokenization-time", "x-queue-time", "x-inference-time"] {
+        assert!(
+            a.number(part) <= total,
+            "{part} past the total: {:?}",
+            a.headers
+        );
+    }
+}
+
+fn ids_of(addr: SocketAddr, text: &str) -> Vec<u32> {
+    let a = post(addr, "/tokenize", json!({"inputs": text}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    a.json()[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// `/embed` and `/v1/embeddings`: texts and token ids, base64, TEI 1.9's
+/// statuses and error shapes, its headers, `/info`, the SageMaker and
+/// Inference API routes, the OpenAPI document, and the `te_*` series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedding_model_answers_as_tei_does() {
+    with_service(data("tiny-bert"), |addr| {
+        let text = "the quick brown fox";
+        let ids = ids_of(addr, text);
+        let dim = {
+            let a = post(addr, "/embed", json!({"inputs": text}));
+            assert_eq!(a.status, 200, "{}", a.body);
+            assert_tei_headers(&a, text.chars().count() as u64, ids.len() as u64);
+            a.json()[0].as_array().unwrap().len()
+        };
+
+        // Token ids: one list, a batch of lists, texts among them; the
+        // same vectors as the text's.
+        let by_text = post(addr, "/embed", json!({"inputs": [text]})).json();
+        let a = post(addr, "/embed", json!({"inputs": ids}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_tei_headers(&a, ids.len() as u64, ids.len() as u64);
+        assert_close(&a.json(), &by_text);
+        let a = post(addr, "/embed", json!({"inputs": [ids, text]}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let v = a.json();
+        assert_close(&json!([v[0], v[1]]), &json!([by_text[0], by_text[0]]));
+        // An id past the vocabulary (357 word pieces): 422, never a panic.
+        let a = post(addr, "/embed", json!({"inputs": [101, 357, 102]}));
+        assert_tei_error(&a, 422, "Validation");
+        assert!(a.body.contains("357"), "{}", a.body);
+        let a = post(addr, "/embed", json!({"inputs": [[101], []]}));
+        assert_tei_error(&a, 400, "Empty");
+
+        // TEI 1.9's statuses: too many inputs 422 (1.8: 413), a text past
+        // the limit with `truncate: false` 422, a body over the limit 413,
+        // no input 400.
+        let many = vec!["a"; MAX_INPUTS + 1];
+        assert_tei_error(
+            &post(addr, "/embed", json!({"inputs": many})),
+            422,
+            "Validation",
+        );
+        let long = "word ".repeat(600);
+        let a = post(addr, "/embed", json!({"inputs": long, "truncate": false}));
+        assert_tei_error(&a, 422, "Validation");
+        let a = post(addr, "/embed", json!({"inputs": long}));
+        assert_eq!(a.status, 200, "TEI's auto_truncate: {}", a.body);
+        let a = post(addr, "/embed", json!({"inputs": "a".repeat(MAX_BODY)}));
+        assert_tei_error(&a, 413, "Validation");
+        assert_tei_error(&post(addr, "/embed", json!({"inputs": []})), 400, "Empty");
+        // A route for another kind of model: TEI's 424.
+        let a = post(addr, "/rerank", json!({"query": "a", "texts": ["b"]}));
+        assert_tei_error(&a, 424, "Backend");
+        assert_tei_error(
+            &post(addr, "/predict", json!({"inputs": "a"})),
+            424,
+            "Backend",
+        );
+
+        // OpenAI's route: its answer (the served name as `model`), base64
+        // of the same little-endian f32s, and its errors in its shape.
+        let a = post(
+            addr,
+            "/v1/embeddings",
+            json!({"input": [text, ids], "model": "tiny"}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_tei_headers(
+            &a,
+            (text.chars().count() + ids.len()) as u64,
+            2 * ids.len() as u64,
+        );
+        let v = a.json();
+        assert_eq!(v["object"], "list");
+        assert_eq!(v["model"], "tiny");
+        assert_eq!(
+            v["usage"],
+            json!({"prompt_tokens": 2 * ids.len(), "total_tokens": 2 * ids.len()})
+        );
+        assert_eq!(v["data"][1]["object"], "embedding");
+        assert_eq!(v["data"][1]["index"], 1);
+        let floats: Vec<f32> = serde_json::from_value(v["data"][0]["embedding"].clone()).unwrap();
+        assert_eq!(floats.len(), dim);
+        let a = post(
+            addr,
+            "/v1/embeddings",
+            json!({"input": text, "encoding_format": "base64"}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        let b64 = a.json()["data"][0]["embedding"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let decoded: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(decoded, floats);
+        let many = vec!["a"; MAX_INPUTS + 1];
+        let a = post(addr, "/v1/embeddings", json!({"input": many}));
+        assert_openai_error(&a, 422, "Validation");
+        assert_openai_error(
+            &post(addr, "/v1/embeddings", json!({"input": []})),
+            400,
+            "Empty",
+        );
+        let a = post(addr, "/v1/embeddings", json!({"input": [1, 400]}));
+        assert_openai_error(&a, 422, "Validation");
+
+        // SageMaker's and the Inference API's routes: `/embed` for a model
+        // of embeddings, `/health` for their GETs.
+        for path in ["/", "/invocations"] {
+            let a = post(addr, path, json!({"inputs": [text]}));
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+            assert_close(&a.json(), &by_text);
+        }
+        for path in ["/", "/ping", "/health"] {
+            let a = http(addr, "GET", path, "");
+            assert_eq!((a.status, a.body.as_str()), (200, ""), "{path}");
+        }
+
+        // `/info`: TEI's fields, the id it was started with.
+        let info = http(addr, "GET", "/info", "").json();
+        assert_eq!(info["model_id"], "org/tiny-model");
+        assert_eq!(info["served_model_name"], "tiny");
+        assert_eq!(info["model_type"]["embedding"]["pooling"], "mean");
+        assert_eq!(info["max_client_batch_size"], MAX_INPUTS);
+        assert_eq!(info["auto_truncate"], true);
+        assert_eq!(info["tokenization_workers"], 2, "tokio's workers tokenise");
+        for field in ["sha", "docker_label"] {
+            assert!(
+                info[field].is_null() || info[field].is_string(),
+                "{field}: {info}"
+            );
+        }
+        for field in [
+            "model_sha",
+            "model_dtype",
+            "max_concurrent_requests",
+            "max_input_length",
+            "max_batch_requests",
+            "version",
+        ] {
+            assert!(!info[field].is_null(), "{field}: {info}");
+        }
+
+        // TEI's series, with their types and labels.
+        let metrics = http(addr, "GET", "/metrics", "").body;
+        for (name, kind) in [
+            ("te_request_count", "counter"),
+            ("te_request_success", "counter"),
+            ("te_request_failure", "counter"),
+            ("te_request_duration", "histogram"),
+            ("te_request_tokenization_duration", "histogram"),
+            ("te_request_queue_duration", "histogram"),
+            ("te_request_inference_duration", "histogram"),
+            ("te_request_input_length", "histogram"),
+            ("te_queue_size", "gauge"),
+            ("te_batch_next_size", "histogram"),
+            ("te_batch_next_tokens", "histogram"),
+            ("te_embed_count", "counter"),
+            ("te_embed_success", "counter"),
+            ("te_embed_duration", "histogram"),
+            ("te_embed_tokenization_duration", "histogram"),
+            ("te_embed_queue_duration", "histogram"),
+            ("te_embed_inference_duration", "histogram"),
+        ] {
+            assert!(
+                metrics.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name} as a {kind}:\n{metrics}"
+            );
+        }
+        for series in [
+            r#"te_request_count{method="single"}"#,
+            r#"te_request_count{method="batch"}"#,
+            r#"te_request_success{method="batch"}"#,
+            r#"te_request_failure{err="batch_size"}"#,
+            r#"te_request_failure{err="validation"}"#,
+            r#"te_request_failure{err="model_type"}"#,
+            r#"te_request_duration_bucket{le="#,
+        ] {
+            assert!(metrics.contains(series), "{series}:\n{metrics}");
+        }
+    })
+    .await;
+}
+
+/// A cross-encoder: `POST /` and `/invocations` are `/rerank`; `/embed`
+/// is TEI's 424; TEI's headers on `/rerank`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reranker_answers_as_tei_does() {
+    with_service(data("families/bert-reranker"), |addr| {
+        let body = json!({"query": "a cat", "texts": ["a dog", "a cat sat"]});
+        let a = post(addr, "/rerank", body.clone());
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.headers["x-compute-type"], "cpu");
+        a.number("x-compute-tokens");
+        let ranks = a.json();
+        for path in ["/", "/invocations"] {
+            let a = post(addr, path, body.clone());
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+            assert_close(&a.json(), &ranks);
+        }
+        assert_tei_error(
+            &post(addr, "/embed", json!({"inputs": "a"})),
+            424,
+            "Backend",
+        );
+        let a = post(addr, "/v1/embeddings", json!({"input": "a"}));
+        assert_openai_error(&a, 424, "Backend");
+        let info = http(addr, "GET", "/info", "").json();
+        assert!(info["model_type"]["reranker"].is_object(), "{info}");
+    })
+    .await;
+}
+
+/// A classifier: `POST /` is `/predict`, single and batch; TEI's
+/// `te_predict_*` series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classifier_answers_as_tei_does() {
+    with_service(data("families/distilbert-classifier"), |addr| {
+        let a = post(addr, "/predict", json!({"inputs": "a fine day"}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.number("x-compute-characters"), 10);
+        let single = a.json();
+        assert!(single[0]["label"].is_string() && single[0]["score"].is_number());
+        for path in ["/", "/invocations"] {
+            let a = post(addr, path, json!({"inputs": "a fine day"}));
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+            assert_close(&a.json(), &single);
+        }
+        let a = post(addr, "/", json!({"inputs": [["a fine day"], ["a", "b"]]}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.json().as_array().unwrap().len(), 2);
+        let metrics = http(addr, "GET", "/metrics", "").body;
+        for name in [
+            "te_predict_count",
+            "te_predict_success",
+            "te_predict_duration",
+            "te_predict_tokenization_duration",
+            "te_predict_queue_duration",
+            "te_predict_inference_duration",
+        ] {
+            assert!(
+                metrics.contains(&format!("# TYPE {name} ")),
+                "{name}:\n{metrics}"
+            );
+        }
+    })
+    .await;
+}
