@@ -219,7 +219,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
     let bad: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         ("empty list", br#"{"inputs": []}"#.to_vec(), 400, "Empty"),
         ("empty string", br#"{"inputs": ""}"#.to_vec(), 400, "Empty"),
-        ("1000 inputs", many.into_bytes(), 413, "Validation"),
+        ("1000 inputs", many.into_bytes(), 422, "Validation"),
         ("a 10 MB string", huge.into_bytes(), 413, "Validation"),
         (
             "invalid UTF-8",
@@ -228,8 +228,8 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             "Validation",
         ),
         (
-            "a number",
-            br#"{"inputs": [1, 2]}"#.to_vec(),
+            "a negative token id",
+            br#"{"inputs": [-1, 2]}"#.to_vec(),
             422,
             "Validation",
         ),
@@ -239,7 +239,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             422,
             "Validation",
         ),
-        ("past the limit", long.into_bytes(), 413, "Validation"),
+        ("past the limit", long.into_bytes(), 422, "Validation"),
         ("not JSON", b"{\"inputs\": ".to_vec(), 400, "Validation"),
         (
             "no inputs",
@@ -349,7 +349,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             422,
             "Validation",
         ),
-        (too_many.into_bytes(), 413, "Validation"),
+        (too_many.into_bytes(), 422, "Validation"),
     ] {
         assert_refused(addr, "/similarity", &body, status, kind);
     }
@@ -428,7 +428,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             422,
             "Validation",
         ),
-        ("/tokenize", too_long.into_bytes(), 413, "Validation"),
+        ("/tokenize", too_long.into_bytes(), 422, "Validation"),
         ("/decode", br#"{"ids": []}"#.to_vec(), 400, "Empty"),
         (
             "/decode",
@@ -444,7 +444,7 @@ fn the_service_answers_tei_requests_and_refuses_bad_ones_while_serving() {
             422,
             "Validation",
         ),
-        ("/decode", many_ids.into_bytes(), 413, "Validation"),
+        ("/decode", many_ids.into_bytes(), 422, "Validation"),
     ] {
         assert_refused(addr, path, &body, status, kind);
     }

@@ -44,15 +44,20 @@ pub(crate) struct ServeArgs {
     /// --max-batch-tokens).
     #[arg(long, default_value_t = 16384)]
     max_batch_tokens: usize,
-    /// Most inputs in one request, at least 1; more get 413 (TEI's
+    /// Most inputs in one request, at least 1; more get 422 on TEI's
+    /// routes, as TEI 1.9's, and 400 on /v1/infer (TEI's
     /// --max-client-batch-size). Default: 32 for an embedding model, 1024
     /// rows for an MLP.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     max_client_batch_size: Option<u64>,
-    /// Embedding model: the id `/info` and `/v1/embeddings` give
-    /// (default: the folder's name).
+    /// Embedding model: the id `/info` gives (default: --model as given,
+    /// as TEI gives the --model-id it was started with).
     #[arg(long)]
     model_id: Option<String>,
+    /// Embedding model: the name `/info` and `/v1/embeddings` give (TEI's
+    /// --served-model-name; default: the model's id).
+    #[arg(long)]
+    served_model_name: Option<String>,
     /// Longest a batch waits for more requests after its first, in µs (at most 10 s).
     #[arg(long, default_value_t = 1000)]
     max_wait_us: u64,
@@ -133,9 +138,14 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
         )));
     }
     if let Some(dir) = a.model.as_ref().filter(|p| p.is_dir()) {
-        let mut model = Embedder::load(dir)?;
-        if let Some(id) = &a.model_id {
-            model = model.with_id(id.clone());
+        let id = a
+            .model_id
+            .clone()
+            .unwrap_or_else(|| dir.display().to_string());
+        let model = Embedder::load(dir)?.with_id(id);
+        let mut cfg = ServeConfig::new();
+        if let Some(name) = &a.served_model_name {
+            cfg = cfg.served_model_name(name.clone());
         }
         tracing::info!(
             model = %dir.display(),
@@ -149,15 +159,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<(), Failure> {
                 .max_batch_cost(Some(a.max_batch_tokens))
         };
         let inputs = client_batch(a.max_client_batch_size, 32);
-        return run(
-            &a,
-            model,
-            stream,
-            inputs,
-            ServeConfig::new(),
-            Service::tei_router,
-        )
-        .await;
+        return run(&a, model, stream, inputs, cfg, Service::tei_router).await;
     }
     let weights = Arc::new(match &a.model {
         Some(path) => MlpWeights::load(path)?,
