@@ -261,6 +261,61 @@ def write(name, spec, texts):
           f"longest {max(map(len, ids))} tokens, dim {len(vectors[0])}")
 
 
+def write_splade(name, texts):
+    """A SPLADE sparse encoder (BERT's masked-language-model head, then
+    SpladePooling: max over tokens of log(1 + relu(logit))) as
+    sentence-transformers' SparseEncoder saves it, and its vocabulary-wide
+    vectors in float64 on the same ids."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+    nb = len(json.load(open(BERT_TOKENIZER))["model"]["vocab"])
+    torch.manual_seed(SEED + sum(map(ord, name)))
+    cfg = BertConfig(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                     intermediate_size=FF, vocab_size=nb, max_position_embeddings=72)
+    model = BertForMaskedLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    dir_ = os.path.join(OUT, name)
+    raw = dir_ + "-raw"
+    for d in (dir_, raw):
+        shutil.rmtree(d, ignore_errors=True)
+    model.save_pretrained(raw, safe_serialization=True)
+    tok = bert_tokenizer()
+    limit = max_seq({"max_position_embeddings": 72})
+    tok.save(os.path.join(raw, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": limit,
+               "pad_token": "[PAD]", "unk_token": "[UNK]"},
+              open(os.path.join(raw, "tokenizer_config.json"), "w"), indent=2)
+    se = SparseEncoder(modules=[Transformer(raw, transformer_task="fill-mask",
+                                            max_seq_length=limit),
+                                SpladePooling(pooling_strategy="max", embedding_dimension=nb)])
+    se.save(dir_, safe_serialization=True)
+    shutil.rmtree(raw)
+    os.remove(os.path.join(dir_, "README.md"))
+    tok.enable_truncation(limit)
+    tok.no_padding()
+    ids = [tok.encode(t).ids for t in texts]
+    ref = SparseEncoder(dir_, device="cpu").double().eval()
+    vectors = []
+    with torch.no_grad():
+        for seq in ids:
+            x = torch.tensor([seq], dtype=torch.long)
+            out = ref.forward({"input_ids": x, "attention_mask": torch.ones_like(x),
+                               "token_type_ids": torch.zeros_like(x)})
+            vectors.append(out["sentence_embedding"][0].to_dense().tolist())
+    json.dump({"family": "bert", "pooling": "splade", "dtype": "float32",
+               "max_seq_length": limit, "sentences": texts, "prompt": None,
+               "ids": ids, "vectors": vectors},
+              open(os.path.join(dir_, "reference.json"), "w"))
+    nonzero = sum(1 for v in vectors[0] if v > 0)
+    print(f"{name}: bert splade, {len(ids)} sentences, dim {len(vectors[0])}, "
+          f"{nonzero} words non-zero in the first")
+
+
 def hub_config(name, hub_name):
     """A copy of tiny folder `name` with config.json as the Hugging Face
     Hub's checkpoints of the family write it (NomicBERT's GPT-2 names,
@@ -382,6 +437,7 @@ def main():
         write(name, spec, texts)
     hub_config("nomic-bert-mean", "nomic-bert-hub")
     hub_config("gte-cls", "gte-hub")
+    write_splade("bert-splade", texts)
     for name, (cfg_cls, model_cls, kw, tok_fn, labels) in classifiers().items():
         write_classifier(name, cfg_cls, model_cls, kw, tok_fn, labels, texts)
     buckets()

@@ -32,6 +32,11 @@ pub enum Pooling {
     MeanSqrtLen,
     /// The last token's vector.
     LastToken,
+    /// SPLADE (sentence-transformers' `SpladePooling`, `max` of `relu`):
+    /// the masked-language-model head's logits over the vocabulary, per
+    /// word the largest `log(1 + relu(logit))` over the tokens: a vector as
+    /// wide as the vocabulary, mostly zeros.
+    Splade,
 }
 
 impl Pooling {
@@ -44,6 +49,7 @@ impl Pooling {
             Pooling::Max => "max",
             Pooling::MeanSqrtLen => "mean_sqrt_len",
             Pooling::LastToken => "last_token",
+            Pooling::Splade => "splade",
         }
     }
 
@@ -53,6 +59,9 @@ impl Pooling {
         let h = out.len();
         let len = rows.len() / h;
         match self {
+            // The encoder pools SPLADE's logits itself (they are not its
+            // token vectors); here it is the token vectors' max.
+            Pooling::Splade => unreachable!("SPLADE is pooled by the encoder's head"),
             Pooling::Cls => out.copy_from_slice(&rows[..h]),
             Pooling::LastToken => out.copy_from_slice(&rows[(len - 1) * h..]),
             Pooling::Max => {
@@ -118,6 +127,8 @@ pub(crate) enum Step {
 #[derive(Debug)]
 pub(crate) struct Modules {
     pub(crate) pooling: Pooling,
+    /// `SpladePooling`'s `embedding_dimension`: the vocabulary it pools.
+    pub(crate) splade_width: Option<usize>,
     pub(crate) steps: Vec<Step>,
     /// The named prompts (`config_sentence_transformers.json`'s `prompts`).
     pub(crate) prompts: BTreeMap<String, String>,
@@ -154,6 +165,15 @@ struct PoolingJson {
     include_prompt: Option<bool>,
 }
 
+/// `SpladePooling`'s `config.json`.
+#[derive(Deserialize)]
+struct SpladeJson {
+    pooling_strategy: Option<String>,
+    activation_function: Option<String>,
+    #[serde(alias = "word_embedding_dimension")]
+    embedding_dimension: Option<Dim>,
+}
+
 /// A `Dense` module's `config.json`.
 #[derive(Deserialize)]
 struct DenseJson {
@@ -183,6 +203,7 @@ impl Modules {
     pub(crate) fn classifier(steps: Vec<Dense>) -> Self {
         Self {
             pooling: Pooling::Cls,
+            splade_width: None,
             steps: steps.into_iter().map(Step::Dense).collect(),
             prompts: BTreeMap::new(),
             default_prompt: None,
@@ -208,6 +229,7 @@ impl Modules {
             ],
         };
         let mut pooling = None;
+        let mut splade_width = None;
         let mut steps = Vec::new();
         let mut include_prompt = true;
         for (i, m) in list.iter().enumerate() {
@@ -222,8 +244,8 @@ impl Modules {
                 )
             };
             match (i, kind) {
-                (0, "Transformer") if m.path.is_empty() => {}
-                (0, "Transformer") => {
+                (0, "Transformer" | "MLMTransformer") if m.path.is_empty() => {}
+                (0, "Transformer" | "MLMTransformer") => {
                     return Err(refuse(format!(
                         "the encoder in {:?}: served from the folder itself only",
                         m.path
@@ -235,13 +257,40 @@ impl Modules {
                     pooling = Some(p);
                     include_prompt = inc;
                 }
-                (_, "Dense") if pooling.is_some() => {
+                (_, "SpladePooling") if pooling.is_none() && steps.is_empty() => {
+                    let path = dir.join(&m.path).join("config.json");
+                    let c = read_json::<SpladeJson>(&path)?.unwrap_or(SpladeJson {
+                        pooling_strategy: None,
+                        activation_function: None,
+                        embedding_dimension: None,
+                    });
+                    for (field, value, served) in [
+                        ("pooling_strategy", c.pooling_strategy, "max"),
+                        ("activation_function", c.activation_function, "relu"),
+                    ] {
+                        if let Some(v) = value
+                            && v != served
+                        {
+                            return Err(config_err(
+                                &path,
+                                field,
+                                format!("{v:?}; SPLADE is served with {served:?} (TEI's)"),
+                            ));
+                        }
+                    }
+                    splade_width = c.embedding_dimension.map(|d| d.0);
+                    pooling = Some(Pooling::Splade);
+                }
+                (_, "Dense") if pooling.is_some() && pooling != Some(Pooling::Splade) => {
                     steps.push(Step::Dense(Dense::load(&dir.join(&m.path))?));
                 }
-                (_, "Normalize") if pooling.is_some() => steps.push(Step::Normalize),
-                (_, "Pooling" | "Dense" | "Normalize") => {
+                (_, "Normalize") if pooling.is_some() && pooling != Some(Pooling::Splade) => {
+                    steps.push(Step::Normalize)
+                }
+                (_, "Pooling" | "SpladePooling" | "Dense" | "Normalize") => {
                     return Err(refuse(
-                        "out of place: the Transformer, one Pooling, then Dense and Normalize"
+                        "out of place: the Transformer, one Pooling, then Dense and Normalize \
+                         (none after SpladePooling)"
                             .into(),
                     ));
                 }
@@ -277,6 +326,7 @@ impl Modules {
         }
         Ok(Self {
             pooling,
+            splade_width,
             steps,
             prompts: st.prompts,
             default_prompt: st.default_prompt_name,

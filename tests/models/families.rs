@@ -14,7 +14,8 @@
 //! grouped-query heads wider than hidden/heads, per-head RMSNorm, SwiGLU,
 //! last-token pooling, an instruction prompt); NomicBERT (rotary, SwiGLU,
 //! token types) and GTE in f16 (rotary, biased attention, gated GELU), each
-//! also with the Hub's `config.json` (`n_embd`…; `new`).
+//! also with the Hub's `config.json` (`n_embd`…; `new`); a SPLADE sparse
+//! encoder (BERT's masked-language-model head, max of log(1 + relu)).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ fn folders(kind: &str) -> Vec<PathBuf> {
 
 fn families() -> Vec<PathBuf> {
     let dirs = folders("embedding");
-    assert!(dirs.len() >= 14, "{} embedding folders", dirs.len());
+    assert!(dirs.len() >= 15, "{} embedding folders", dirs.len());
     dirs
 }
 
@@ -328,6 +329,35 @@ fn bad_folders_are_refused_by_file_and_field() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    // SPLADE as TEI serves it: max of relu, over the whole vocabulary.
+    for (key, value, want) in [
+        (
+            "pooling_strategy",
+            serde_json::json!("sum"),
+            "pooling_strategy",
+        ),
+        (
+            "activation_function",
+            serde_json::json!("log1p_relu"),
+            "activation_function",
+        ),
+        (
+            "embedding_dimension",
+            serde_json::json!(300),
+            "embedding_dimension",
+        ),
+    ] {
+        let dir = copy_of("bert-splade");
+        let path = dir.join("1_SpladePooling/config.json");
+        edit(&path, |c| c[key] = value);
+        let e = load_err(&dir);
+        assert!(
+            e.contains("1_SpladePooling") && e.contains(want),
+            "{key}: {e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     // A tensor that does not fit the config, in each family's own names,
     // named with its file (the shard that holds it where there are shards).
     for (name, key, value, tensor, file) in [
@@ -458,6 +488,7 @@ fn the_gpu_twin_covers_the_bert_layout_only() {
             "qwen3",
             "nomic-bert",
             "gte",
+            "bert-splade",
         ]
         .iter()
         .any(|p| name.starts_with(p));

@@ -1035,7 +1035,7 @@ impl EncoderConfig {
     /// layers (multiply and add counted apart): per layer `2·H` times the
     /// projections' outputs (Q, K and V, attention's output, the MLP's up
     /// and down: `8·H² + 4·H·I` in BERT's layout; a gated MLP's up is
-    /// `2·I` wide).
+    /// `2·I` wide), and SPLADE's head (`2·H·(H + vocab)`).
     pub fn flops_per_token(&self) -> f64 {
         self.dense_flops() as f64
     }
@@ -1048,7 +1048,12 @@ impl EncoderConfig {
         );
         let (q, kv) = (self.heads as u128 * d, self.kv_heads as u128 * d);
         let mlp = if self.gated { 3 * h * i } else { 2 * h * i };
-        self.layers as u128 * 2 * (h * (q + 2 * kv) + q * h + mlp)
+        // SPLADE's head: a transform and the logits over the vocabulary.
+        let head = match self.pooling {
+            Pooling::Splade => 2 * (h * h + h * self.vocab as u128),
+            _ => 0,
+        };
+        self.layers as u128 * 2 * (h * (q + 2 * kv) + q * h + mlp) + head
     }
 
     /// Query-key pairs one layer scores in a sequence of `len` tokens:

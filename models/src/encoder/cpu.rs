@@ -17,12 +17,15 @@
 use coexec_kernels::ops::{self, View};
 
 use super::config::{Activation, NormKind, RelativeBias};
-use super::weights::{Dense, EncoderWeights, Layer, Norm};
+use super::weights::{Dense, EncoderWeights, Layer, MlmHead, Norm};
 
 /// Tokens per tile: the activations of a tile (`T·(H + 3H + H + H + I)`
 /// floats, 5.4 MB at 384 tokens of MiniLM) stay near the caches, and the
 /// GEMMs have rows enough to run near their peak.
 pub(crate) const TILE_TOKENS: usize = 384;
+
+/// Tokens a block of SPLADE's logits holds.
+const MLM_ROWS: usize = 16;
 
 /// A tile's activations, grown to the largest tile seen.
 #[derive(Debug, Default)]
@@ -41,6 +44,8 @@ pub(crate) struct Scratch {
     /// Rotary angles' cosines and sines per base, for the longest
     /// sequence seen.
     rope: Vec<RopeTable>,
+    /// SPLADE's head: a block's transformed rows and their logits.
+    mlm: Vec<f32>,
 }
 
 /// [`ops::rotary_table`]'s cosines and sines of one base and head width.
@@ -129,7 +134,7 @@ impl EncoderWeights {
     /// `max_positions` ids below `vocab` (the [`Encoder`](super::Encoder)
     /// checks that when it is built).
     pub(crate) fn encode_cpu(&self, seqs: &[&[u32]], out: &mut [f32], s: &mut Scratch) {
-        let h = self.cfg.hidden;
+        let h = self.pooled_width();
         for r in ops::runs(seqs, TILE_TOKENS) {
             self.encode_tile(&seqs[r.clone()], &mut out[r.start * h..r.end * h], s);
         }
@@ -233,9 +238,41 @@ impl EncoderWeights {
             n.add_norm(x, None, c.eps, c.norm);
         }
         let mut at = 0;
-        for (seq, o) in seqs.iter().zip(out.chunks_exact_mut(h)) {
-            c.pooling.pool(&x[at * h..(at + seq.len()) * h], o);
+        for (seq, o) in seqs.iter().zip(out.chunks_exact_mut(self.pooled_width())) {
+            let rows = &x[at * h..(at + seq.len()) * h];
+            match &self.mlm {
+                Some(head) => self.splade(head, rows, o, &mut s.mlm),
+                None => c.pooling.pool(rows, o),
+            }
             at += seq.len();
+        }
+    }
+
+    /// SPLADE's vector of one sequence's token vectors `rows` into `out`
+    /// (`vocab` wide): per word, the largest `log(1 + relu(logit))` of the
+    /// MLM head's logits over the tokens. The logits are computed
+    /// [`MLM_ROWS`] tokens at a time (a block's `rows × vocab` stays near
+    /// the caches; the whole tile's would be 47 MB at BERT's vocabulary).
+    fn splade(&self, head: &MlmHead, rows: &[f32], out: &mut [f32], buf: &mut Vec<f32>) {
+        let (h, v) = (self.cfg.hidden, self.cfg.vocab);
+        let decoder = head.decoder.as_deref().unwrap_or(&self.word);
+        // Every value is at least 0: the running maximum starts there.
+        out.fill(0.0);
+        for block in rows.chunks(MLM_ROWS * h) {
+            let n = block.len() / h;
+            let (t, logits) = grow(buf, n * (h + v)).split_at_mut(n * h);
+            head.transform.forward(block, n, t);
+            activate(self.cfg.activation, t);
+            ops::add_layer_norm(t, None, &head.norm.gamma, &head.norm.beta, self.cfg.eps);
+            for row in logits.chunks_exact_mut(v) {
+                row.copy_from_slice(&head.bias);
+            }
+            ops::gemm_add_xwt(t, n, decoder, h, v, logits);
+            for row in logits.chunks_exact(v) {
+                for (o, &l) in out.iter_mut().zip(row) {
+                    *o = o.max(l.max(0.0).ln_1p());
+                }
+            }
         }
     }
 

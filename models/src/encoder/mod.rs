@@ -119,7 +119,8 @@ impl Encoder {
             mids.push(units + w / 2);
             units += w;
         }
-        let out = coexec_kernels::try_zeroed("encoder output", seqs.len() * c.hidden)?;
+        let out =
+            coexec_kernels::try_zeroed("encoder output", seqs.len() * weights.pooled_width())?;
         Ok(Self {
             weights,
             ids,
@@ -167,7 +168,7 @@ impl Encoder {
     /// Writes the pooled vectors of sorted sequences `seqs` (a chunk's,
     /// `seqs.len() × H` in `pooled`) into the output.
     pub(crate) fn store(&self, seqs: std::ops::Range<usize>, pooled: &[f32]) {
-        let h = self.weights.hidden();
+        let h = self.weights.pooled_width();
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         out[seqs.start * h..seqs.end * h].copy_from_slice(pooled);
     }
@@ -176,7 +177,7 @@ impl Encoder {
     /// over: its pooled vector through the modules after the pooling
     /// (`Dense`, `Normalize`), not normalised otherwise.
     pub fn into_vectors(self) -> Vec<Vec<f32>> {
-        let h = self.weights.hidden();
+        let h = self.weights.pooled_width();
         let out = self.out.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut v = vec![Vec::new(); self.order.len()];
         for (j, &i) in self.order.iter().enumerate() {
@@ -197,8 +198,14 @@ impl Kernel for Encoder {
 
     fn profile_key(&self) -> String {
         let c = self.weights.config();
+        // SPLADE's head changes what a token-equivalent costs.
+        let head = if c.pooling == Pooling::Splade {
+            "+splade"
+        } else {
+            ""
+        };
         format!(
-            "{}/{}x{}x{}x{}",
+            "{}/{}x{}x{}x{}{head}",
             c.family.model_type(),
             c.layers,
             c.hidden,
@@ -213,7 +220,7 @@ impl Kernel for Encoder {
         if seqs.is_empty() {
             return Ok(());
         }
-        let h = self.weights.hidden();
+        let h = self.weights.pooled_width();
         let ids: Vec<&[u32]> = seqs.clone().map(|j| self.seq(j)).collect();
         let mut pooled = vec![0.0; ids.len() * h];
         SCRATCH.with(|s| {

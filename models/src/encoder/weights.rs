@@ -56,6 +56,19 @@ pub(crate) struct Layer {
     pub(crate) out_norm: Norm,
 }
 
+/// A masked-language-model head (BERT's `cls.predictions`), SPLADE's:
+/// `LayerNorm(act(x·Tᵀ + t))`, then logits over the vocabulary against the
+/// word embeddings (tied, as BERT's are, unless the file has a decoder of
+/// its own) plus a bias.
+#[derive(Debug)]
+pub(crate) struct MlmHead {
+    pub(crate) transform: Dense,
+    pub(crate) norm: Norm,
+    /// `[vocab, H]` where the file has its own; `None`: the word table.
+    pub(crate) decoder: Option<Box<[f32]>>,
+    pub(crate) bias: Box<[f32]>,
+}
+
 /// The weights of an encoder and its sentence-transformers modules, loaded
 /// once and shared (behind an `Arc`) by every batch's
 /// [`Encoder`](super::Encoder).
@@ -75,6 +88,8 @@ pub struct EncoderWeights {
     pub(crate) layers: Vec<Layer>,
     /// A pre-norm stack's norm after its last layer.
     pub(crate) final_norm: Option<Norm>,
+    /// SPLADE's head.
+    pub(crate) mlm: Option<MlmHead>,
     /// MPNet's relative-position bias, `[buckets, heads]`.
     pub(crate) rel_bias: Option<Box<[f32]>>,
     /// A classifier's token type 1 less type 0 (`[H]`), added to the rows
@@ -554,6 +569,25 @@ impl EncoderWeights {
             Some(_) => None,
             None => {
                 let m = Modules::load(dir)?;
+                if m.pooling == Pooling::Splade {
+                    if cfg.family != Family::Bert {
+                        return Err(config_err(
+                            &dir.join("modules.json"),
+                            "type",
+                            format!(
+                                "SpladePooling on a {} model: SPLADE's head is read for bert only",
+                                cfg.family.model_type()
+                            ),
+                        ));
+                    }
+                    if let Some(w) = m.splade_width.filter(|&w| w != cfg.vocab) {
+                        return Err(config_err(
+                            &dir.join("1_SpladePooling/config.json"),
+                            "embedding_dimension",
+                            format!("{w}, but the vocabulary has {} words", cfg.vocab),
+                        ));
+                    }
+                }
                 m.check_widths(dir, cfg.hidden)?;
                 cfg.pooling = m.pooling;
                 Some(m)
@@ -638,6 +672,46 @@ impl EncoderWeights {
             Family::Qwen3 => Some(r.norm_maybe_shifted("norm", h, true)?),
             _ => None,
         };
+        let mlm = match cfg.pooling {
+            Pooling::Splade => {
+                // Not under the encoder's prefix: BertForMaskedLM's head.
+                let raw = |name: &str, shape: &[usize]| {
+                    let want: Vec<Option<usize>> = shape.iter().map(|&d| Some(d)).collect();
+                    let (path, st) = r.file_of(name);
+                    read_f32(st, path, name, &want).map(|t| t.data)
+                };
+                let at = "cls.predictions.transform";
+                let decoder = "cls.predictions.decoder.weight";
+                let bias = if r
+                    .file_of("cls.predictions.bias")
+                    .1
+                    .tensor("cls.predictions.bias")
+                    .is_ok()
+                {
+                    "cls.predictions.bias"
+                } else {
+                    "cls.predictions.decoder.bias"
+                };
+                Some(MlmHead {
+                    transform: Dense {
+                        w: raw(&format!("{at}.dense.weight"), &[h, h])?,
+                        b: raw(&format!("{at}.dense.bias"), &[h])?,
+                        inp: h,
+                        out: h,
+                    },
+                    norm: Norm {
+                        gamma: raw(&format!("{at}.LayerNorm.weight"), &[h])?,
+                        beta: raw(&format!("{at}.LayerNorm.bias"), &[h])?,
+                    },
+                    decoder: match r.file_of(decoder).1.tensor(decoder) {
+                        Ok(_) => Some(raw(decoder, &[cfg.vocab, h])?),
+                        Err(_) => None,
+                    },
+                    bias: raw(bias, &[cfg.vocab])?,
+                })
+            }
+            _ => None,
+        };
         let modules = match (modules, &cfg.labels) {
             (Some(m), _) => m,
             (None, Some(labels)) => Modules::classifier(r.head(cfg.family, h, labels.len())?),
@@ -654,6 +728,7 @@ impl EncoderWeights {
             emb_norm,
             layers,
             final_norm,
+            mlm,
             rel_bias,
             sha256: files.sha256(),
             source: files.files[0].0.clone(),
@@ -731,9 +806,18 @@ impl EncoderWeights {
         self.cfg.hidden
     }
 
-    /// Width of an embedding: the last Dense module's output, else the
+    /// Width of the pooled vector: the vocabulary's for SPLADE, else the
     /// hidden width.
+    pub fn pooled_width(&self) -> usize {
+        match self.cfg.pooling {
+            Pooling::Splade => self.cfg.vocab,
+            _ => self.cfg.hidden,
+        }
+    }
+
+    /// Width of an embedding: the last Dense module's output, else the
+    /// pooled width.
     pub fn dim(&self) -> usize {
-        self.modules.out_dim(self.cfg.hidden)
+        self.modules.out_dim(self.pooled_width())
     }
 }
