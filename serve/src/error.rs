@@ -15,6 +15,7 @@ use crate::body::Json;
 /// What kind of error a request met, as TEI's `ErrorType` spells it on
 /// the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "tei", derive(utoipa::ToSchema))]
 #[cfg_attr(not(feature = "tei"), allow(dead_code))]
 pub(crate) enum ErrorType {
     /// The service cannot take requests now (draining, the stream closed).
@@ -50,6 +51,7 @@ impl ErrorType {
 /// Why a request was refused: its JSON body (`error`, `error_type`) and
 /// how it is sent (status, `Retry-After`, `Connection: close`).
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "tei", derive(utoipa::ToSchema))]
 pub(crate) struct ErrorResponse {
     pub(crate) error: String,
     pub(crate) error_type: ErrorType,
@@ -74,7 +76,8 @@ pub(crate) struct ErrorResponse {
 /// TEI's `OpenAICompatErrorResponse`: what `/v1/embeddings` answers for
 /// an error (the status in `code`).
 #[derive(Serialize)]
-struct OpenAiError<'a> {
+#[cfg_attr(feature = "tei", derive(utoipa::ToSchema))]
+pub(crate) struct OpenAiError<'a> {
     message: &'a str,
     code: u16,
     #[serde(rename = "type")]

@@ -480,7 +480,11 @@ impl Service<coexec_models::Embedder> {
             .route("/health", get(tei::health).fallback(json405))
             .route("/", get(tei::health).post(tei::by_model).fallback(json405))
             .route("/invocations", post(tei::by_model).fallback(json405))
-            .route("/ping", get(tei::health).fallback(json405));
+            .route("/ping", get(tei::health).fallback(json405))
+            .route(
+                "/api-doc/openapi.json",
+                get(tei::openapi::openapi_json).fallback(json405),
+            );
         self.router_with(tei, routes)
     }
 }

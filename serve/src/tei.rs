@@ -59,7 +59,7 @@ use metrics::{counter, histogram};
 
 use super::body::{Json, Received, limits, receive, timed};
 use super::bounded::{Limits, Overflow, Refused, parse};
-use super::error::{ErrorResponse, ErrorType};
+use super::error::{ErrorResponse, ErrorType, OpenAiError};
 use super::infer::{failed, submit};
 use super::{ServeModel, Service};
 use crate::budget::Held;
@@ -67,6 +67,7 @@ use coexec::stream::{Served, StreamError};
 use coexec_models::{Embedder, TokenizeError, normalize};
 
 pub(super) mod classify;
+pub(super) mod openapi;
 pub(super) mod tokens;
 mod types;
 
@@ -662,6 +663,20 @@ fn te_input(kind: &str, total: Duration, tokenization: Duration, served: Served)
 }
 
 /// `POST /embed`: a vector per input.
+#[utoipa::path(
+    post,
+    path = "/embed",
+    tag = "Text Embeddings Inference",
+    request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "The answer", body = EmbedResponse),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = ErrorResponse),
+        (status = 413, description = "A body over the limit", body = ErrorResponse),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = ErrorResponse),
+        (status = 424, description = "The model failed, or is of another kind", body = ErrorResponse),
+        (status = 429, description = "Overloaded", body = ErrorResponse),
+    )
+)]
 pub(super) async fn embed(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
@@ -692,6 +707,20 @@ fn served_name(svc: &Service<Embedder>) -> String {
 
 /// `POST /v1/embeddings` (and `/embeddings`): OpenAI's answer, of unit
 /// vectors, as numbers or base64; its errors in OpenAI's shape.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "Text Embeddings Inference",
+    request_body = OpenAiRequest,
+    responses(
+        (status = 200, description = "The answer", body = OpenAiResponse),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = OpenAiError),
+        (status = 413, description = "A body over the limit", body = OpenAiError),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = OpenAiError),
+        (status = 424, description = "The model failed, or is of another kind", body = OpenAiError),
+        (status = 429, description = "Overloaded", body = OpenAiError),
+    )
+)]
 pub(super) async fn openai(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
@@ -738,6 +767,20 @@ pub(super) async fn openai(
 
 /// `POST /similarity`: the cosine of each sentence with the source
 /// sentence, from unit vectors (their dot products).
+#[utoipa::path(
+    post,
+    path = "/similarity",
+    tag = "Text Embeddings Inference",
+    request_body = SimilarityRequest,
+    responses(
+        (status = 200, description = "The answer", body = SimilarityResponse),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = ErrorResponse),
+        (status = 413, description = "A body over the limit", body = ErrorResponse),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = ErrorResponse),
+        (status = 424, description = "The model failed, or is of another kind", body = ErrorResponse),
+        (status = 429, description = "Overloaded", body = ErrorResponse),
+    )
+)]
 pub(super) async fn similarity(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
@@ -811,6 +854,8 @@ async fn off_the_handler<T: Send + 'static>(
 }
 
 /// `GET /info`.
+#[utoipa::path(get, path = "/info", tag = "Text Embeddings Inference",
+    responses((status = 200, description = "The model served and the service's limits", body = Info)))]
 pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
     let i = &svc.inner;
     let m = svc.model();
@@ -864,6 +909,9 @@ pub(super) async fn info(State(svc): State<Service<Embedder>>) -> Json<Info> {
 }
 
 /// `GET /health`: 200, 503 `Unhealthy` while draining.
+#[utoipa::path(get, path = "/health", tag = "Text Embeddings Inference",
+    responses((status = 200, description = "Serving"),
+        (status = 503, description = "Draining", body = ErrorResponse)))]
 pub(super) async fn health(
     State(svc): State<Service<Embedder>>,
 ) -> Result<StatusCode, ErrorResponse> {

@@ -318,6 +318,31 @@ async fn an_embedding_model_answers_as_tei_does() {
             assert_eq!((a.status, a.body.as_str()), (200, ""), "{path}");
         }
 
+        // The OpenAPI document, generated from the types: every route TEI
+        // documents, and the inputs' shapes.
+        let a = http(addr, "GET", "/api-doc/openapi.json", "");
+        assert_eq!(a.status, 200);
+        let doc = a.json();
+        assert!(
+            doc["openapi"].as_str().is_some_and(|v| v.starts_with('3')),
+            "{doc}"
+        );
+        for path in [
+            "/embed",
+            "/v1/embeddings",
+            "/similarity",
+            "/rerank",
+            "/predict",
+            "/tokenize",
+            "/decode",
+        ] {
+            assert!(doc["paths"][path]["post"].is_object(), "{path}");
+        }
+        for path in ["/info", "/health"] {
+            assert!(doc["paths"][path]["get"].is_object(), "{path}");
+        }
+        assert!(doc["components"]["schemas"]["Input"]["oneOf"].is_array());
+
         // `/info`: TEI's fields, the id it was started with.
         let info = http(addr, "GET", "/info", "").json();
         assert_eq!(info["model_id"], "org/tiny-model");

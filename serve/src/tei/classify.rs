@@ -51,6 +51,20 @@ fn finite(score: f32) -> Result<f32, ErrorResponse> {
 
 /// `POST /rerank`: the query paired with each text, by score, highest
 /// first.
+#[utoipa::path(
+    post,
+    path = "/rerank",
+    tag = "Text Embeddings Inference",
+    request_body = RerankRequest,
+    responses(
+        (status = 200, description = "The answer", body = Vec<Rank>),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = ErrorResponse),
+        (status = 413, description = "A body over the limit", body = ErrorResponse),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = ErrorResponse),
+        (status = 424, description = "The model failed, or is of another kind", body = ErrorResponse),
+        (status = 429, description = "Overloaded", body = ErrorResponse),
+    )
+)]
 pub(crate) async fn rerank(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
@@ -99,6 +113,20 @@ pub(crate) async fn rerank(
 }
 
 /// `POST /predict`: each input's labels by score, highest first.
+#[utoipa::path(
+    post,
+    path = "/predict",
+    tag = "Text Embeddings Inference",
+    request_body = PredictRequest,
+    responses(
+        (status = 200, description = "The answer", body = PredictResponse),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = ErrorResponse),
+        (status = 413, description = "A body over the limit", body = ErrorResponse),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = ErrorResponse),
+        (status = 424, description = "The model failed, or is of another kind", body = ErrorResponse),
+        (status = 429, description = "Overloaded", body = ErrorResponse),
+    )
+)]
 pub(crate) async fn predict(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,

@@ -38,6 +38,17 @@ const TOKENIZE_BYTES_PER_BODY_BYTE: u64 = 192;
 const DECODE_BYTES_PER_BODY_BYTE: u64 = 128;
 
 /// `POST /tokenize`: each text's tokens, never truncated.
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "Text Embeddings Inference",
+    request_body = TokenizeRequest,
+    responses(
+        (status = 200, description = "The answer", body = Vec<Vec<super::openapi::SimpleToken>>),
+        (status = 400, description = "No input, or an empty one", body = ErrorResponse),
+        (status = 422, description = "A tokenizer error, or a text past its bound", body = ErrorResponse),
+    )
+)]
 pub(crate) async fn tokenize(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,
@@ -74,6 +85,17 @@ pub(crate) async fn tokenize(
 }
 
 /// `POST /decode`: the text of each list of token ids.
+#[utoipa::path(
+    post,
+    path = "/decode",
+    tag = "Text Embeddings Inference",
+    request_body = DecodeRequest,
+    responses(
+        (status = 200, description = "The answer", body = Vec<String>),
+        (status = 400, description = "No ids", body = ErrorResponse),
+        (status = 422, description = "A tokenizer error", body = ErrorResponse),
+    )
+)]
 pub(crate) async fn decode(
     State(svc): State<Service<Embedder>>,
     headers: HeaderMap,

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
 
 use crate::bounded::{Batch, bounded_seq};
 use crate::error::{ErrorResponse, ErrorType};
@@ -216,7 +217,7 @@ pub(crate) fn empty(msg: String) -> ErrorResponse {
 
 /// Which end of a text too long for the model is cut. Only the right is
 /// served: `left` is refused, never cut on the right silently.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 pub(crate) enum TruncationDirection {
     #[serde(rename = "left", alias = "Left")]
     Left,
@@ -226,7 +227,7 @@ pub(crate) enum TruncationDirection {
 }
 
 /// `POST /embed`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct EmbedRequest {
     pub(crate) inputs: Input,
     /// Cut a text past the model's limit; absent or null: yes (`/info`'s
@@ -235,7 +236,7 @@ pub(crate) struct EmbedRequest {
     #[serde(default)]
     pub(crate) truncation_direction: TruncationDirection,
     /// A prompt of the model's sentence-transformers configuration to put
-    /// before each text: none are served, and any name is refused.
+    /// before each text; a name the model lacks: 422.
     pub(crate) prompt_name: Option<String>,
     /// Unit vectors; absent or null: yes.
     pub(crate) normalize: Option<bool>,
@@ -249,11 +250,11 @@ impl Request for EmbedRequest {
 }
 
 /// `/embed`'s answer: a vector per input, in order.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EmbedResponse(pub(crate) Vec<Vec<f32>>);
 
 /// `POST /v1/embeddings`' body (OpenAI's embeddings API).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct OpenAiRequest {
     pub(crate) input: Input,
     /// Ignored: the service serves one model, which its answer names.
@@ -273,7 +274,7 @@ impl Request for OpenAiRequest {
 
 /// How `/v1/embeddings` writes a vector: numbers, or base64 of its
 /// little-endian `f32` bytes (OpenAI's and TEI's).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EncodingFormat {
     #[default]
@@ -282,7 +283,7 @@ pub(crate) enum EncodingFormat {
 }
 
 /// `/v1/embeddings`' answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct OpenAiResponse {
     pub(crate) object: &'static str,
     pub(crate) data: Vec<OpenAiEmbedding>,
@@ -290,7 +291,7 @@ pub(crate) struct OpenAiResponse {
     pub(crate) usage: OpenAiUsage,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct OpenAiEmbedding {
     pub(crate) object: &'static str,
     pub(crate) embedding: Embedding,
@@ -298,21 +299,21 @@ pub(crate) struct OpenAiEmbedding {
 }
 
 /// A vector as `/v1/embeddings` writes it (TEI's untagged `Embedding`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum Embedding {
     Float(Vec<f32>),
     Base64(String),
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct OpenAiUsage {
     pub(crate) prompt_tokens: usize,
     pub(crate) total_tokens: usize,
 }
 
 /// `POST /similarity`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct SimilarityRequest {
     pub(crate) inputs: SimilarityInput,
     pub(crate) parameters: Option<SimilarityParameters>,
@@ -322,14 +323,15 @@ impl Request for SimilarityRequest {
     const SHAPE: &'static str = r#"{"inputs": {"source_sentence": string, "sentences": [string, ...]}, "parameters": {"truncate": bool}}"#;
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct SimilarityInput {
     /// The sentence the others are compared with; it counts in the batch.
     pub(crate) source_sentence: String,
+    #[schema(value_type = Vec<String>)]
     pub(crate) sentences: Batch<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 pub(crate) struct SimilarityParameters {
     pub(crate) truncate: Option<bool>,
     #[serde(default)]
@@ -338,11 +340,11 @@ pub(crate) struct SimilarityParameters {
 }
 
 /// `/similarity`'s answer: the cosine of each sentence with the source.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct SimilarityResponse(pub(crate) Vec<f32>);
 
 /// `POST /tokenize`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct TokenizeRequest {
     pub(crate) inputs: TokenizeInput,
     /// `[CLS]` and `[SEP]` among the tokens; absent or null: yes.
@@ -441,7 +443,7 @@ impl InputIds {
 }
 
 /// `POST /decode`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct DecodeRequest {
     pub(crate) ids: InputIds,
     /// Leave `[CLS]` and `[SEP]` out; absent or null: yes.
@@ -458,9 +460,10 @@ pub(crate) type DecodeResponse = Vec<String>;
 
 /// `POST /rerank`'s body: a query and the texts to rank by it (TEI's
 /// `RerankRequest`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct RerankRequest {
     pub(crate) query: String,
+    #[schema(value_type = Vec<String>)]
     pub(crate) texts: Batch<String>,
     pub(crate) truncate: Option<bool>,
     #[serde(default)]
@@ -477,7 +480,7 @@ impl Request for RerankRequest {
 
 /// One text's rank: its index in the request, its score, and the text
 /// where `return_text`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Rank {
     pub(crate) index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -586,7 +589,7 @@ impl<'de> Deserialize<'de> for PredictInput {
 }
 
 /// `POST /predict`'s body (TEI's `PredictRequest`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct PredictRequest {
     pub(crate) inputs: PredictInput,
     pub(crate) truncate: Option<bool>,
@@ -601,7 +604,7 @@ impl Request for PredictRequest {
 }
 
 /// A label's score.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Prediction {
     pub(crate) score: f32,
     pub(crate) label: String,
@@ -609,7 +612,7 @@ pub(crate) struct Prediction {
 
 /// `/predict`'s answer: the labels by score, highest first, for the input
 /// or for each input of a batch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum PredictResponse {
     Single(Vec<Prediction>),
@@ -618,7 +621,7 @@ pub(crate) enum PredictResponse {
 
 /// `GET /info`'s answer: the model and the service's limits (TEI's
 /// `Info`, and fields of coexec's own).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Info {
     pub(crate) model_id: String,
     /// The weights' SHA-256 (TEI: the Hub revision).
@@ -661,7 +664,7 @@ pub(crate) struct Info {
 }
 
 /// What the model does (TEI's `ModelType`; coexec serves embeddings).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ModelType {
     Embedding(EmbeddingModel),
@@ -672,13 +675,13 @@ pub(crate) enum ModelType {
 }
 
 /// A classifier's labels both ways (TEI's `ClassifierModel`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ClassifierModel {
     pub(crate) id2label: std::collections::BTreeMap<String, String>,
     pub(crate) label2id: std::collections::BTreeMap<String, usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EmbeddingModel {
     /// `mean`, `cls`, `max`, `mean_sqrt_len` or `last_token`.
     pub(crate) pooling: &'static str,
