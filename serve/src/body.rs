@@ -107,6 +107,7 @@ pub(super) async fn body_of<M: ServeModel>(
             ErrorResponse::new(ErrorType::Validation, why)
                 .with_status(status)
                 .closing()
+                .uncounted()
         })
 }
 

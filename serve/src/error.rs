@@ -71,6 +71,11 @@ pub(crate) struct ErrorResponse {
     /// does not say it ([`ErrorResponse::te_err`]).
     #[serde(skip)]
     cause: Option<&'static str>,
+    /// Counted in `te_request_failure`: not for a body that was not read
+    /// or not JSON, which TEI's extractors refuse before its handlers
+    /// count.
+    #[serde(skip)]
+    counted: bool,
 }
 
 /// TEI's `OpenAICompatErrorResponse`: what `/v1/embeddings` answers for
@@ -95,6 +100,7 @@ impl ErrorResponse {
             close: false,
             openai: false,
             cause: None,
+            counted: true,
         }
     }
 
@@ -114,17 +120,26 @@ impl ErrorResponse {
         self
     }
 
+    /// Not counted in `te_request_failure` (a body not read, or not the
+    /// JSON of the route's type).
+    pub(crate) fn uncounted(mut self) -> Self {
+        self.counted = false;
+        self
+    }
+
     /// TEI's `err` label of `te_request_failure` for this error: its cause
     /// where it has one, else by type (`validation` for a request refused
-    /// as it is, `tokenization`, `overloaded`, `inference`).
+    /// as it is, `tokenization`, `overloaded`, `inference`); `None` where
+    /// TEI counts none ([`ErrorResponse::uncounted`]).
     #[cfg_attr(not(feature = "tei"), allow(dead_code))]
-    pub(crate) fn te_err(&self) -> &'static str {
-        self.cause.unwrap_or(match self.error_type {
+    pub(crate) fn te_err(&self) -> Option<&'static str> {
+        let by_type = match self.error_type {
             ErrorType::Validation | ErrorType::Empty => "validation",
             ErrorType::Tokenizer => "tokenization",
             ErrorType::Overloaded => "overloaded",
             ErrorType::Backend | ErrorType::Unhealthy => "inference",
-        })
+        };
+        self.counted.then(|| self.cause.unwrap_or(by_type))
     }
 
     /// The status it is sent with.

@@ -451,7 +451,8 @@ fn method_not_allowed(routes: &'static str) -> ErrorResponse {
 /// Text Embeddings Inference's API (see `tei.rs`).
 #[cfg(feature = "tei")]
 impl Service<coexec_models::Embedder> {
-    /// TEI's routes — `POST /embed`, `POST /v1/embeddings` (and
+    /// TEI's routes — `POST /embed`, `/embed_sparse` (TEI's 424: no
+    /// SPLADE model is served), `POST /v1/embeddings` (and
     /// `/embeddings`), `POST /similarity`, `/rerank`, `/predict`,
     /// `/tokenize`, `/decode`, `GET /info`, `GET /health`; SageMaker's and
     /// the Inference API's `POST /` and `/invocations` (`/embed`, or
@@ -462,13 +463,14 @@ impl Service<coexec_models::Embedder> {
     /// handle).
     pub fn tei_router(&self) -> Router {
         let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
-            "POST /, /invocations, /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz, /metrics"
+            "POST /, /invocations, /embed, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz, /metrics"
         } else {
-            "POST /, /invocations, /embed, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz"
+            "POST /, /invocations, /embed, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz"
         };
         let json405 = move || async move { method_not_allowed(routes) };
         let tei = Router::new()
             .route("/embed", post(tei::embed).fallback(json405))
+            .route("/embed_sparse", post(tei::embed_sparse).fallback(json405))
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
             .route("/embeddings", post(tei::openai).fallback(json405))
             .route("/similarity", post(tei::similarity).fallback(json405))

@@ -196,10 +196,12 @@ fn refused<R: Request>(svc: &Service<Embedder>, e: Refused) -> ErrorResponse {
             "batch size of at least {at_least} > maximum allowed batch size {most}"
         ))
         .because("batch_size"),
-        Refused::Json(e) if e.is_data() => validation(format!("expected {}: {e}", R::SHAPE)),
-        Refused::Json(e) => {
-            validation(format!("the body is not JSON: {e}")).with_status(StatusCode::BAD_REQUEST)
+        Refused::Json(e) if e.is_data() => {
+            validation(format!("expected {}: {e}", R::SHAPE)).uncounted()
         }
+        Refused::Json(e) => validation(format!("the body is not JSON: {e}"))
+            .with_status(StatusCode::BAD_REQUEST)
+            .uncounted(),
     }
 }
 
@@ -212,11 +214,10 @@ fn read<R: Request>(
     // serde's derived structs also take a JSON array of their fields:
     // only an object is TEI's form.
     let object = body.trim_ascii_start().first() == Some(&b'{');
+    let not_an_object = || validation(format!("expected a JSON object {}", R::SHAPE)).uncounted();
     match parse::<R>(body, limits) {
-        Ok(_) if !object => Err(validation(format!("expected a JSON object {}", R::SHAPE))),
-        Err(Refused::Json(e)) if e.is_data() && !object => {
-            Err(validation(format!("expected a JSON object {}", R::SHAPE)))
-        }
+        Ok(_) if !object => Err(not_an_object()),
+        Err(Refused::Json(e)) if e.is_data() && !object => Err(not_an_object()),
         parsed => parsed.map_err(|e| refused::<R>(svc, e)),
     }
 }
@@ -539,7 +540,9 @@ async fn answer<T: serde::Serialize>(
         match f.await {
             Ok((done, body)) => Ok((done.headers(), Json(body))),
             Err(e) => {
-                counter!("te_request_failure", "err" => e.te_err()).increment(1);
+                if let Some(err) = e.te_err() {
+                    counter!("te_request_failure", "err" => err).increment(1);
+                }
                 Err(if openai { e.openai() } else { e })
             }
         }
@@ -819,6 +822,15 @@ pub(super) async fn similarity(
             None => Vec::new(),
         };
         Ok((done, SimilarityResponse(cosines)))
+    })
+    .await
+}
+
+/// `POST /embed_sparse`: TEI's 424 for a model without SPLADE pooling,
+/// which every model coexec serves is.
+pub(super) async fn embed_sparse() -> Response {
+    answer::<()>(false, async {
+        Err(failed("model is not an embedding model with SPLADE pooling").because("model_type"))
     })
     .await
 }

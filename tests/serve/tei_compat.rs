@@ -243,7 +243,14 @@ async fn an_embedding_model_answers_as_tei_does() {
         let a = post(addr, "/embed", json!({"inputs": "a".repeat(MAX_BODY)}));
         assert_tei_error(&a, 413, "Validation");
         assert_tei_error(&post(addr, "/embed", json!({"inputs": []})), 400, "Empty");
-        // A route for another kind of model: TEI's 424.
+        // A route for another kind of model: TEI's 424 (no model coexec
+        // serves has SPLADE pooling); `/embed_all` is not served: 404.
+        assert_tei_error(
+            &post(addr, "/embed_sparse", json!({"inputs": "a"})),
+            424,
+            "Backend",
+        );
+        assert_eq!(post(addr, "/embed_all", json!({"inputs": "a"})).status, 404);
         let a = post(addr, "/rerank", json!({"query": "a", "texts": ["b"]}));
         assert_tei_error(&a, 424, "Backend");
         assert_tei_error(
@@ -367,6 +374,20 @@ async fn an_embedding_model_answers_as_tei_does() {
         ] {
             assert!(!info[field].is_null(), "{field}: {info}");
         }
+
+        // `te_request_failure` counts what TEI's handlers count: a body
+        // that is not JSON, refused before them, is not; an empty input is.
+        let validation_failures = || {
+            let m = http(addr, "GET", "/metrics", "").body;
+            m.lines()
+                .find_map(|l| l.strip_prefix(r#"te_request_failure{err="validation"} "#))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap())
+        };
+        let before = validation_failures();
+        assert_eq!(http(addr, "POST", "/embed", "{not json").status, 400);
+        assert_eq!(validation_failures(), before);
+        assert_eq!(post(addr, "/embed", json!({"inputs": ""})).status, 400);
+        assert_eq!(validation_failures(), before + 1.0);
 
         // TEI's series, with their types and labels.
         let metrics = http(addr, "GET", "/metrics", "").body;
