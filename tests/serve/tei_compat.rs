@@ -243,6 +243,59 @@ async fn an_embedding_model_answers_as_tei_does() {
         let a = post(addr, "/embed", json!({"inputs": "a".repeat(MAX_BODY)}));
         assert_tei_error(&a, 413, "Validation");
         assert_tei_error(&post(addr, "/embed", json!({"inputs": []})), 400, "Empty");
+        // Where coexec differs, as docs/tei-compat.md says: a text that
+        // `truncation_direction: "left"` would cut is refused (TEI cuts
+        // it), never cut on the right; token ids are cut on the left as
+        // asked (the last 256 kept).
+        let a = post(
+            addr,
+            "/embed",
+            json!({"inputs": long, "truncation_direction": "left"}),
+        );
+        assert_tei_error(&a, 422, "Validation");
+        let short = post(
+            addr,
+            "/embed",
+            json!({"inputs": "a", "truncation_direction": "left"}),
+        );
+        assert_eq!(short.status, 200, "{}", short.body);
+        let mut many_ids = vec![ids[1]; 300];
+        many_ids.extend(&ids);
+        let kept = many_ids[many_ids.len() - 256..].to_vec();
+        let a = post(
+            addr,
+            "/embed",
+            json!({"inputs": many_ids, "truncation_direction": "left"}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_close(
+            &a.json(),
+            &post(addr, "/embed", json!({"inputs": kept})).json(),
+        );
+        assert_eq!(a.number("x-compute-tokens"), 256);
+        // `dimensions`: the first n values, normalised after the cut; 0 or
+        // past the model's width 422.
+        let v = post(addr, "/embed", json!({"inputs": text, "dimensions": 8})).json();
+        let cut = v[0].as_array().unwrap();
+        let norm: f64 = cut.iter().map(|x| x.as_f64().unwrap().powi(2)).sum();
+        assert_eq!(cut.len(), 8);
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+        for d in [0, dim + 1] {
+            let a = post(addr, "/embed", json!({"inputs": text, "dimensions": d}));
+            assert_tei_error(&a, 422, "Validation");
+        }
+        // A model whose modules end with Normalize gives unit vectors
+        // whatever `normalize` says (sentence-transformers' answer; TEI's
+        // is the pooled vector).
+        let v = post(addr, "/embed", json!({"inputs": text, "normalize": false})).json();
+        let norm: f64 = v[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap().powi(2))
+            .sum();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+
         // A route for another kind of model: TEI's 424 (no model coexec
         // serves has SPLADE pooling); `/embed_all` is not served: 404.
         assert_tei_error(
@@ -357,7 +410,16 @@ async fn an_embedding_model_answers_as_tei_does() {
         assert_eq!(info["model_type"]["embedding"]["pooling"], "mean");
         assert_eq!(info["max_client_batch_size"], MAX_INPUTS);
         assert_eq!(info["auto_truncate"], true);
+        // A library service built without a token limit per batch says so.
+        assert!(info["max_batch_tokens"].is_null(), "{info}");
         assert_eq!(info["tokenization_workers"], 2, "tokio's workers tokenise");
+        // coexec's `model_sha` is the weights' SHA-256 (TEI: the Hub
+        // revision, null for a local folder).
+        let sha = info["model_sha"].as_str().unwrap();
+        assert!(
+            sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{sha}"
+        );
         for field in ["sha", "docker_label"] {
             assert!(
                 info[field].is_null() || info[field].is_string(),
