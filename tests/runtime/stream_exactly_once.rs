@@ -261,6 +261,27 @@ async fn full_queue_is_overloaded_and_drains_on_shutdown() {
     assert_eq!(late.into_input().id, 78);
 }
 
+/// `Pending::timed`: a lone request waits out `max_wait` in the queue (its
+/// batch does not fill), and its queue and inference times lie within the
+/// time its caller saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_answer_says_where_its_time_went() {
+    let wait = Duration::from_millis(20);
+    let cfg = StreamConfig::new().max_batch(8).max_wait(wait);
+    let stream = Stream::start(runtime(), TaggedModel::default(), cfg).unwrap();
+    let t0 = Instant::now();
+    let pending = stream.try_infer(healthy(5)).unwrap();
+    let (out, served) = pending.timed().await.unwrap();
+    let seen = t0.elapsed();
+    assert_eq!(out, answer(5));
+    assert!(served.queued >= wait, "{served:?}");
+    assert!(
+        served.queued + served.inference <= seen,
+        "{served:?} in {seen:?}"
+    );
+    stream.shutdown().await;
+}
+
 /// `try_infer_many` queues all of a call's inputs or none of them: with many
 /// callers racing for a small queue, no input of a refused call reaches the
 /// model, each comes back to its caller, and every admitted input is
