@@ -489,9 +489,9 @@ pub(super) struct Done {
 }
 
 impl Done {
-    /// TEI's headers (milliseconds, whole), and its `te_request_*` of a
-    /// success.
-    fn headers(&self) -> HeaderMap {
+    /// Counts the success in TEI's `te_request_*` and gives TEI's headers
+    /// (times in whole milliseconds).
+    fn answered(&self) -> HeaderMap {
         let total = self.start.elapsed();
         counter!("te_request_success", "method" => self.method).increment(1);
         histogram!("te_request_duration").record(total.as_secs_f64());
@@ -538,7 +538,7 @@ async fn answer<T: serde::Serialize>(
 ) -> Response {
     timed(async {
         match f.await {
-            Ok((done, body)) => Ok((done.headers(), Json(body))),
+            Ok((done, body)) => Ok((done.answered(), Json(body))),
             Err(e) => {
                 if let Some(err) = e.te_err() {
                     counter!("te_request_failure", "err" => err).increment(1);

@@ -159,14 +159,16 @@ fn a_client_batch_of_zero_is_refused() {
     assert!(err.contains("--max-client-batch-size"), "{err}");
 }
 
-/// `body` posted to `path` on `addr`: its status, and its `error_type`
-/// where it has one.
+/// `body` posted to `path` on `addr`: its status, and its error's kind
+/// where it has one (TEI's `error_type`; on `/v1/embeddings` TEI's OpenAI
+/// shape's `type`).
 fn post(addr: SocketAddr, path: &str, body: &serde_json::Value) -> (u16, String) {
     let a = http(addr, "POST", path, body.to_string().as_bytes());
     let kind = serde_json::from_str::<serde_json::Value>(&a.body)
         .ok()
         .and_then(|v| {
             v.get("error_type")
+                .or_else(|| v.get("type"))
                 .and_then(|k| k.as_str().map(String::from))
         })
         .unwrap_or_default();
