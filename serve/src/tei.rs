@@ -48,6 +48,7 @@
 //! `x-inference-time` (ms). TEI's `te_*` series are recorded beside
 //! coexec's own.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -142,12 +143,14 @@ impl Sequence {
     }
 }
 
-/// One input to run: a text or a pair to tokenise, or token ids as the
-/// client gave them (TEI's `EncodingInput`).
+/// One input to run: a text or a pair to tokenise, token ids as the
+/// client gave them (TEI's `EncodingInput`), or a text or ids to put
+/// after a prompt (tokenised off the handler with the rest).
 #[derive(Debug)]
 pub(super) enum Item {
     Seq(Sequence),
     Ids(Vec<u32>),
+    Prompted { prompt: Arc<str>, input: InputType },
 }
 
 impl Item {
@@ -156,16 +159,31 @@ impl Item {
         match self {
             Item::Seq(s) => s.len(),
             Item::Ids(ids) => 4 * ids.len(),
+            Item::Prompted { prompt, input } => {
+                prompt.len()
+                    + match input {
+                        InputType::Text(t) => t.len(),
+                        InputType::Ids(ids) => 4 * ids.len(),
+                    }
+            }
         }
     }
 
-    /// TEI's `x-compute-characters` of it: a text's characters, a list's
-    /// ids.
+    /// TEI's `x-compute-characters` of it, as the client sent it (a
+    /// prompt not counted): a text's characters, a list's ids.
     fn chars(&self) -> usize {
         match self {
-            Item::Seq(Sequence::Single(t)) => t.chars().count(),
+            Item::Seq(Sequence::Single(t))
+            | Item::Prompted {
+                input: InputType::Text(t),
+                ..
+            } => t.chars().count(),
             Item::Seq(Sequence::Pair(a, b)) => a.chars().count() + b.chars().count(),
-            Item::Ids(ids) => ids.len(),
+            Item::Ids(ids)
+            | Item::Prompted {
+                input: InputType::Ids(ids),
+                ..
+            } => ids.len(),
         }
     }
 }
@@ -254,35 +272,28 @@ pub(crate) fn prompted(
     })
 }
 
-/// `/embed`'s and `/v1/embeddings`' inputs as items to run, the prompt
-/// put before each text. Token ids are taken as they are, unless there is
-/// a prompt: then, as TEI does, they are decoded (special tokens left
-/// out), put after the prompt and tokenised again.
+/// `/embed`'s, `/v1/embeddings`' and `/similarity`'s inputs as items to
+/// run, the model's prompt ([`prompt_of`]) to go before each. Token ids
+/// are taken as they are, unless there is a prompt: then, as TEI does,
+/// they are decoded (special tokens left out), put after the prompt and
+/// tokenised again.
 fn prompted_inputs(
     model: &Embedder,
     name: Option<&str>,
-    api: Api,
     inputs: Vec<InputType>,
 ) -> Result<Vec<Item>, ErrorResponse> {
-    let prompt = prompt_of(model, name)?;
-    inputs
+    let prompt: Option<Arc<str>> = prompt_of(model, name)?.map(Arc::from);
+    Ok(inputs
         .into_iter()
-        .enumerate()
-        .map(|(k, input)| {
-            Ok(match (input, prompt) {
-                (InputType::Text(t), None) => Item::Seq(Sequence::Single(t)),
-                (InputType::Text(t), Some(p)) => Item::Seq(Sequence::Single(format!("{p}{t}"))),
-                (InputType::Ids(ids), None) => Item::Ids(ids),
-                (InputType::Ids(ids), Some(p)) => {
-                    check_ids(model, api, k, &ids)?;
-                    let text = model.decode(&ids, true).map_err(|e| {
-                        ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k)))
-                    })?;
-                    Item::Seq(Sequence::Single(format!("{p}{text}")))
-                }
-            })
+        .map(|input| match (input, &prompt) {
+            (InputType::Text(t), None) => Item::Seq(Sequence::Single(t)),
+            (InputType::Ids(ids), None) => Item::Ids(ids),
+            (input, Some(p)) => Item::Prompted {
+                prompt: p.clone(),
+                input,
+            },
         })
-        .collect()
+        .collect())
 }
 
 /// A 422 for an id past the model's vocabulary.
@@ -371,6 +382,19 @@ fn tokenize(
             let ids = match item {
                 Item::Seq(Sequence::Single(t)) => model.tokenize(&t, right),
                 Item::Seq(Sequence::Pair(a, b)) => model.tokenize_pair(&a, &b, right),
+                Item::Prompted {
+                    prompt,
+                    input: InputType::Text(t),
+                } => model.tokenize(&format!("{prompt}{t}"), right),
+                Item::Prompted {
+                    prompt,
+                    input: InputType::Ids(ids),
+                } => {
+                    check_ids(model, api, k, &ids)?;
+                    model
+                        .decode(&ids, true)
+                        .and_then(|text| model.tokenize(&format!("{prompt}{text}"), right))
+                }
                 Item::Ids(mut ids) => {
                     check_ids(model, api, k, &ids)?;
                     if ids.len() > max {
@@ -690,7 +714,7 @@ pub(super) async fn embed(
         let admitted = admitted.counted(req.inputs.method());
         let dims = dimensions(svc.model(), req.dimensions)?;
         let inputs = req.inputs.into_inputs("inputs")?;
-        let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), Api::Tei, inputs)?;
+        let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), inputs)?;
         let cut = Cut::new(req.truncate, req.truncation_direction);
         let (mut vectors, done) = embed_items(&svc, Api::Tei, admitted, items, cut).await?;
         finish(&mut vectors, dims, req.normalize.unwrap_or(true));
@@ -735,7 +759,7 @@ pub(super) async fn openai(
         let dims = dimensions(svc.model(), req.dimensions)?;
         let inputs = req.input.into_inputs("input")?;
         // TEI's: the model's default prompt, if it has one.
-        let items = prompted_inputs(svc.model(), None, Api::OpenAi, inputs)?;
+        let items = prompted_inputs(svc.model(), None, inputs)?;
         let cut = Cut::new(None, TruncationDirection::Right);
         let (mut vectors, done) = embed_items(&svc, Api::OpenAi, admitted, items, cut).await?;
         finish(&mut vectors, dims, true);
@@ -806,11 +830,8 @@ pub(super) async fn similarity(
         let mut texts = Vec::with_capacity(sentences.len() + 1);
         texts.push(source);
         texts.extend(sentences);
-        let texts = prompted(svc.model(), params.prompt_name.as_deref(), texts)?;
-        let items = texts
-            .into_iter()
-            .map(|t| Item::Seq(Sequence::Single(t)))
-            .collect();
+        let texts = texts.into_iter().map(InputType::Text).collect();
+        let items = prompted_inputs(svc.model(), params.prompt_name.as_deref(), texts)?;
         let cut = Cut::new(params.truncate, params.truncation_direction);
         let (mut vectors, done) = embed_items(&svc, Api::Similarity, admitted, items, cut).await?;
         finish(&mut vectors, None, true);

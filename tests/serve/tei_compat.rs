@@ -556,3 +556,45 @@ async fn a_classifier_answers_as_tei_does() {
     })
     .await;
 }
+
+/// A prompt goes before texts and token ids alike (the ids decoded, put
+/// after it and tokenised again, as TEI does), and is not counted in
+/// `x-compute-characters`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_goes_before_texts_and_token_ids_alike() {
+    with_service(data("families/bert-cls-dense"), |addr| {
+        let text = "a cat sat";
+        let ids = ids_of(addr, text);
+        let by_text = post(
+            addr,
+            "/embed",
+            json!({"inputs": text, "prompt_name": "query"}),
+        );
+        assert_eq!(by_text.status, 200, "{}", by_text.body);
+        assert_eq!(by_text.number("x-compute-characters"), 9);
+        let by_ids = post(
+            addr,
+            "/embed",
+            json!({"inputs": ids, "prompt_name": "query"}),
+        );
+        assert_eq!(by_ids.status, 200, "{}", by_ids.body);
+        assert_eq!(by_ids.number("x-compute-characters"), ids.len() as u64);
+        assert_eq!(
+            by_ids.number("x-compute-tokens"),
+            by_text.number("x-compute-tokens")
+        );
+        assert_close(&by_ids.json(), &by_text.json());
+        // Without the prompt, the ids' vector is another.
+        let plain = post(addr, "/embed", json!({"inputs": ids})).json();
+        let (a, b) = (&plain[0], &by_text.json()[0]);
+        assert!(
+            a.as_array()
+                .unwrap()
+                .iter()
+                .zip(b.as_array().unwrap())
+                .any(|(x, y)| { (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() > 1e-4 }),
+            "the prompt changed nothing"
+        );
+    })
+    .await;
+}
