@@ -451,12 +451,12 @@ fn method_not_allowed(routes: &'static str) -> ErrorResponse {
 /// Text Embeddings Inference's API (see `tei.rs`).
 #[cfg(feature = "tei")]
 impl Service<coexec_models::Embedder> {
-    /// TEI's routes — `POST /embed`, `/embed_sparse` (TEI's 424: no
-    /// SPLADE model is served), `POST /v1/embeddings` (and
+    /// TEI's routes — `POST /embed`, `/embed_sparse` (a SPLADE model's;
+    /// TEI's 424 on another), `POST /v1/embeddings` (and
     /// `/embeddings`), `POST /similarity`, `/rerank`, `/predict`,
     /// `/tokenize`, `/decode`, `GET /info`, `GET /health`; SageMaker's and
     /// the Inference API's `POST /` and `/invocations` (`/embed`, or
-    /// `/rerank` or `/predict` for a classifier, as TEI chooses by the
+    /// `/embed_sparse`, `/rerank` or `/predict`, as TEI chooses by the
     /// model) and `GET /`, `/ping` (`/health`); the OpenAPI document at
     /// `GET /api-doc/openapi.json` — and [`Service::router`]'s (token ids
     /// on `/v1/infer`, `/healthz`, `/readyz`, `/metrics` when given a

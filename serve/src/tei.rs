@@ -73,9 +73,10 @@ pub(super) mod tokens;
 mod types;
 
 use types::{
-    EmbedRequest, EmbedResponse, Embedding, EmbeddingModel, EncodingFormat, Info, InputType,
-    ModelType, OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage, Request, Sequence,
-    SimilarityRequest, SimilarityResponse, TokenizeInput, TruncationDirection,
+    EmbedRequest, EmbedResponse, EmbedSparseRequest, EmbedSparseResponse, Embedding,
+    EmbeddingModel, EncodingFormat, Info, InputType, ModelType, OpenAiEmbedding, OpenAiRequest,
+    OpenAiResponse, OpenAiUsage, Request, Sequence, SimilarityRequest, SimilarityResponse,
+    SparseValue, TokenizeInput, TruncationDirection,
 };
 
 /// A request whose texts hold more bytes than this is tokenised on
@@ -712,12 +713,16 @@ pub(super) async fn embed(
     answer(false, async {
         let (req, admitted) = receive_as::<EmbedRequest>(&svc, &headers, body, |l| l).await?;
         let admitted = admitted.counted(req.inputs.method());
+        let normalise = req.normalize.unwrap_or(true);
+        if normalise {
+            not_normalised_splade(&svc)?;
+        }
         let dims = dimensions(svc.model(), req.dimensions)?;
         let inputs = req.inputs.into_inputs("inputs")?;
         let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), inputs)?;
         let cut = Cut::new(req.truncate, req.truncation_direction);
         let (mut vectors, done) = embed_items(&svc, Api::Tei, admitted, items, cut).await?;
-        finish(&mut vectors, dims, req.normalize.unwrap_or(true));
+        finish(&mut vectors, dims, normalise);
         Ok((done, EmbedResponse(vectors)))
     })
     .await
@@ -756,6 +761,7 @@ pub(super) async fn openai(
     answer(true, async {
         let (req, admitted) = receive_as::<OpenAiRequest>(&svc, &headers, body, |l| l).await?;
         let admitted = admitted.counted(req.input.method());
+        not_normalised_splade(&svc)?;
         let dims = dimensions(svc.model(), req.dimensions)?;
         let inputs = req.input.into_inputs("input")?;
         // TEI's: the model's default prompt, if it has one.
@@ -818,6 +824,7 @@ pub(super) async fn similarity(
         let (req, admitted) =
             receive_as::<SimilarityRequest>(&svc, &headers, body, |l| l.after(1)).await?;
         let admitted = admitted.counted("batch");
+        not_normalised_splade(&svc)?;
         let params = req.parameters.unwrap_or_default();
         let source = req.inputs.source_sentence;
         if source.is_empty() {
@@ -847,25 +854,80 @@ pub(super) async fn similarity(
     .await
 }
 
-/// `POST /embed_sparse`: TEI's 424 for a model without SPLADE pooling,
-/// which every model coexec serves is.
-pub(super) async fn embed_sparse() -> Response {
-    answer::<()>(false, async {
-        Err(failed("model is not an embedding model with SPLADE pooling").because("model_type"))
+/// Whether the model pools with SPLADE (a vocabulary-wide sparse vector).
+fn splade(svc: &Service<Embedder>) -> bool {
+    svc.model().labels().is_none() && svc.model().weights().config().pooling.name() == "splade"
+}
+
+/// TEI's 424 for a SPLADE model's vectors normalised (`/embed`'s default,
+/// `/v1/embeddings`, `/similarity`): its vectors are `/embed_sparse`'s.
+fn not_normalised_splade(svc: &Service<Embedder>) -> Result<(), ErrorResponse> {
+    if splade(svc) {
+        return Err(failed("`normalize` is not available for SPLADE models").because("model_type"));
+    }
+    Ok(())
+}
+
+#[utoipa::path(
+    post,
+    path = "/embed_sparse",
+    tag = "Text Embeddings Inference",
+    request_body = EmbedSparseRequest,
+    responses(
+        (status = 200, description = "The answer", body = EmbedSparseResponse),
+        (status = 400, description = "No input, an empty one, or a body that is not JSON", body = ErrorResponse),
+        (status = 413, description = "A body over the limit", body = ErrorResponse),
+        (status = 422, description = "Too many inputs, an input past the limit with truncate: false, a tokenizer error", body = ErrorResponse),
+        (status = 424, description = "The model has no SPLADE pooling, or failed", body = ErrorResponse),
+        (status = 429, description = "Overloaded", body = ErrorResponse),
+    )
+)]
+/// `POST /embed_sparse`: a SPLADE model's sparse vectors, each input's
+/// non-zero values by index; TEI's 424 on any other model.
+pub(super) async fn embed_sparse(
+    State(svc): State<Service<Embedder>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(false, async {
+        if !splade(&svc) {
+            return Err(
+                failed("model is not an embedding model with SPLADE pooling").because("model_type"),
+            );
+        }
+        let (req, admitted) = receive_as::<EmbedSparseRequest>(&svc, &headers, body, |l| l).await?;
+        let admitted = admitted.counted(req.inputs.method());
+        let inputs = req.inputs.into_inputs("inputs")?;
+        let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), inputs)?;
+        let cut = Cut::new(req.truncate, req.truncation_direction);
+        let (vectors, done) = embed_items(&svc, Api::Tei, admitted, items, cut).await?;
+        let sparse = vectors
+            .into_iter()
+            .map(|v| {
+                v.into_iter()
+                    .enumerate()
+                    .filter(|&(_, value)| value != 0.0)
+                    .map(|(index, value)| SparseValue { index, value })
+                    .collect()
+            })
+            .collect();
+        Ok((done, EmbedSparseResponse(sparse)))
     })
     .await
 }
 
 /// `POST /` and `POST /invocations` (the Inference API's and SageMaker's
-/// route): `/embed` on a model of embeddings, `/rerank` on a cross-encoder
-/// (one label), `/predict` on a classifier, as TEI chooses by the model.
-/// (TEI's `TASK=sentence-similarity` and SPLADE choices are not served.)
+/// route): `/embed` on a model of embeddings, `/embed_sparse` on a SPLADE
+/// one, `/rerank` on a cross-encoder (one label), `/predict` on a
+/// classifier, as TEI chooses by the model. (TEI's
+/// `TASK=sentence-similarity` choice is not read.)
 pub(super) async fn by_model(
     svc: State<Service<Embedder>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     match svc.model().labels().map(<[String]>::len) {
+        None if splade(&svc) => embed_sparse(svc, headers, body).await,
         None => embed(svc, headers, body).await,
         Some(1) => classify::rerank(svc, headers, body).await,
         Some(_) => classify::predict(svc, headers, body).await,

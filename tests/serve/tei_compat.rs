@@ -598,3 +598,48 @@ async fn a_prompt_goes_before_texts_and_token_ids_alike() {
     })
     .await;
 }
+
+/// A SPLADE model: `/embed_sparse` gives each input's non-zero values by
+/// index (the dense vector's, `/embed` with `normalize: false`), and is
+/// `POST /`; normalised vectors are TEI's 424 for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_splade_model_answers_as_tei_does() {
+    with_service(data("families/bert-splade"), |addr| {
+        let text = "a cat sat on the mat";
+        let a = post(addr, "/embed_sparse", json!({"inputs": [text]}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.number("x-compute-tokens");
+        let sparse = a.json();
+        let values = sparse[0].as_array().unwrap();
+        assert!(!values.is_empty());
+        let dense = post(
+            addr,
+            "/embed",
+            json!({"inputs": [text], "normalize": false}),
+        )
+        .json();
+        let dense = dense[0].as_array().unwrap();
+        let nonzero: Vec<Value> = dense
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.as_f64().unwrap() != 0.0)
+            .map(|(index, value)| json!({"index": index, "value": value}))
+            .collect();
+        assert_close(&sparse[0], &Value::Array(nonzero));
+        for path in ["/", "/invocations"] {
+            let a = post(addr, path, json!({"inputs": [text]}));
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+            assert_close(&a.json(), &sparse);
+        }
+        assert_tei_error(
+            &post(addr, "/embed", json!({"inputs": text})),
+            424,
+            "Backend",
+        );
+        let a = post(addr, "/v1/embeddings", json!({"input": text}));
+        assert_openai_error(&a, 424, "Backend");
+        let info = http(addr, "GET", "/info", "").json();
+        assert_eq!(info["model_type"]["embedding"]["pooling"], "splade");
+    })
+    .await;
+}

@@ -15,11 +15,12 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema};
 use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::types::{
-    ClassifierModel, DecodeRequest, EmbedRequest, EmbedResponse, Embedding, EmbeddingModel,
-    EncodingFormat, Info, Input, InputIds, InputType, ModelType, OpenAiEmbedding, OpenAiRequest,
-    OpenAiResponse, OpenAiUsage, PredictInput, PredictRequest, PredictResponse, Prediction, Rank,
-    RerankRequest, Sequence, SimilarityInput, SimilarityParameters, SimilarityRequest,
-    SimilarityResponse, TokenizeInput, TokenizeRequest, TruncationDirection,
+    ClassifierModel, DecodeRequest, EmbedRequest, EmbedResponse, EmbedSparseRequest,
+    EmbedSparseResponse, Embedding, EmbeddingModel, EncodingFormat, Info, Input, InputIds,
+    InputType, ModelType, OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage,
+    PredictInput, PredictRequest, PredictResponse, Prediction, Rank, RerankRequest, Sequence,
+    SimilarityInput, SimilarityParameters, SimilarityRequest, SimilarityResponse, SparseValue,
+    TokenizeInput, TokenizeRequest, TruncationDirection,
 };
 use crate::error::{ErrorResponse, ErrorType, OpenAiError};
 
@@ -113,6 +114,7 @@ pub(super) struct SimpleToken {
         super::info,
         super::health,
         super::embed,
+        super::embed_sparse,
         super::openai,
         super::similarity,
         super::classify::rerank,
@@ -121,7 +123,8 @@ pub(super) struct SimpleToken {
         super::tokens::decode,
     ),
     components(schemas(
-        Info, ModelType, ClassifierModel, EmbeddingModel, EmbedRequest, EmbedResponse, Input,
+        Info, ModelType, ClassifierModel, EmbeddingModel, EmbedRequest, EmbedResponse, EmbedSparseRequest,
+        EmbedSparseResponse, SparseValue, Input,
         InputType, TruncationDirection, OpenAiRequest, OpenAiResponse, OpenAiEmbedding,
         OpenAiUsage, Embedding, EncodingFormat, SimilarityRequest, SimilarityInput,
         SimilarityParameters, SimilarityResponse, RerankRequest, Rank, PredictRequest,

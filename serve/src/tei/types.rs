@@ -249,6 +249,32 @@ impl Request for EmbedRequest {
     const SHAPE: &'static str = r#"{"inputs": string or [string, ...], "truncate": bool, "normalize": bool, "dimensions": n}"#;
 }
 
+/// `POST /embed_sparse`'s body (TEI's `EmbedSparseRequest`).
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct EmbedSparseRequest {
+    pub(crate) inputs: Input,
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    pub(crate) prompt_name: Option<String>,
+}
+
+impl Request for EmbedSparseRequest {
+    const SHAPE: &'static str =
+        r#"{"inputs": string or [string, ...], "truncate": bool, "prompt_name": string}"#;
+}
+
+/// One non-zero value of a sparse vector: its index in the vocabulary.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SparseValue {
+    pub(crate) index: usize,
+    pub(crate) value: f32,
+}
+
+/// `/embed_sparse`'s answer: each input's non-zero values, by index.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EmbedSparseResponse(pub(crate) Vec<Vec<SparseValue>>);
+
 /// `/embed`'s answer: a vector per input, in order.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EmbedResponse(pub(crate) Vec<Vec<f32>>);
