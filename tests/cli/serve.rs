@@ -251,8 +251,11 @@ fn sighup_drains_as_sigterm_does() {
 }
 
 fn signal_answers_every_accepted_request_and_exits_0(signal: &str) {
-    // A slow device, so that requests are still running when the signal comes.
-    let mut srv = Server::start(&["--devices", "sim:1@0.01", "--max-batch", "16"]);
+    // A slow device, so that requests are still running when the signal
+    // comes: 50 ms a chunk whatever the machine's load (a speed relative to
+    // a core's, as 0.01 was, stretched with the load of a CI machine past
+    // the 20 s drain).
+    let mut srv = Server::start(&["--devices", "sim:1@100+50ms", "--max-batch", "16"]);
     let a = srv.addr;
     let t = test_rows();
     let rows: Vec<&[f32]> = (0..100).map(|i| rows_of(&t, i)).collect();
