@@ -201,6 +201,56 @@ fn every_family_matches_sentence_transformers_in_fp64() {
     println!("{}", report.join("\n"));
 }
 
+/// Token vectors (TEI's `/embed_all`): one per token, after the last layer
+/// and any final norm; their mean is the reference's embedding where the
+/// model mean-pools with no module after, and the first is it where it
+/// takes `[CLS]` (Normalize after it: the same direction). A SPLADE model
+/// has none to give.
+#[test]
+fn token_vectors_pool_to_the_references() {
+    for (name, first) in [
+        ("bert-f16", false),
+        ("modernbert-mean", false),
+        ("nomic-bert-mean", false),
+        ("gte-cls", true),
+        ("bert-cls-dense", true),
+    ] {
+        let dir = families().into_iter().find(|d| d.ends_with(name)).unwrap();
+        let r = reference(&dir);
+        let model = Embedder::load(&dir).unwrap();
+        let k = Encoder::token_vectors(model.weights().clone(), r.ids.clone()).unwrap();
+        let k = run_sequential(OneShot::new(k)).unwrap().unwrap();
+        let tokens = k.into_token_vectors();
+        assert_eq!(tokens.len(), r.ids.len(), "{name}");
+        for ((t, ids), want) in tokens.iter().zip(&r.ids).zip(&r.vectors) {
+            assert_eq!(t.len(), ids.len(), "{name}");
+            let h = model.weights().hidden();
+            assert!(t.iter().all(|v| v.len() == h), "{name}");
+            if name == "bert-cls-dense" {
+                // Its Dense module is after the pooling: widths differ.
+                assert_eq!(want.len(), 24);
+                continue;
+            }
+            let pooled: Vec<f32> = if first {
+                t[0].clone()
+            } else {
+                (0..h)
+                    .map(|j| t.iter().map(|v| v[j]).sum::<f32>() / t.len() as f32)
+                    .collect()
+            };
+            let cos = cosine(&pooled, want);
+            assert!(cos >= 1.0 - 1e-9, "{name}: cosine {cos}");
+        }
+    }
+    let dir = families()
+        .into_iter()
+        .find(|d| d.ends_with("bert-splade"))
+        .unwrap();
+    let model = Embedder::load(&dir).unwrap();
+    let e = Encoder::token_vectors(model.weights().clone(), vec![vec![2, 5, 3]]).unwrap_err();
+    assert!(e.to_string().contains("SPLADE"), "{e}");
+}
+
 /// A copy of family folder `name` in a fresh temporary folder, to break.
 fn copy_of(name: &str) -> PathBuf {
     let from = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -133,15 +133,31 @@ impl EncoderWeights {
     /// (`seqs.len() × H`), tile by tile. Every sequence holds 1 to
     /// `max_positions` ids below `vocab` (the [`Encoder`](super::Encoder)
     /// checks that when it is built).
-    pub(crate) fn encode_cpu(&self, seqs: &[&[u32]], out: &mut [f32], s: &mut Scratch) {
-        let h = self.pooled_width();
+    ///
+    /// With `per_token`, `out` takes every token's vector instead (`tokens
+    /// × H`, the sequences back to back), before pooling.
+    pub(crate) fn encode_cpu(
+        &self,
+        seqs: &[&[u32]],
+        per_token: bool,
+        out: &mut [f32],
+        s: &mut Scratch,
+    ) {
+        let mut at = 0;
         for r in ops::runs(seqs, TILE_TOKENS) {
-            self.encode_tile(&seqs[r.clone()], &mut out[r.start * h..r.end * h], s);
+            let seqs = &seqs[r];
+            let n = if per_token {
+                seqs.iter().map(|q| q.len()).sum::<usize>() * self.cfg.hidden
+            } else {
+                seqs.len() * self.pooled_width()
+            };
+            self.encode_tile(seqs, per_token, &mut out[at..at + n], s);
+            at += n;
         }
     }
 
     /// One tile: `seqs` back to back, `t` tokens in all.
-    fn encode_tile(&self, seqs: &[&[u32]], out: &mut [f32], s: &mut Scratch) {
+    fn encode_tile(&self, seqs: &[&[u32]], per_token: bool, out: &mut [f32], s: &mut Scratch) {
         let c = &self.cfg;
         let (h, t) = (c.hidden, seqs.iter().map(|q| q.len()).sum::<usize>());
         let (q_w, kv_w) = (c.heads * c.head_width, c.kv_heads * c.head_width);
@@ -236,6 +252,10 @@ impl EncoderWeights {
         let x = &mut s.x[..t * h];
         if let Some(n) = &self.final_norm {
             n.add_norm(x, None, c.eps, c.norm);
+        }
+        if per_token {
+            out.copy_from_slice(x);
+            return;
         }
         let mut at = 0;
         for (seq, o) in seqs.iter().zip(out.chunks_exact_mut(self.pooled_width())) {

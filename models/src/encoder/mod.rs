@@ -93,8 +93,11 @@ pub struct Encoder {
     /// Items in all.
     units: usize,
     /// Pooled vectors in sorted order (`sequences × H`), each written
-    /// by the chunk its middle lies in.
+    /// by the chunk its middle lies in; or, for
+    /// [`Encoder::token_vectors`], every token's vector (`tokens × H`).
     out: Mutex<Vec<f32>>,
+    /// Whether the output is every token's vector rather than the pooled.
+    per_token: bool,
 }
 
 impl Encoder {
@@ -103,6 +106,33 @@ impl Encoder {
     /// one longer than the model's positions, and an id past its
     /// vocabulary, naming the sequence.
     pub fn new(weights: Arc<EncoderWeights>, seqs: Vec<Vec<u32>>) -> Result<Self, KernelError> {
+        Self::with_output(weights, seqs, false)
+    }
+
+    /// A batch whose output is every token's vector after the last layer
+    /// (and a pre-norm stack's final norm), before any pooling: TEI's
+    /// `/embed_all`. Read with [`Encoder::into_token_vectors`]. It runs on
+    /// the CPU workers (the GPU twin pools). Refused for a SPLADE model,
+    /// whose output is its head's, not its token vectors (as TEI refuses
+    /// it).
+    pub fn token_vectors(
+        weights: Arc<EncoderWeights>,
+        seqs: Vec<Vec<u32>>,
+    ) -> Result<Self, KernelError> {
+        if weights.config().pooling == Pooling::Splade {
+            return Err(KernelError::invalid(
+                "token vectors",
+                "not available for a SPLADE model",
+            ));
+        }
+        Self::with_output(weights, seqs, true)
+    }
+
+    fn with_output(
+        weights: Arc<EncoderWeights>,
+        seqs: Vec<Vec<u32>>,
+        per_token: bool,
+    ) -> Result<Self, KernelError> {
         let c = weights.config();
         coexec_kernels::ops::check_sequences(&seqs, c.vocab, c.max_positions)?;
         let mut order: Vec<usize> = (0..seqs.len()).collect();
@@ -119,8 +149,13 @@ impl Encoder {
             mids.push(units + w / 2);
             units += w;
         }
-        let out =
-            coexec_kernels::try_zeroed("encoder output", seqs.len() * weights.pooled_width())?;
+        let rows = if per_token { tokens } else { seqs.len() };
+        let width = if per_token {
+            c.hidden
+        } else {
+            weights.pooled_width()
+        };
+        let out = coexec_kernels::try_zeroed("encoder output", rows * width)?;
         Ok(Self {
             weights,
             ids,
@@ -129,6 +164,7 @@ impl Encoder {
             mids,
             units,
             out: Mutex::new(out),
+            per_token,
         })
     }
 
@@ -173,10 +209,43 @@ impl Encoder {
         out[seqs.start * h..seqs.end * h].copy_from_slice(pooled);
     }
 
+    /// Writes every token's vector of sorted sequences `seqs` (a chunk's,
+    /// back to back in `rows`) into the output.
+    fn store_tokens(&self, seqs: std::ops::Range<usize>, rows: &[f32]) {
+        let h = self.weights.hidden();
+        let at = self.spans[seqs.start].0;
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out[at * h..at * h + rows.len()].copy_from_slice(rows);
+    }
+
+    /// Each sequence's token vectors in the batch's order (one `H`-wide
+    /// vector per token), once the run of an [`Encoder::token_vectors`]
+    /// batch is over; empty for a batch of pooled vectors.
+    pub fn into_token_vectors(self) -> Vec<Vec<Vec<f32>>> {
+        if !self.per_token {
+            return Vec::new();
+        }
+        let h = self.weights.hidden();
+        let out = self.out.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut v = vec![Vec::new(); self.order.len()];
+        for (j, &i) in self.order.iter().enumerate() {
+            let (at, len) = self.spans[j];
+            v[i] = out[at * h..(at + len) * h]
+                .chunks_exact(h)
+                .map(<[f32]>::to_vec)
+                .collect();
+        }
+        v
+    }
+
     /// Each sequence's embedding in the batch's order, once the run is
     /// over: its pooled vector through the modules after the pooling
-    /// (`Dense`, `Normalize`), not normalised otherwise.
+    /// (`Dense`, `Normalize`), not normalised otherwise (empty for an
+    /// [`Encoder::token_vectors`] batch).
     pub fn into_vectors(self) -> Vec<Vec<f32>> {
+        if self.per_token {
+            return Vec::new();
+        }
         let h = self.weights.pooled_width();
         let out = self.out.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut v = vec![Vec::new(); self.order.len()];
@@ -220,19 +289,28 @@ impl Kernel for Encoder {
         if seqs.is_empty() {
             return Ok(());
         }
-        let h = self.weights.pooled_width();
         let ids: Vec<&[u32]> = seqs.clone().map(|j| self.seq(j)).collect();
-        let mut pooled = vec![0.0; ids.len() * h];
+        let rows = if self.per_token {
+            ids.iter().map(|q| q.len()).sum::<usize>() * self.weights.hidden()
+        } else {
+            ids.len() * self.weights.pooled_width()
+        };
+        let mut out = vec![0.0; rows];
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            self.weights.encode_cpu(&ids, &mut pooled, &mut s);
+            self.weights
+                .encode_cpu(&ids, self.per_token, &mut out, &mut s);
         });
-        self.store(seqs, &pooled);
+        if self.per_token {
+            self.store_tokens(seqs, &out);
+        } else {
+            self.store(seqs, &out);
+        }
         Ok(())
     }
 
     #[cfg(feature = "cuda")]
     fn cuda(&self) -> Option<&dyn coexec_kernels::cuda::CudaKernel> {
-        self.weights.gpu_twin().then_some(self as _)
+        (self.weights.gpu_twin() && !self.per_token).then_some(self as _)
     }
 }
