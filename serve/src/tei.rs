@@ -764,8 +764,9 @@ pub(super) async fn openai(
         not_normalised_splade(&svc)?;
         let dims = dimensions(svc.model(), req.dimensions)?;
         let inputs = req.input.into_inputs("input")?;
-        // TEI's: the model's default prompt, if it has one.
-        let items = prompted_inputs(svc.model(), None, inputs)?;
+        // The prompt named (coexec's field), else TEI's: the model's
+        // default prompt, if it has one.
+        let items = prompted_inputs(svc.model(), req.prompt_name.as_deref(), inputs)?;
         let cut = Cut::new(None, TruncationDirection::Right);
         let (mut vectors, done) = embed_items(&svc, Api::OpenAi, admitted, items, cut).await?;
         finish(&mut vectors, dims, true);

@@ -137,6 +137,75 @@ async fn an_mpnet_model_says_it_runs_on_the_cpus() {
     .await;
 }
 
+/// The rotary families through the service: each folder's `/info` (family,
+/// dtype, pooling, the CPU workers alone) and its vectors on `/embed` and
+/// `/v1/embeddings` against its reference (Qwen3's with its instruction
+/// prompt, as the reference took it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rotary_families_serve_their_references() {
+    for (name, fam, dtype, pooling, prompt) in [
+        (
+            "qwen3-lasttoken",
+            "qwen3",
+            "bfloat16",
+            "last_token",
+            Some("query"),
+        ),
+        ("modernbert-mean", "modernbert", "float32", "mean", None),
+        ("nomic-bert-hub", "nomic_bert", "float32", "mean", None),
+        ("gte-hub", "gte", "float16", "cls", None),
+    ] {
+        let dir = family(name);
+        let r: Reference =
+            serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+        with_service(&dir, move |addr| {
+            let (status, answer) = http(addr, "GET", "/info", "");
+            assert_eq!(status, 200, "{name}: {answer}");
+            let info: serde_json::Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(info["model_family"], fam, "{name}");
+            assert_eq!(info["model_weights_dtype"], dtype, "{name}");
+            assert_eq!(
+                info["model_type"]["embedding"]["pooling"], pooling,
+                "{name}"
+            );
+            assert_eq!(info["gpu_twin"], false, "{name}");
+            let texts: Vec<&str> = r
+                .sentences
+                .iter()
+                .rev()
+                .take(3)
+                .map(String::as_str)
+                .collect();
+            let want: Vec<&Vec<f64>> = r.vectors.iter().rev().take(3).collect();
+            let mut body = serde_json::json!({"inputs": texts});
+            if let Some(p) = prompt {
+                body["prompt_name"] = p.into();
+            }
+            let (status, answer) = http(addr, "POST", "/embed", &body.to_string());
+            assert_eq!(status, 200, "{name}: {answer}");
+            let got: Vec<Vec<f64>> = serde_json::from_str(&answer).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                let cos = cosine(g, w);
+                assert!(cos > 1.0 - 1e-9, "{name}: cosine {cos}");
+            }
+            let mut body = serde_json::json!({"input": texts[0], "model": "m"});
+            if let Some(p) = prompt {
+                body["prompt_name"] = p.into();
+            }
+            let (status, answer) = http(addr, "POST", "/v1/embeddings", &body.to_string());
+            assert_eq!(status, 200, "{name}: {answer}");
+            let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+            let g: Vec<f64> = serde_json::from_value(v["data"][0]["embedding"].clone()).unwrap();
+            let cos = cosine(&g, want[0]);
+            assert!(
+                cos > 1.0 - 1e-9,
+                "{name}: /v1/embeddings cosine {cos}: {answer}"
+            );
+        })
+        .await;
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct Scores {
     pairs: Vec<Vec<String>>,

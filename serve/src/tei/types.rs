@@ -292,6 +292,10 @@ pub(crate) struct OpenAiRequest {
     /// Absent or null: `float`.
     pub(crate) encoding_format: Option<EncodingFormat>,
     pub(crate) dimensions: Option<usize>,
+    /// coexec's, beside OpenAI's fields: the model's prompt by name, as on
+    /// `/embed` (TEI reads none here and applies the default prompt; so
+    /// does coexec when it is absent).
+    pub(crate) prompt_name: Option<String>,
 }
 
 impl Request for OpenAiRequest {
