@@ -59,8 +59,8 @@ impl Pooling {
         let h = out.len();
         let len = rows.len() / h;
         match self {
-            // The encoder pools SPLADE's logits itself (they are not its
-            // token vectors); here it is the token vectors' max.
+            // Never reached: the encoder's SPLADE head pools its logits
+            // (they are not its token vectors).
             Pooling::Splade => unreachable!("SPLADE is pooled by the encoder's head"),
             Pooling::Cls => out.copy_from_slice(&rows[..h]),
             Pooling::LastToken => out.copy_from_slice(&rows[(len - 1) * h..]),

@@ -52,8 +52,9 @@ pub enum Family {
     Qwen3,
     /// `nomic_bert` (nomic-embed-text v1, v1.5): rotary, SwiGLU, post-norm.
     NomicBert,
-    /// `gte`, the Hub's `new` (gte-multilingual-base, gte-*-en-v1.5):
-    /// rotary, gated GELU, post-norm.
+    /// `gte`, the Hub's `new` (gte-multilingual-base; the NTK-scaled
+    /// gte-*-en-v1.5 are refused by `rope_scaling`): rotary, gated GELU,
+    /// post-norm.
     Gte,
 }
 
@@ -628,7 +629,8 @@ struct GteJson {
     num_attention_heads: Dim,
     intermediate_size: Dim,
     max_position_embeddings: Dim,
-    type_vocab_size: Option<Dim>,
+    /// 0 in gte-*-en-v1.5: no token types.
+    type_vocab_size: Option<usize>,
     layer_norm_eps: Option<f64>,
     hidden_act: Option<String>,
     rope_theta: Option<f64>,
@@ -678,7 +680,7 @@ fn gte(path: &Path, j: GteJson, pooling: Pooling) -> Result<EncoderConfig, Kerne
         heads: j.num_attention_heads.0,
         intermediate: j.intermediate_size.0,
         max_positions: j.max_position_embeddings.0,
-        type_vocab: j.type_vocab_size.map_or(1, |d| d.0),
+        type_vocab: j.type_vocab_size.unwrap_or(1),
         eps: eps(path, j.layer_norm_eps, 1e-12)?,
         activation: activation(path, "hidden_act", j.hidden_act.as_deref())?,
         gated: true,

@@ -2,13 +2,17 @@
 //! sequences are laid back to back as one `[tokens, H]` matrix, so every
 //! dense layer is one GEMM over real tokens only, and attention runs per
 //! sequence and head over that sequence's own tokens (no mask, no padded
-//! keys).
+//! keys; a causal or local layer's softmax over the keys its query sees).
 //!
 //! ```text
-//!  ids ─▶ word + position + type, LayerNorm ─▶ ×layers [ QKV GEMM ─▶ per sequence, head:
-//!        softmax(Q·Kᵀ/√d [+ relative bias])·V ─▶ out GEMM + x, LayerNorm ─▶ up GEMM,
-//!        activation ─▶ down GEMM + x, LayerNorm ] ─▶ pool ─▶ one vector per sequence
+//!  ids ─▶ word (+ position + type), norm ─▶ ×layers [ (norm) QKV GEMM ─▶ (q/k norm, rotary)
+//!        ─▶ per sequence, head: softmax(Q·Kᵀ/√d [+ relative bias])·V ─▶ out GEMM + x (norm)
+//!        ─▶ (norm) up GEMM, activation (gated) ─▶ down GEMM + x (norm) ] ─▶ (final norm)
+//!        ─▶ pool (or SPLADE's head) ─▶ one vector per sequence
 //! ```
+//!
+//! The norms in brackets are a post-norm family's after each residual or
+//! a pre-norm family's before each part (see `EncoderConfig`).
 //!
 //! Dense layers are `gemm`'s GEMMs, attention's small per-head products
 //! `matrixmultiply`'s `sgemm` (both pick AVX2/FMA at run time), read in
@@ -130,7 +134,8 @@ fn activate(act: Activation, v: &mut [f32]) {
 
 impl EncoderWeights {
     /// The pooled vectors (before any normalisation) of `seqs` into `out`
-    /// (`seqs.len() × H`), tile by tile. Every sequence holds 1 to
+    /// (`seqs.len() × pooled_width()`: H, or the vocabulary for SPLADE),
+    /// tile by tile. Every sequence holds 1 to
     /// `max_positions` ids below `vocab` (the [`Encoder`](super::Encoder)
     /// checks that when it is built).
     ///

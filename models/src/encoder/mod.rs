@@ -92,7 +92,7 @@ pub struct Encoder {
     mids: Vec<usize>,
     /// Items in all.
     units: usize,
-    /// Pooled vectors in sorted order (`sequences × H`), each written
+    /// Pooled vectors in sorted order (`sequences × pooled_width()`), each written
     /// by the chunk its middle lies in; or, for
     /// [`Encoder::token_vectors`], every token's vector (`tokens × H`).
     out: Mutex<Vec<f32>>,
@@ -202,7 +202,7 @@ impl Encoder {
     }
 
     /// Writes the pooled vectors of sorted sequences `seqs` (a chunk's,
-    /// `seqs.len() × H` in `pooled`) into the output.
+    /// `seqs.len() × pooled_width()` in `pooled`) into the output.
     pub(crate) fn store(&self, seqs: std::ops::Range<usize>, pooled: &[f32]) {
         let h = self.weights.pooled_width();
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
