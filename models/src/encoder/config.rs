@@ -132,6 +132,16 @@ pub struct Rotary {
     pub local_theta: f64,
 }
 
+impl Rotary {
+    /// One base for every layer (no local layers).
+    fn global(theta: f64) -> Self {
+        Self {
+            theta,
+            local_theta: theta,
+        }
+    }
+}
+
 /// MPNet's relative-position bias: a learned value per head and bucket of
 /// the distance between query and key, added to every layer's scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,6 +382,19 @@ fn labels_of_new_family(c: &EncoderConfig) -> bool {
     c.labels.is_some() && c.rotary.is_some()
 }
 
+/// Refuses a config whose rotary angles are scaled (`field` set): the
+/// encoder computes the default ones.
+fn unscaled(path: &Path, field: &'static str, scaled: bool) -> Result<(), KernelError> {
+    if scaled {
+        return Err(config_err(
+            path,
+            field,
+            "scaled rotary angles are not computed; the encoder computes the default ones",
+        ));
+    }
+    Ok(())
+}
+
 /// One rotary setting (`rope_parameters`, or one layer type's there).
 #[derive(Deserialize)]
 struct RopeJson {
@@ -442,13 +465,7 @@ fn modernbert(
     j: ModernBertJson,
     pooling: Pooling,
 ) -> Result<EncoderConfig, KernelError> {
-    if j.rope_scaling.is_some() {
-        return Err(config_err(
-            path,
-            "rope_scaling",
-            "scaled rotary angles are not computed; the encoder computes the default ones",
-        ));
-    }
+    unscaled(path, "rope_scaling", j.rope_scaling.is_some())?;
     let layers = j.num_hidden_layers.0;
     let radius = j.local_attention.map_or(128, |d| d.0) / 2;
     let windows = match j.layer_types {
@@ -559,13 +576,11 @@ struct NomicJson {
 }
 
 fn nomic_bert(path: &Path, j: NomicJson, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
-    if j.rope_scaling.is_some() || j.rotary_scaling_factor.is_some() {
-        return Err(config_err(
-            path,
-            "rotary_scaling_factor",
-            "scaled rotary angles are not computed; the encoder computes the default ones",
-        ));
-    }
+    unscaled(
+        path,
+        "rotary_scaling_factor",
+        j.rope_scaling.is_some() || j.rotary_scaling_factor.is_some(),
+    )?;
     only(
         path,
         "rotary_emb_fraction",
@@ -605,16 +620,13 @@ fn nomic_bert(path: &Path, j: NomicJson, pooling: Pooling) -> Result<EncoderConf
         eps: eps(path, j.layer_norm_eps, 1e-12)?,
         activation: activation(path, "hidden_act", Some(act))?,
         gated: true,
-        rotary: Some(Rotary {
-            theta: rope_theta(
-                path,
-                "rope_parameters",
-                j.rope_parameters.as_ref(),
-                j.rotary_emb_base,
-                1000.0,
-            )?,
-            local_theta: 0.0,
-        }),
+        rotary: Some(Rotary::global(rope_theta(
+            path,
+            "rope_parameters",
+            j.rope_parameters.as_ref(),
+            j.rotary_emb_base,
+            1000.0,
+        )?)),
         pooling,
         ..EncoderConfig::post_norm()
     })
@@ -642,13 +654,7 @@ struct GteJson {
 }
 
 fn gte(path: &Path, j: GteJson, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
-    if j.rope_scaling.is_some() {
-        return Err(config_err(
-            path,
-            "rope_scaling",
-            "scaled rotary angles are not computed; the encoder computes the default ones",
-        ));
-    }
+    unscaled(path, "rope_scaling", j.rope_scaling.is_some())?;
     let rope = "rope".to_string();
     only(
         path,
@@ -684,16 +690,13 @@ fn gte(path: &Path, j: GteJson, pooling: Pooling) -> Result<EncoderConfig, Kerne
         eps: eps(path, j.layer_norm_eps, 1e-12)?,
         activation: activation(path, "hidden_act", j.hidden_act.as_deref())?,
         gated: true,
-        rotary: Some(Rotary {
-            theta: rope_theta(
-                path,
-                "rope_parameters",
-                j.rope_parameters.as_ref(),
-                j.rope_theta,
-                160_000.0,
-            )?,
-            local_theta: 0.0,
-        }),
+        rotary: Some(Rotary::global(rope_theta(
+            path,
+            "rope_parameters",
+            j.rope_parameters.as_ref(),
+            j.rope_theta,
+            160_000.0,
+        )?)),
         pooling,
         ..EncoderConfig::post_norm()
     })
@@ -722,13 +725,7 @@ struct Qwen3Json {
 }
 
 fn qwen3(path: &Path, j: Qwen3Json, pooling: Pooling) -> Result<EncoderConfig, KernelError> {
-    if j.rope_scaling.is_some() {
-        return Err(config_err(
-            path,
-            "rope_scaling",
-            "scaled rotary angles are not computed; the encoder computes the default ones",
-        ));
-    }
+    unscaled(path, "rope_scaling", j.rope_scaling.is_some())?;
     if j.use_sliding_window {
         return Err(config_err(
             path,
@@ -759,16 +756,13 @@ fn qwen3(path: &Path, j: Qwen3Json, pooling: Pooling) -> Result<EncoderConfig, K
         norm: NormKind::Rms,
         pre_norm: true,
         gated: true,
-        rotary: Some(Rotary {
-            theta: rope_theta(
-                path,
-                "rope_parameters",
-                j.rope_parameters.as_ref(),
-                j.rope_theta,
-                1_000_000.0,
-            )?,
-            local_theta: 0.0,
-        }),
+        rotary: Some(Rotary::global(rope_theta(
+            path,
+            "rope_parameters",
+            j.rope_parameters.as_ref(),
+            j.rope_theta,
+            1_000_000.0,
+        )?)),
         causal: true,
         pooling,
         ..EncoderConfig::post_norm()

@@ -120,6 +120,15 @@ impl Norm {
             }
         }
     }
+
+    /// A pre-norm part's input: `x` normalised into `buf` (`x` stays the
+    /// residual).
+    fn normed<'b>(&self, x: &[f32], buf: &'b mut Vec<f32>, eps: f32, kind: NormKind) -> &'b [f32] {
+        let out = grow(buf, x.len());
+        out.copy_from_slice(x);
+        self.add_norm(out, None, eps, kind);
+        out
+    }
 }
 
 /// `act` over `v` in place.
@@ -200,12 +209,7 @@ impl EncoderWeights {
         for (li, layer) in self.layers.iter().enumerate() {
             let qkv = grow(&mut s.qkv, t * (q_w + 2 * kv_w));
             let input = match (&layer.attn_norm, c.pre_norm) {
-                (Some(n), true) => {
-                    let normed = grow(&mut s.normed, t * h);
-                    normed.copy_from_slice(&s.x[..t * h]);
-                    n.add_norm(normed, None, c.eps, c.norm);
-                    &s.normed[..t * h]
-                }
+                (Some(n), true) => n.normed(&s.x[..t * h], &mut s.normed, c.eps, c.norm),
                 _ => &s.x[..t * h],
             };
             layer.qkv.forward(input, t, qkv);
@@ -223,10 +227,7 @@ impl EncoderWeights {
                 n.add_norm(x, Some(tmp), c.eps, c.norm);
             }
             let input = if c.pre_norm {
-                let normed = grow(&mut s.normed, t * h);
-                normed.copy_from_slice(x);
-                layer.out_norm.add_norm(normed, None, c.eps, c.norm);
-                &s.normed[..t * h]
+                layer.out_norm.normed(x, &mut s.normed, c.eps, c.norm)
             } else {
                 &s.x[..t * h]
             };

@@ -257,10 +257,20 @@ impl<'a> Reader<'a> {
     }
 
     fn tensor(&self, name: &str, want: &[usize]) -> Result<Box<[f32]>, KernelError> {
+        self.unprefixed(&format!("{}{name}", self.prefix), want)
+    }
+
+    /// Tensor `name` as the files name it, outside the encoder's prefix (a
+    /// task head's).
+    fn unprefixed(&self, name: &str, want: &[usize]) -> Result<Box<[f32]>, KernelError> {
         let want: Vec<Option<usize>> = want.iter().map(|&d| Some(d)).collect();
-        let name = format!("{}{name}", self.prefix);
-        let (path, st) = self.file_of(&name);
-        Ok(read_f32(st, path, &name, &want)?.data)
+        let (path, st) = self.file_of(name);
+        Ok(read_f32(st, path, name, &want)?.data)
+    }
+
+    /// Whether the files hold `name`, outside the prefix.
+    fn has_unprefixed(&self, name: &str) -> bool {
+        self.file_of(name).1.tensor(name).is_ok()
     }
 
     fn dense(&self, name: &str, out: usize, inp: usize) -> Result<Dense, KernelError> {
@@ -281,8 +291,7 @@ impl<'a> Reader<'a> {
 
     /// Whether the files hold `name` (under the prefix).
     fn has(&self, name: &str) -> bool {
-        let name = format!("{}{name}", self.prefix);
-        self.file_of(&name).1.tensor(&name).is_ok()
+        self.has_unprefixed(&format!("{}{name}", self.prefix))
     }
 
     /// A dense layer whose bias the family makes optional
@@ -500,11 +509,7 @@ impl Reader<'_> {
     /// its activation on the first token's vector, then the output layer of
     /// `n` logits.
     fn head(&self, family: Family, h: usize, n: usize) -> Result<Vec<modules::Dense>, KernelError> {
-        let raw = |name: &str, shape: &[usize]| {
-            let want: Vec<Option<usize>> = shape.iter().map(|&d| Some(d)).collect();
-            let (path, st) = self.file_of(name);
-            read_f32(st, path, name, &want).map(|t| t.data)
-        };
+        let raw = |name: &str, shape: &[usize]| self.unprefixed(name, shape);
         let layer = |w: &str, b: &str, (inp, out), act| -> Result<modules::Dense, KernelError> {
             Ok(modules::Dense::new(
                 raw(w, &[out, inp])?,
@@ -553,6 +558,39 @@ impl Reader<'_> {
                 DenseActivation::Identity,
             )?,
         ])
+    }
+}
+
+impl Reader<'_> {
+    /// BertForMaskedLM's head (not under the encoder's prefix), SPLADE's:
+    /// its bias as `cls.predictions.bias` or under the decoder, and the
+    /// decoder itself only where it is not tied to the word table.
+    fn mlm_head(&self, h: usize, vocab: usize) -> Result<MlmHead, KernelError> {
+        let at = "cls.predictions.transform";
+        let decoder = "cls.predictions.decoder.weight";
+        let bias = if self.has_unprefixed("cls.predictions.bias") {
+            "cls.predictions.bias"
+        } else {
+            "cls.predictions.decoder.bias"
+        };
+        Ok(MlmHead {
+            transform: Dense {
+                w: self.unprefixed(&format!("{at}.dense.weight"), &[h, h])?,
+                b: self.unprefixed(&format!("{at}.dense.bias"), &[h])?,
+                inp: h,
+                out: h,
+            },
+            norm: Norm {
+                gamma: self.unprefixed(&format!("{at}.LayerNorm.weight"), &[h])?,
+                beta: self.unprefixed(&format!("{at}.LayerNorm.bias"), &[h])?,
+            },
+            decoder: if self.has_unprefixed(decoder) {
+                Some(self.unprefixed(decoder, &[vocab, h])?)
+            } else {
+                None
+            },
+            bias: self.unprefixed(bias, &[vocab])?,
+        })
     }
 }
 
@@ -673,43 +711,7 @@ impl EncoderWeights {
             _ => None,
         };
         let mlm = match cfg.pooling {
-            Pooling::Splade => {
-                // Not under the encoder's prefix: BertForMaskedLM's head.
-                let raw = |name: &str, shape: &[usize]| {
-                    let want: Vec<Option<usize>> = shape.iter().map(|&d| Some(d)).collect();
-                    let (path, st) = r.file_of(name);
-                    read_f32(st, path, name, &want).map(|t| t.data)
-                };
-                let at = "cls.predictions.transform";
-                let decoder = "cls.predictions.decoder.weight";
-                let bias = if r
-                    .file_of("cls.predictions.bias")
-                    .1
-                    .tensor("cls.predictions.bias")
-                    .is_ok()
-                {
-                    "cls.predictions.bias"
-                } else {
-                    "cls.predictions.decoder.bias"
-                };
-                Some(MlmHead {
-                    transform: Dense {
-                        w: raw(&format!("{at}.dense.weight"), &[h, h])?,
-                        b: raw(&format!("{at}.dense.bias"), &[h])?,
-                        inp: h,
-                        out: h,
-                    },
-                    norm: Norm {
-                        gamma: raw(&format!("{at}.LayerNorm.weight"), &[h])?,
-                        beta: raw(&format!("{at}.LayerNorm.bias"), &[h])?,
-                    },
-                    decoder: match r.file_of(decoder).1.tensor(decoder) {
-                        Ok(_) => Some(raw(decoder, &[cfg.vocab, h])?),
-                        Err(_) => None,
-                    },
-                    bias: raw(bias, &[cfg.vocab])?,
-                })
-            }
+            Pooling::Splade => Some(r.mlm_head(h, cfg.vocab)?),
             _ => None,
         };
         let modules = match (modules, &cfg.labels) {
