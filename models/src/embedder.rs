@@ -7,8 +7,9 @@
 //! tokenizer's cost is never on a batch's critical path. The HTTP service
 //! tokenises a request on its handler (a large one on tokio's blocking
 //! pool). Texts are truncated as sentence-transformers does (at the
-//! model's `max_seq_length`, `[CLS]` and `[SEP]` included) and never
-//! padded: the encoder lays a batch's sequences back to back
+//! model's `max_seq_length`, `[CLS]` and `[SEP]` included; their last
+//! tokens cut, or their first where asked, [`TruncationDirection`]) and
+//! never padded: the encoder lays a batch's sequences back to back
 //! ([`crate::encoder`]), and counts a batch's work in tokens.
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,18 @@ pub enum TokenizeError {
     Tokenizer(String),
 }
 
+/// Which end of a text past the model's limit is cut (TEI's
+/// `truncation_direction`). The special tokens (`[CLS]`, `[SEP]`) stay
+/// either way: the tokenizer cuts the text's tokens, then frames them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TruncationDirection {
+    /// Keep the first tokens (sentence-transformers' way, the default).
+    #[default]
+    Right,
+    /// Keep the last tokens.
+    Left,
+}
+
 /// A sentence-embedding model to serve: the encoder's weights, its
 /// tokenizer, and what `/info` says of it. An input is the token ids of
 /// one text ([`Embedder::tokenize`]), an output its pooled vector, not
@@ -48,6 +61,8 @@ pub enum TokenizeError {
 pub struct Embedder {
     weights: Arc<EncoderWeights>,
     tokenizer: Arc<Tokenizer>,
+    /// The same, cutting on the left ([`TruncationDirection::Left`]).
+    left: Arc<Tokenizer>,
     /// The same without truncation, for [`Embedder::tokens`].
     whole: Arc<Tokenizer>,
     id: String,
@@ -85,14 +100,21 @@ impl Embedder {
                 why: e.to_string(),
             })?;
         tokenizer.with_padding(None);
-        let mut whole = tokenizer.clone();
-        whole
-            .with_truncation(None)
-            .map_err(|e| KernelError::Config {
+        let truncated = |params: Option<TruncationParams>| {
+            let mut t = tokenizer.clone();
+            t.with_truncation(params).map_err(|e| KernelError::Config {
                 path: tok_path.clone(),
                 field: "truncation",
                 why: e.to_string(),
             })?;
+            Ok::<_, KernelError>(t)
+        };
+        let left = truncated(Some(TruncationParams {
+            max_length: max,
+            direction: tokenizers::TruncationDirection::Left,
+            ..TruncationParams::default()
+        }))?;
+        let whole = truncated(None)?;
         check_tokenizer(&tokenizer, &weights, dir)?;
         if weights.has_pair_types() {
             // The separator that ends a pair's first text: the token before
@@ -120,6 +142,7 @@ impl Embedder {
         Ok(Self {
             weights,
             tokenizer: Arc::new(tokenizer),
+            left: Arc::new(left),
             whole: Arc::new(whole),
             id,
             dir: dir.to_path_buf(),
@@ -127,28 +150,59 @@ impl Embedder {
     }
 
     /// The token ids of `text` (`[CLS] … [SEP]`), cut to the model's limit
-    /// when `truncate`, refused past it otherwise.
-    ///
-    /// A long text is tokenised by its first bytes, cut at a space, when
-    /// they already hold more tokens than the model takes: the tokens kept
-    /// are the same as the whole text's (every tokenizer here splits words
-    /// at spaces before it cuts them into tokens), and a text of a hundred
-    /// MB costs what its first KBs cost, not gigabytes of offsets.
+    /// when `truncate` (its last tokens cut), refused past it otherwise:
+    /// [`Embedder::tokenize_from`] on the right.
     pub fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>, TokenizeError> {
+        self.tokenize_from(text, truncate, TruncationDirection::Right)
+    }
+
+    /// The token ids of `text` (`[CLS] … [SEP]`), cut to the model's limit
+    /// at the end `direction` names when `truncate` (the special tokens
+    /// kept: on the left, `[CLS]`, the text's last tokens, `[SEP]`),
+    /// refused past it otherwise.
+    ///
+    /// A long text is tokenised by its first bytes (cut on the left, its
+    /// last), cut at a space, when they already hold more tokens than the
+    /// model takes: the tokens kept are the same as the whole text's
+    /// (every tokenizer here splits words at spaces before it cuts them
+    /// into tokens), and a text of a hundred MB costs what its first (or
+    /// last) KBs cost, not gigabytes of offsets.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use coexec_models::{Embedder, TruncationDirection};
+    /// let model = Embedder::load("all-MiniLM-L6-v2")?;
+    /// let long = format!("{} the end", "word ".repeat(1000));
+    /// let ids = model.tokenize_from(&long, true, TruncationDirection::Left)?;
+    /// assert_eq!(ids.len(), model.max_input_length());
+    /// assert_eq!(model.decode(&ids[ids.len() - 3..], true)?, "the end");
+    /// # Ok(()) }
+    /// ```
+    pub fn tokenize_from(
+        &self,
+        text: &str,
+        truncate: bool,
+        direction: TruncationDirection,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        let tokenizer = self.cutting(direction);
         let encode = |t: &str| {
-            self.tokenizer
+            tokenizer
                 .encode(t, true)
                 .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
         };
-        // A token is rarely past 16 bytes; a prefix 32 bytes a token long
+        let part = match direction {
+            TruncationDirection::Right => prefix_at_space,
+            TruncationDirection::Left => suffix_at_space,
+        };
+        // A token is rarely past 16 bytes; a part 32 bytes a token long
         // almost always overflows, and one four times as long is tried
         // where it does not.
         let mut len = self.max_input_length().saturating_mul(32).max(4096);
         let enc = loop {
-            let Some(prefix) = prefix_at_space(text, len) else {
+            let Some(part) = part(text, len) else {
                 break encode(text)?;
             };
-            let enc = encode(prefix)?;
+            let enc = encode(part)?;
             if !enc.get_overflowing().is_empty() {
                 break enc;
             }
@@ -166,15 +220,28 @@ impl Embedder {
     /// The token ids of a pair of texts (a query and a passage, for a
     /// cross-encoder), by the tokenizer's pair template (`[CLS] a [SEP] b
     /// [SEP]`), the longer text cut first to the model's limit when
-    /// `truncate`, refused past it otherwise.
+    /// `truncate` (its last tokens), refused past it otherwise:
+    /// [`Embedder::tokenize_pair_from`] on the right.
     pub fn tokenize_pair(
         &self,
         first: &str,
         second: &str,
         truncate: bool,
     ) -> Result<Vec<u32>, TokenizeError> {
+        self.tokenize_pair_from(first, second, truncate, TruncationDirection::Right)
+    }
+
+    /// [`Embedder::tokenize_pair`], the longer text cut first at the end
+    /// `direction` names (the special tokens kept).
+    pub fn tokenize_pair_from(
+        &self,
+        first: &str,
+        second: &str,
+        truncate: bool,
+        direction: TruncationDirection,
+    ) -> Result<Vec<u32>, TokenizeError> {
         let enc = self
-            .tokenizer
+            .cutting(direction)
             .encode((first, second), true)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
         if !truncate && !enc.get_overflowing().is_empty() {
@@ -184,6 +251,14 @@ impl Embedder {
         }
         self.check_types(&enc)?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// The tokenizer that cuts at `direction`'s end.
+    fn cutting(&self, direction: TruncationDirection) -> &Tokenizer {
+        match direction {
+            TruncationDirection::Right => &self.tokenizer,
+            TruncationDirection::Left => &self.left,
+        }
     }
 
     /// A classifier with token types takes the rows after the first
@@ -455,6 +530,30 @@ fn prefix_at_space(text: &str, len: usize) -> Option<&str> {
     (at > 0).then(|| &text[..at])
 }
 
+/// The text's last bytes, at most `len` of them, from the start of a run
+/// of spaces (so no word is cut in two, and the first word keeps the space
+/// before it, which a byte-level vocabulary reads as part of it); `None`
+/// when the text is no longer than `len` or its last `len` bytes hold no
+/// such start after a word.
+fn suffix_at_space(text: &str, len: usize) -> Option<&str> {
+    if text.len() <= len {
+        return None;
+    }
+    let mut start = text.len() - len;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    // A run of spaces is split as a whole (`"   b"` is not `"  b"`): the
+    // part starts where a run does, after a character that is not one.
+    let mut prev = text[..start].chars().next_back();
+    let at = text[start..].char_indices().find_map(|(i, c)| {
+        let starts_run = c.is_whitespace() && prev.is_some_and(|p| !p.is_whitespace());
+        prev = Some(c);
+        starts_run.then_some(start + i)
+    })?;
+    Some(&text[at..])
+}
+
 /// One token of a text ([`Embedder::tokens`]), as TEI's `/tokenize` shows
 /// it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -542,5 +641,27 @@ impl Model for Embedder {
     /// A sequence's tokens.
     fn cost(&self, ids: &Vec<u32>) -> usize {
         ids.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_before_a_space_and_a_suffix_starts_at_a_run_of_them() {
+        let text = "one two   three four";
+        assert_eq!(prefix_at_space(text, 9), Some("one two "));
+        assert_eq!(prefix_at_space(text, 100), None);
+        // From byte 20 - 9 = 11, inside "three": the next run starts
+        // before "four", and keeps its space.
+        assert_eq!(suffix_at_space(text, 9), Some(" four"));
+        // From the run after "two": all of it; from inside it, not.
+        assert_eq!(suffix_at_space(text, 13), Some("   three four"));
+        assert_eq!(suffix_at_space(text, 12), Some(" four"));
+        assert_eq!(suffix_at_space(text, 100), None);
+        assert_eq!(suffix_at_space("abcdefgh", 4), None, "no space");
+        // A start inside a character moves past it.
+        assert_eq!(suffix_at_space("ééé é", 4), Some(" é"));
     }
 }

@@ -45,4 +45,4 @@ pub mod encoder;
 mod folder;
 mod modules;
 
-pub use embedder::{Embedder, Token, TokenizeError, normalize};
+pub use embedder::{Embedder, Token, TokenizeError, TruncationDirection, normalize};

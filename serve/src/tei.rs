@@ -33,8 +33,8 @@
 //! inputs, refused at the first one past the limit; an input past the
 //! model's limit with `truncate: false`; JSON of the wrong shape; a token
 //! id past the vocabulary; a text the model cannot take; an option coexec
-//! does not serve: a `prompt_name` the model lacks, a text that would be
-//! cut on the left, `dimensions` past the model's), 413 for a body over
+//! does not serve: a `prompt_name` the model lacks, `dimensions` past the
+//! model's), 413 for a body over
 //! the limit, 400 for a body that is not JSON, 422 `Tokenizer`, 429
 //! `Overloaded` with `Retry-After` (a full queue, the memory budget
 //! spent), 424 `Backend` for a vector that is not finite or a route of
@@ -363,30 +363,32 @@ impl Cut {
 }
 
 /// The ids of each input and how long its tokenising took, or the 4xx of
-/// the first that fails. A text past the model's limit that would have to
-/// be cut on the left is refused: only cutting texts on the right is
-/// served. Token ids past it are cut at the end asked for.
+/// the first that fails. Texts and token ids past the model's limit are
+/// cut at the end asked for (a text's special tokens kept), or refused
+/// with `truncate: false`.
 fn tokenize(
     model: &Embedder,
     api: Api,
     items: Vec<Item>,
     cut: Cut,
 ) -> Result<Vec<(Vec<u32>, Duration)>, ErrorResponse> {
-    let left = cut.direction == TruncationDirection::Left;
+    let direction = cut.direction.into();
     let max = model.max_input_length();
+    let text = |t: &str| model.tokenize_from(t, cut.truncate, direction);
     items
         .into_iter()
         .enumerate()
         .map(|(k, item)| {
             let t0 = Instant::now();
-            let right = cut.truncate && !left;
             let ids = match item {
-                Item::Seq(Sequence::Single(t)) => model.tokenize(&t, right),
-                Item::Seq(Sequence::Pair(a, b)) => model.tokenize_pair(&a, &b, right),
+                Item::Seq(Sequence::Single(t)) => text(&t),
+                Item::Seq(Sequence::Pair(a, b)) => {
+                    model.tokenize_pair_from(&a, &b, cut.truncate, direction)
+                }
                 Item::Prompted {
                     prompt,
                     input: InputType::Text(t),
-                } => model.tokenize(&format!("{prompt}{t}"), right),
+                } => text(&format!("{prompt}{t}")),
                 Item::Prompted {
                     prompt,
                     input: InputType::Ids(ids),
@@ -394,7 +396,7 @@ fn tokenize(
                     check_ids(model, api, k, &ids)?;
                     model
                         .decode(&ids, true)
-                        .and_then(|text| model.tokenize(&format!("{prompt}{text}"), right))
+                        .and_then(|t| text(&format!("{prompt}{t}")))
                 }
                 Item::Ids(mut ids) => {
                     check_ids(model, api, k, &ids)?;
@@ -406,7 +408,7 @@ fn tokenize(
                                 ids.len()
                             )));
                         }
-                        if left {
+                        if cut.direction == TruncationDirection::Left {
                             ids.drain(..ids.len() - max);
                         } else {
                             ids.truncate(max);
@@ -416,10 +418,6 @@ fn tokenize(
                 }
             }
             .map_err(|e| match e {
-                TokenizeError::TooLong { .. } if cut.truncate => validation(format!(
-                    "`{}`: {e}; cutting it on the left (`truncation_direction`) is not served",
-                    api.at(k)
-                )),
                 TokenizeError::TooLong { .. } => validation(format!("`{}`: {e}", api.at(k))),
                 _ => ErrorResponse::new(ErrorType::Tokenizer, format!("`{}`: {e}", api.at(k))),
             })?;

@@ -243,16 +243,8 @@ async fn an_embedding_model_answers_as_tei_does() {
         let a = post(addr, "/embed", json!({"inputs": "a".repeat(MAX_BODY)}));
         assert_tei_error(&a, 413, "Validation");
         assert_tei_error(&post(addr, "/embed", json!({"inputs": []})), 400, "Empty");
-        // Where coexec differs, as docs/tei-compat.md says: a text that
-        // `truncation_direction: "left"` would cut is refused (TEI cuts
-        // it), never cut on the right; token ids are cut on the left as
-        // asked (the last 256 kept).
-        let a = post(
-            addr,
-            "/embed",
-            json!({"inputs": long, "truncation_direction": "left"}),
-        );
-        assert_tei_error(&a, 422, "Validation");
+        // Token ids are cut on the left as asked (the last 256 kept);
+        // texts too (`a_text_is_cut_on_the_left_as_tei_cuts_it`).
         let short = post(
             addr,
             "/embed",
@@ -515,6 +507,15 @@ async fn a_reranker_answers_as_tei_does() {
         );
         let a = post(addr, "/v1/embeddings", json!({"input": "a"}));
         assert_openai_error(&a, 424, "Backend");
+        // A pair past the limit is cut on the left as on the right (the
+        // longer text first), never refused.
+        let long = "a cat sat on the mat ".repeat(60);
+        for direction in ["left", "right"] {
+            let body =
+                json!({"query": "a cat", "texts": [long], "truncation_direction": direction});
+            let a = post(addr, "/rerank", body);
+            assert_eq!(a.status, 200, "{direction}: {}", a.body);
+        }
         let info = http(addr, "GET", "/info", "").json();
         assert!(info["model_type"]["reranker"].is_object(), "{info}");
     })
@@ -640,6 +641,107 @@ async fn a_splade_model_answers_as_tei_does() {
         assert_openai_error(&a, 424, "Backend");
         let info = http(addr, "GET", "/info", "").json();
         assert_eq!(info["model_type"]["embedding"]["pooling"], "splade");
+    })
+    .await;
+}
+
+/// A vector's values as `f64`s.
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// The model's limit in tokens (tiny-bert's `max_seq_length`).
+const MAX_TOKENS: usize = 256;
+
+/// `truncation_direction: "left"` on a text past the limit keeps its last
+/// tokens between `[CLS]` and `[SEP]`, as TEI's tokenizer cuts it: the
+/// vector is that of those ids given directly, and not the right cut's.
+/// The text is longer than the part the tokenizer reads of a long text
+/// (32 bytes a token of the limit), so that part is checked against the
+/// whole text's tokens (`/tokenize` never cuts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_is_cut_on_the_left_as_tei_cuts_it() {
+    with_service(data("tiny-bert"), |addr| {
+        let long = format!(
+            "{}{}",
+            "a ".repeat(3000),
+            "the quick brown fox jumps over the lazy dog ".repeat(100)
+        );
+        assert!(long.len() > 32 * MAX_TOKENS && long.len() < MAX_BODY / 2);
+        let whole = ids_of(addr, &long);
+        let n = whole.len();
+        assert!(n > 2 * MAX_TOKENS, "{n} tokens");
+        let mut kept = vec![whole[0]];
+        kept.extend(&whole[n - 1 - (MAX_TOKENS - 2)..]);
+        assert_eq!(kept.len(), MAX_TOKENS);
+        let mut first = whole[..MAX_TOKENS - 1].to_vec();
+        first.push(whole[n - 1]);
+        assert_ne!(kept, first, "the two cuts must differ");
+
+        let left = post(
+            addr,
+            "/embed",
+            json!({"inputs": long, "truncation_direction": "left"}),
+        );
+        assert_eq!(left.status, 200, "{}", left.body);
+        assert_eq!(left.number("x-compute-tokens"), MAX_TOKENS as u64);
+        let by_ids = post(addr, "/embed", json!({"inputs": kept})).json();
+        assert_close(&left.json(), &by_ids);
+        // The right cut is another vector: that of the first tokens.
+        let right = post(addr, "/embed", json!({"inputs": long})).json();
+        assert_close(
+            &right,
+            &post(addr, "/embed", json!({"inputs": first})).json(),
+        );
+        let (l, r) = (floats(&left.json()[0]), floats(&right[0]));
+        assert!(l.iter().zip(&r).any(|(a, b)| (a - b).abs() > 1e-3));
+
+        // TEI's spelling `Left` too; every route that cuts, the same cut.
+        let a = post(
+            addr,
+            "/embed",
+            json!({"inputs": [long], "truncation_direction": "Left"}),
+        );
+        assert_close(&a.json(), &by_ids);
+        let a = post(
+            addr,
+            "/similarity",
+            json!({"inputs": {"source_sentence": long, "sentences": [long]},
+                   "parameters": {"truncation_direction": "left"}}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        // A text past 250 characters a token of the limit (TEI cuts such
+        // a text to its first 64 000 before tokenising, so its left cut
+        // keeps tokens from the middle): coexec keeps the text's own last
+        // tokens, those of its tail (`/tokenize` refuses the whole text).
+        let tail = "the quick brown fox jumps over the lazy dog ".repeat(40);
+        let huge = format!("{}{tail}", "b ".repeat(31_200));
+        assert!(huge.len() > 250 * MAX_TOKENS && huge.len() < MAX_BODY - 100);
+        let t = ids_of(addr, &tail);
+        assert!(t.len() > MAX_TOKENS, "{} tokens", t.len());
+        let mut last = vec![t[0]];
+        last.extend(&t[t.len() - 1 - (MAX_TOKENS - 2)..]);
+        let a = post(
+            addr,
+            "/embed",
+            json!({"inputs": huge, "truncation_direction": "left"}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_close(
+            &a.json(),
+            &post(addr, "/embed", json!({"inputs": last})).json(),
+        );
+        // With `truncate: false` the text is refused whichever end.
+        let a = post(
+            addr,
+            "/embed",
+            json!({"inputs": long, "truncate": false, "truncation_direction": "left"}),
+        );
+        assert_tei_error(&a, 422, "Validation");
     })
     .await;
 }

@@ -215,8 +215,8 @@ pub(crate) fn empty(msg: String) -> ErrorResponse {
     ErrorResponse::new(ErrorType::Empty, msg)
 }
 
-/// Which end of a text too long for the model is cut. Only the right is
-/// served: `left` is refused, never cut on the right silently.
+/// Which end of an input too long for the model is cut: `right` keeps
+/// its first tokens, `left` its last (a text's special tokens kept).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 pub(crate) enum TruncationDirection {
     #[serde(rename = "left", alias = "Left")]
@@ -224,6 +224,15 @@ pub(crate) enum TruncationDirection {
     #[default]
     #[serde(rename = "right", alias = "Right")]
     Right,
+}
+
+impl From<TruncationDirection> for coexec_models::TruncationDirection {
+    fn from(d: TruncationDirection) -> Self {
+        match d {
+            TruncationDirection::Left => Self::Left,
+            TruncationDirection::Right => Self::Right,
+        }
+    }
 }
 
 /// `POST /embed`'s body.
