@@ -130,12 +130,7 @@ pub(super) struct Received {
 /// carry ([`client_batch`]), and the queue's free places, unless the drain
 /// began before its head (`accepted` false: it gets its 503 when queued).
 pub(super) fn limits<M: ServeModel>(svc: &Service<M>, accepted: bool) -> Limits {
-    let s = &svc.inner.stream;
-    let room = if accepted {
-        s.capacity().saturating_sub(s.queued())
-    } else {
-        usize::MAX
-    };
+    let room = if accepted { svc.room() } else { usize::MAX };
     Limits::new(client_batch(svc), room)
 }
 

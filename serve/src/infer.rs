@@ -110,7 +110,7 @@ pub(super) fn failed(msg: impl Into<String>) -> ErrorResponse {
 }
 
 /// 504 `Backend`: the request's deadline passed before its answer.
-fn deadline_passed() -> ErrorResponse {
+pub(super) fn deadline_passed() -> ErrorResponse {
     failed("deadline passed").with_status(StatusCode::GATEWAY_TIMEOUT)
 }
 
@@ -156,7 +156,7 @@ fn deadline_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 pub(super) struct Counted<'a>(&'a AtomicU64, u64);
 
 impl<'a> Counted<'a> {
-    fn new(c: &'a AtomicU64, n: u64) -> Self {
+    pub(super) fn new(c: &'a AtomicU64, n: u64) -> Self {
         c.fetch_add(n, Ordering::Relaxed);
         Self(c, n)
     }

@@ -55,8 +55,8 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ::metrics::{counter, gauge, histogram};
@@ -131,6 +131,8 @@ pub struct ServeConfig {
     prometheus: Option<PrometheusHandle>,
     #[cfg_attr(not(feature = "tei"), allow(dead_code))]
     served_model_name: Option<String>,
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    max_embed_all_values: usize,
 }
 
 impl Default for ServeConfig {
@@ -142,7 +144,7 @@ impl Default for ServeConfig {
 impl ServeConfig {
     /// Bodies up to 2 MiB arriving within 10 s, 1024 inputs per request,
     /// no default deadline, `Retry-After` at most 30 s, a memory budget of
-    /// 1 GiB.
+    /// 1 GiB, `/embed_all` answers of at most 2²⁴ values.
     pub fn new() -> Self {
         Self {
             max_body: 2 << 20,
@@ -153,7 +155,23 @@ impl ServeConfig {
             memory_budget: 1 << 30,
             prometheus: None,
             served_model_name: None,
+            max_embed_all_values: 1 << 24,
         }
+    }
+
+    /// The most values one `POST /embed_all` answer may hold: its inputs'
+    /// tokens × the model's hidden width (default 2²⁴, 16 777 216: 64 MiB
+    /// as `f32`, some 250 MiB of JSON; 128 inputs of 512 tokens on a
+    /// model 256 wide). A request past it is refused with TEI's 422
+    /// `Validation` once its texts are tokenised, before anything runs;
+    /// one within it holds 24 bytes a value of the memory budget
+    /// ([`ServeConfig::memory_budget`]) until its answer is written (the
+    /// vectors, their copy and their JSON), and gets 429 while the budget
+    /// cannot cover that.
+    #[cfg(feature = "tei")]
+    pub fn max_embed_all_values(mut self, values: usize) -> Self {
+        self.max_embed_all_values = values;
+        self
     }
 
     /// The model's name on TEI's routes: `/info`'s `served_model_name`
@@ -230,6 +248,15 @@ impl ServeConfig {
 struct Inner<M: ServeModel> {
     stream: Stream<Arc<M>>,
     model: Arc<M>,
+    /// The runtime the stream runs on, for the jobs a route runs itself
+    /// (`/embed_all`'s). Weak: the stream's batcher holds it while it
+    /// runs, and the caller's `Arc` unwraps for [`Runtime::shutdown`] once
+    /// the service has shut down.
+    #[cfg_attr(not(feature = "tei"), allow(dead_code))]
+    rt: Weak<Runtime>,
+    /// Inputs of those jobs, running or waiting for the runtime: they take
+    /// places of the queue as its own inputs do.
+    direct: AtomicUsize,
     cfg: ServeConfig,
     /// `/readyz` answers 200 (until a drain begins or `set_ready(false)`).
     ready: AtomicBool,
@@ -303,12 +330,15 @@ impl<M: ServeModel> Service<M> {
             rt.classes().iter().any(|c| !gpu(c)),
             rt.classes().iter().any(gpu),
         );
+        let weak = Arc::downgrade(&rt);
         let stream = Stream::start(rt, model.clone(), stream)?;
         let budget = budget::Budget::new(cfg.memory_budget);
         Ok(Self {
             inner: Arc::new(Inner {
                 stream,
                 model,
+                rt: weak,
+                direct: AtomicUsize::new(0),
                 cfg,
                 ready: AtomicBool::new(true),
                 draining: AtomicBool::new(false),
@@ -400,6 +430,15 @@ impl<M: ServeModel> Service<M> {
         self.inner.epoch.elapsed().as_secs_f64()
     }
 
+    /// The queue's free places: its capacity less the inputs waiting in it
+    /// and those of the jobs the routes run themselves.
+    fn room(&self) -> usize {
+        let i = &self.inner;
+        i.stream
+            .capacity()
+            .saturating_sub(i.stream.queued() + i.direct.load(Ordering::Relaxed))
+    }
+
     /// The 429 of a full queue.
     fn overloaded(&self) -> ErrorResponse {
         let why = format!(
@@ -451,8 +490,9 @@ fn method_not_allowed(routes: &'static str) -> ErrorResponse {
 /// Text Embeddings Inference's API (see `tei.rs`).
 #[cfg(feature = "tei")]
 impl Service<coexec_models::Embedder> {
-    /// TEI's routes — `POST /embed`, `/embed_sparse` (a SPLADE model's;
-    /// TEI's 424 on another), `POST /v1/embeddings` (and
+    /// TEI's routes — `POST /embed`, `/embed_all` (every token's vector;
+    /// TEI's 424 on a SPLADE model or a classifier), `/embed_sparse` (a
+    /// SPLADE model's; TEI's 424 on another), `POST /v1/embeddings` (and
     /// `/embeddings`), `POST /similarity`, `/rerank`, `/predict`,
     /// `/tokenize`, `/decode`, `GET /info`, `GET /health`; SageMaker's and
     /// the Inference API's `POST /` and `/invocations` (`/embed`, or
@@ -463,13 +503,14 @@ impl Service<coexec_models::Embedder> {
     /// handle).
     pub fn tei_router(&self) -> Router {
         let routes: &'static str = if self.inner.cfg.prometheus.is_some() {
-            "POST /, /invocations, /embed, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz, /metrics"
+            "POST /, /invocations, /embed, /embed_all, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz, /metrics"
         } else {
-            "POST /, /invocations, /embed, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz"
+            "POST /, /invocations, /embed, /embed_all, /embed_sparse, /v1/embeddings, /embeddings, /similarity, /rerank, /predict, /tokenize, /decode, /v1/infer; GET /, /ping, /info, /health, /api-doc/openapi.json, /healthz, /readyz"
         };
         let json405 = move || async move { method_not_allowed(routes) };
         let tei = Router::new()
             .route("/embed", post(tei::embed).fallback(json405))
+            .route("/embed_all", post(tei::all::embed_all).fallback(json405))
             .route("/embed_sparse", post(tei::embed_sparse).fallback(json405))
             .route("/v1/embeddings", post(tei::openai).fallback(json405))
             .route("/embeddings", post(tei::openai).fallback(json405))

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!  POST /embed          {"inputs": str | [str], "normalize", "truncate", "dimensions"} → [[f32]]
+//!  POST /embed_all      {"inputs": str | [str], "truncate", "truncation_direction"} → [[[f32]]] (a vector per token)
 //!  POST /v1/embeddings  {"input": str | [str], "model", "dimensions"}  → {"object": "list", "data": [{"embedding", "index"}], "usage"}
 //!  POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters": {"truncate"}} → [cosine]
 //!  POST /rerank         {"query": str, "texts": [str], "raw_scores", "return_text"} → [{"index", "score", "text"}] (a cross-encoder)
@@ -34,7 +35,7 @@
 //! model's limit with `truncate: false`; JSON of the wrong shape; a token
 //! id past the vocabulary; a text the model cannot take; an option coexec
 //! does not serve: a `prompt_name` the model lacks, `dimensions` past the
-//! model's), 413 for a body over
+//! model's; an `/embed_all` answer past its bound), 413 for a body over
 //! the limit, 400 for a body that is not JSON, 422 `Tokenizer`, 429
 //! `Overloaded` with `Retry-After` (a full queue, the memory budget
 //! spent), 424 `Backend` for a vector that is not finite or a route of
@@ -55,7 +56,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use metrics::{counter, histogram};
 
 use super::body::{Json, Received, limits, receive, timed};
@@ -64,9 +65,10 @@ use super::error::{ErrorResponse, ErrorType, OpenAiError};
 use super::infer::{failed, submit};
 use super::{ServeModel, Service};
 use crate::budget::Held;
-use coexec::stream::{Served, StreamError};
+use coexec::stream::{Checked, StreamError};
 use coexec_models::{Embedder, TokenizeError, normalize};
 
+pub(super) mod all;
 pub(super) mod classify;
 pub(super) mod openapi;
 pub(super) mod tokens;
@@ -474,8 +476,7 @@ async fn receive_as<R: Request>(
 /// Whether the queue has no room now for `rows` more inputs of a request
 /// the drain had not begun for (`accepted`).
 fn full(svc: &Service<Embedder>, rows: usize, accepted: bool) -> bool {
-    let s = &svc.inner.stream;
-    accepted && s.queued() + rows > s.capacity()
+    accepted && svc.room() < rows
 }
 
 /// `items` run by [`run_inputs`] on a model of embeddings: their vectors
@@ -559,9 +560,21 @@ async fn answer<T: serde::Serialize>(
     openai: bool,
     f: impl Future<Output = Result<(Done, T), ErrorResponse>>,
 ) -> Response {
+    answer_with(openai, async {
+        f.await.map(|(done, body)| (done, Json(body)))
+    })
+    .await
+}
+
+/// [`answer`] of a body already made (`/embed_all`'s JSON, written off
+/// the handler).
+async fn answer_with<T: IntoResponse>(
+    openai: bool,
+    f: impl Future<Output = Result<(Done, T), ErrorResponse>>,
+) -> Response {
     timed(async {
         match f.await {
-            Ok((done, body)) => Ok((done.answered(), Json(body))),
+            Ok((done, body)) => Ok((done.answered(), body)),
             Err(e) => {
                 if let Some(err) = e.te_err() {
                     counter!("te_request_failure", "err" => err).increment(1);
@@ -591,6 +604,47 @@ async fn run_inputs(
     items: Vec<Item>,
     cut: Cut,
 ) -> Result<(Vec<Vec<f32>>, Done), ErrorResponse> {
+    let (ids, ready) = ready(svc, api, admitted, items, cut).await?;
+    // A vector that is not finite is the model's failure, TEI's
+    // `Backend`, for its own request: never a 200 of `null`s.
+    let refused = |k, why| failed(format!("`{}`: {why}", api.at(k)));
+    let answered = submit(svc, ready.accepted, ids, None, refused).await?;
+    counter!("coexec_embed_sequences_total").increment(answered.len() as u64);
+    counter!("coexec_embed_tokens_total").increment(ready.tokens as u64);
+    let times: Vec<_> = answered
+        .iter()
+        .map(|(_, s)| (s.queued, s.inference))
+        .collect();
+    let done = ready.done(svc, &times);
+    Ok((answered.into_iter().map(|(out, _)| out).collect(), done))
+}
+
+/// A request's inputs tokenised and checked ([`ready`]): what its answer
+/// needs of it, and its share of the budget, held until it is answered.
+struct Ready {
+    accepted: bool,
+    start: Instant,
+    method: &'static str,
+    /// `te_embed_*` or `te_predict_*` ([`te_kind`]).
+    kind: &'static str,
+    chars: usize,
+    tokens: usize,
+    /// Each input's tokenising.
+    tokenized: Vec<Duration>,
+    _held: Held,
+}
+
+/// `items` counted in TEI's `te_*_count`, tokenised off the handler and
+/// checked (at least one token each, each within the embedding matrix)
+/// before any is run: a text the model cannot take is refused with its
+/// request, and fails no batch-mate.
+async fn ready(
+    svc: &Service<Embedder>,
+    api: Api,
+    admitted: Admitted,
+    items: Vec<Item>,
+    cut: Cut,
+) -> Result<(Checked<Vec<u32>>, Ready), ErrorResponse> {
     let Admitted {
         held,
         accepted,
@@ -617,14 +671,11 @@ async fn run_inputs(
     let tokenized = off_the_handler(bytes, move || {
         tokenize(&model, api, items, cut).map(|ids| (ids, held))
     });
-    let (tokenized, _held) = tokenized.await?;
-    let (ids, tok_times): (Vec<Vec<u32>>, Vec<Duration>) = tokenized.into_iter().unzip();
+    let (tokenized, held) = tokenized.await?;
+    let (ids, tokenized): (Vec<Vec<u32>>, Vec<Duration>) = tokenized.into_iter().unzip();
     for i in &ids {
         histogram!("te_request_input_length").record(i.len() as f64);
     }
-    // Each text's ids checked on their own before any is queued (at least
-    // one token, each within the embedding matrix): a text the model
-    // cannot take is refused with its request, and fails no batch-mate.
     let tokens: usize = ids.iter().map(Vec::len).sum();
     let ids = match svc.inner.stream.check(ids) {
         Ok(ids) => ids,
@@ -633,37 +684,48 @@ async fn run_inputs(
         }
         Err(e) => return Err(failed(e.to_string())),
     };
-    // A vector that is not finite is the model's failure, TEI's
-    // `Backend`, for its own request: never a 200 of `null`s.
-    let refused = |k, why| failed(format!("`{}`: {why}", api.at(k)));
-    let answered = submit(svc, accepted, ids, None, refused).await?;
-    counter!("coexec_embed_sequences_total").increment(answered.len() as u64);
-    counter!("coexec_embed_tokens_total").increment(tokens as u64);
-    let total = start.elapsed();
-    let (mut queue, mut inference) = (Duration::ZERO, Duration::ZERO);
-    let mut outputs = Vec::with_capacity(answered.len());
-    for ((out, served), tok) in answered.into_iter().zip(&tok_times) {
-        queue += served.queued;
-        inference += served.inference;
-        te_input(kind, total, *tok, served);
-        outputs.push(out);
-    }
-    let mean = |d: Duration| d / n.max(1) as u32;
-    let done = Done {
+    let ready = Ready {
+        accepted,
+        start,
         method,
-        compute_type: compute_type(svc),
+        kind,
         chars,
         tokens,
-        start,
-        tokenization: mean(tok_times.iter().sum()),
-        queue: mean(queue),
-        inference: mean(inference),
+        tokenized,
+        _held: held,
     };
-    Ok((outputs, done))
+    Ok((ids, ready))
+}
+
+impl Ready {
+    /// What the request cost, its inputs answered, each after
+    /// `times[k]` (its wait in the queue, its inference): TEI's
+    /// `te_embed_*` (or `te_predict_*`) of each, and the means of its
+    /// headers.
+    fn done(&self, svc: &Service<Embedder>, times: &[(Duration, Duration)]) -> Done {
+        let total = self.start.elapsed();
+        let (mut queue, mut inference) = (Duration::ZERO, Duration::ZERO);
+        for (&(q, i), &tok) in times.iter().zip(&self.tokenized) {
+            queue += q;
+            inference += i;
+            te_input(self.kind, total, tok, q, i);
+        }
+        let mean = |d: Duration| d / self.tokenized.len().max(1) as u32;
+        Done {
+            method: self.method,
+            compute_type: compute_type(svc),
+            chars: self.chars,
+            tokens: self.tokens,
+            start: self.start,
+            tokenization: mean(self.tokenized.iter().sum()),
+            queue: mean(queue),
+            inference: mean(inference),
+        }
+    }
 }
 
 /// TEI's `te_embed_*` (or `te_predict_*`) of one input answered.
-fn te_input(kind: &str, total: Duration, tokenization: Duration, served: Served) {
+fn te_input(kind: &str, total: Duration, tokenization: Duration, queued: Duration, run: Duration) {
     let (success, duration, tok, queue, inference) = if kind == "predict" {
         (
             counter!("te_predict_success"),
@@ -684,8 +746,8 @@ fn te_input(kind: &str, total: Duration, tokenization: Duration, served: Served)
     success.increment(1);
     duration.record(total.as_secs_f64());
     tok.record(tokenization.as_secs_f64());
-    queue.record(served.queued.as_secs_f64());
-    inference.record(served.inference.as_secs_f64());
+    queue.record(queued.as_secs_f64());
+    inference.record(run.as_secs_f64());
 }
 
 /// `POST /embed`: a vector per input.

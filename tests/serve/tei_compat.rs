@@ -88,6 +88,15 @@ const MAX_BODY: usize = 64 << 10;
 /// Serves `dir` on a loopback port, with `/metrics`, as `tiny` on TEI's
 /// routes; runs `f` on its address, then stops.
 async fn with_service(dir: PathBuf, f: impl FnOnce(SocketAddr) + Send + 'static) {
+    with_service_as(dir, |cfg| cfg, f).await;
+}
+
+/// [`with_service`], its configuration changed by `cfg`.
+async fn with_service_as(
+    dir: PathBuf,
+    cfg: impl FnOnce(ServeConfig) -> ServeConfig,
+    f: impl FnOnce(SocketAddr) + Send + 'static,
+) {
     let rt = Arc::new(
         coexec::Runtime::builder()
             .devices("cpu:1")
@@ -98,11 +107,11 @@ async fn with_service(dir: PathBuf, f: impl FnOnce(SocketAddr) + Send + 'static)
             .unwrap(),
     );
     let model = Embedder::load(&dir).unwrap().with_id("org/tiny-model");
-    let cfg = ServeConfig::new()
+    let cfg = cfg(ServeConfig::new()
         .max_inputs(MAX_INPUTS)
         .max_body(MAX_BODY)
         .served_model_name("tiny")
-        .prometheus(coexec_serve::metrics::install().unwrap());
+        .prometheus(coexec_serve::metrics::install().unwrap()));
     let svc = Service::start(rt, model, StreamConfig::new(), cfg).unwrap();
     let listener = coexec_serve::bind("127.0.0.1:0".parse().unwrap())
         .await
@@ -288,14 +297,13 @@ async fn an_embedding_model_answers_as_tei_does() {
             .sum();
         assert!((norm - 1.0).abs() < 1e-5, "{norm}");
 
-        // A route for another kind of model: TEI's 424 (no model coexec
-        // serves has SPLADE pooling); `/embed_all` is not served: 404.
+        // A route for another kind of model: TEI's 424 (this model has no
+        // SPLADE pooling).
         assert_tei_error(
             &post(addr, "/embed_sparse", json!({"inputs": "a"})),
             424,
             "Backend",
         );
-        assert_eq!(post(addr, "/embed_all", json!({"inputs": "a"})).status, 404);
         let a = post(addr, "/rerank", json!({"query": "a", "texts": ["b"]}));
         assert_tei_error(&a, 424, "Backend");
         assert_tei_error(
@@ -381,6 +389,7 @@ async fn an_embedding_model_answers_as_tei_does() {
         );
         for path in [
             "/embed",
+            "/embed_all",
             "/v1/embeddings",
             "/similarity",
             "/rerank",
@@ -507,6 +516,10 @@ async fn a_reranker_answers_as_tei_does() {
         );
         let a = post(addr, "/v1/embeddings", json!({"input": "a"}));
         assert_openai_error(&a, 424, "Backend");
+        // No token vectors: TEI's 424, as for `/embed`.
+        let a = post(addr, "/embed_all", json!({"inputs": "a"}));
+        assert_tei_error(&a, 424, "Backend");
+        assert!(a.body.contains("not an embedding model"), "{}", a.body);
         // A pair past the limit is cut on the left as on the right (the
         // longer text first), never refused.
         let long = "a cat sat on the mat ".repeat(60);
@@ -540,6 +553,11 @@ async fn a_classifier_answers_as_tei_does() {
         let a = post(addr, "/", json!({"inputs": [["a fine day"], ["a", "b"]]}));
         assert_eq!(a.status, 200, "{}", a.body);
         assert_eq!(a.json().as_array().unwrap().len(), 2);
+        assert_tei_error(
+            &post(addr, "/embed_all", json!({"inputs": "a fine day"})),
+            424,
+            "Backend",
+        );
         let metrics = http(addr, "GET", "/metrics", "").body;
         for name in [
             "te_predict_count",
@@ -639,6 +657,10 @@ async fn a_splade_model_answers_as_tei_does() {
         );
         let a = post(addr, "/v1/embeddings", json!({"input": text}));
         assert_openai_error(&a, 424, "Backend");
+        // TEI's "`embed_all` is not available for SPLADE models".
+        let a = post(addr, "/embed_all", json!({"inputs": text}));
+        assert_tei_error(&a, 424, "Backend");
+        assert!(a.body.contains("SPLADE"), "{}", a.body);
         let info = http(addr, "GET", "/info", "").json();
         assert_eq!(info["model_type"]["embedding"]["pooling"], "splade");
     })
@@ -654,8 +676,145 @@ fn floats(v: &Value) -> Vec<f64> {
         .collect()
 }
 
+/// `v` scaled to unit length.
+fn unit(v: &[f64]) -> Vec<f64> {
+    let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+/// tiny-bert's hidden width, from its own config.json.
+fn hidden_of(dir: &str) -> usize {
+    let text = std::fs::read_to_string(data(dir).join("config.json")).unwrap();
+    let c: Value = serde_json::from_str(&text).unwrap();
+    c["hidden_size"].as_u64().unwrap() as usize
+}
+
 /// The model's limit in tokens (tiny-bert's `max_seq_length`).
 const MAX_TOKENS: usize = 256;
+
+/// `POST /embed_all`: for each input, every token's vector after the last
+/// layer (TEI's `[[[f32; hidden]; tokens]; inputs]`), special tokens
+/// included, not pooled and not normalised: their mean, normalised, is
+/// `/embed`'s vector (tiny-bert pools by the mean, then normalises). Its
+/// bound on values, TEI's statuses and headers, and bad bodies refused
+/// with JSON while the service serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tokens_vector_answers_as_tei_does() {
+    let hidden = hidden_of("tiny-bert");
+    // Three inputs of the model's limit, not four.
+    let most = 3 * MAX_TOKENS * hidden;
+    let cfg = move |c: ServeConfig| c.max_embed_all_values(most);
+    with_service_as(data("tiny-bert"), cfg, move |addr| {
+        let text = "the quick brown fox";
+        let ids = ids_of(addr, text);
+        let a = post(addr, "/embed_all", json!({"inputs": text}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_tei_headers(&a, text.chars().count() as u64, ids.len() as u64);
+        let all = a.json();
+        let inputs = all.as_array().unwrap();
+        assert_eq!(inputs.len(), 1);
+        let tokens: Vec<Vec<f64>> = inputs[0].as_array().unwrap().iter().map(floats).collect();
+        assert_eq!(
+            tokens.len(),
+            ids.len(),
+            "a vector per token, [CLS] and [SEP] too"
+        );
+        assert!(tokens.iter().all(|t| t.len() == hidden));
+        // Not normalised: a layer norm's output is some sqrt(hidden) long.
+        let norm = |t: &[f64]| t.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!(
+            tokens.iter().all(|t| (norm(t) - 1.0).abs() > 0.1),
+            "normalised"
+        );
+        // Each token its own vector.
+        assert!(tokens.windows(2).all(|w| w[0] != w[1]));
+        // They are the encoder's own, token for token and in order.
+        let model = Embedder::load(data("tiny-bert")).unwrap();
+        let k = coexec_models::encoder::Encoder::token_vectors(
+            model.weights().clone(),
+            vec![ids.clone()],
+        )
+        .unwrap();
+        let k = coexec::kernels::run_sequential(coexec::kernels::OneShot::new(k))
+            .unwrap()
+            .unwrap();
+        assert_close(&all, &json!(k.into_token_vectors()));
+        // Their mean, normalised, is the pooled vector.
+        let mean: Vec<f64> = (0..hidden)
+            .map(|j| tokens.iter().map(|t| t[j]).sum::<f64>() / tokens.len() as f64)
+            .collect();
+        let pooled = post(addr, "/embed", json!({"inputs": text})).json();
+        assert_close(&json!(unit(&mean)), &pooled[0]);
+
+        // Token ids, and a batch: the same vectors, in the request's order.
+        let by_ids = post(addr, "/embed_all", json!({"inputs": ids})).json();
+        assert_close(&by_ids, &all);
+        let a = post(addr, "/embed_all", json!({"inputs": ["a", ids, text]}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let batch = a.json();
+        assert_eq!(batch[0].as_array().unwrap().len(), ids_of(addr, "a").len());
+        assert_close(&json!([batch[1], batch[2]]), &json!([all[0], all[0]]));
+        assert_eq!(a.headers["x-compute-type"], "cpu");
+
+        // A text past the limit is cut to it (TEI's auto_truncate), or
+        // refused with `truncate: false`.
+        let long = "word ".repeat(600);
+        let a = post(addr, "/embed_all", json!({"inputs": long}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.json()[0].as_array().unwrap().len(), MAX_TOKENS);
+        let a = post(
+            addr,
+            "/embed_all",
+            json!({"inputs": long, "truncate": false}),
+        );
+        assert_tei_error(&a, 422, "Validation");
+        // The bound on values: three inputs of the limit are within it,
+        // four past it (TEI 1.9's 422, before anything runs).
+        let a = post(addr, "/embed_all", json!({"inputs": vec![&long; 3]}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let a = post(addr, "/embed_all", json!({"inputs": vec![&long; 4]}));
+        assert_tei_error(&a, 422, "Validation");
+        assert!(a.body.contains(&most.to_string()), "{}", a.body);
+
+        // Bad bodies: JSON errors, and the service serves on.
+        for (body, status, kind) in [
+            ("{not json", 400, "Validation"),
+            (r#"{"inputs": 7}"#, 422, "Validation"),
+            (r#"["a"]"#, 422, "Validation"),
+            (r#"{"inputs": []}"#, 400, "Empty"),
+            (r#"{"inputs": ""}"#, 400, "Empty"),
+            (r#"{"inputs": [101, 357, 102]}"#, 422, "Validation"),
+            (
+                r#"{"inputs": ["a", "b", "c", "d", "e"]}"#,
+                422,
+                "Validation",
+            ),
+            (
+                r#"{"inputs": "a", "prompt_name": "nope"}"#,
+                422,
+                "Validation",
+            ),
+            (
+                r#"{"inputs": "a", "truncation_direction": "up"}"#,
+                422,
+                "Validation",
+            ),
+        ] {
+            let a = http(addr, "POST", "/embed_all", body);
+            assert_tei_error(&a, status, kind);
+        }
+        let a = http(addr, "GET", "/embed_all", "");
+        assert_tei_error(&a, 405, "Validation");
+        let a = post(addr, "/embed_all", json!({"inputs": text}));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_close(&a.json(), &all);
+
+        let doc = http(addr, "GET", "/api-doc/openapi.json", "").json();
+        assert!(doc["paths"]["/embed_all"]["post"].is_object());
+        assert!(doc["components"]["schemas"]["EmbedAllRequest"].is_object());
+    })
+    .await;
+}
 
 /// `truncation_direction: "left"` on a text past the limit keeps its last
 /// tokens between `[CLS]` and `[SEP]`, as TEI's tokenizer cuts it: the
@@ -707,6 +866,16 @@ async fn a_text_is_cut_on_the_left_as_tei_cuts_it() {
             json!({"inputs": [long], "truncation_direction": "Left"}),
         );
         assert_close(&a.json(), &by_ids);
+        let a = post(
+            addr,
+            "/embed_all",
+            json!({"inputs": long, "truncation_direction": "left"}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_close(
+            &a.json(),
+            &post(addr, "/embed_all", json!({"inputs": kept})).json(),
+        );
         let a = post(
             addr,
             "/similarity",

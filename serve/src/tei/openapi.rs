@@ -15,12 +15,12 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema};
 use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::types::{
-    ClassifierModel, DecodeRequest, EmbedRequest, EmbedResponse, EmbedSparseRequest,
-    EmbedSparseResponse, Embedding, EmbeddingModel, EncodingFormat, Info, Input, InputIds,
-    InputType, ModelType, OpenAiEmbedding, OpenAiRequest, OpenAiResponse, OpenAiUsage,
-    PredictInput, PredictRequest, PredictResponse, Prediction, Rank, RerankRequest, Sequence,
-    SimilarityInput, SimilarityParameters, SimilarityRequest, SimilarityResponse, SparseValue,
-    TokenizeInput, TokenizeRequest, TruncationDirection,
+    ClassifierModel, DecodeRequest, EmbedAllRequest, EmbedAllResponse, EmbedRequest, EmbedResponse,
+    EmbedSparseRequest, EmbedSparseResponse, Embedding, EmbeddingModel, EncodingFormat, Info,
+    Input, InputIds, InputType, ModelType, OpenAiEmbedding, OpenAiRequest, OpenAiResponse,
+    OpenAiUsage, PredictInput, PredictRequest, PredictResponse, Prediction, Rank, RerankRequest,
+    Sequence, SimilarityInput, SimilarityParameters, SimilarityRequest, SimilarityResponse,
+    SparseValue, TokenizeInput, TokenizeRequest, TruncationDirection,
 };
 use crate::error::{ErrorResponse, ErrorType, OpenAiError};
 
@@ -114,6 +114,7 @@ pub(super) struct SimpleToken {
         super::info,
         super::health,
         super::embed,
+        super::all::embed_all,
         super::embed_sparse,
         super::openai,
         super::similarity,
@@ -123,7 +124,8 @@ pub(super) struct SimpleToken {
         super::tokens::decode,
     ),
     components(schemas(
-        Info, ModelType, ClassifierModel, EmbeddingModel, EmbedRequest, EmbedResponse, EmbedSparseRequest,
+        Info, ModelType, ClassifierModel, EmbeddingModel, EmbedRequest, EmbedResponse,
+        EmbedAllRequest, EmbedAllResponse, EmbedSparseRequest,
         EmbedSparseResponse, SparseValue, Input,
         InputType, TruncationDirection, OpenAiRequest, OpenAiResponse, OpenAiEmbedding,
         OpenAiUsage, Embedding, EncodingFormat, SimilarityRequest, SimilarityInput,
@@ -164,6 +166,8 @@ mod tests {
             ("/info", "get"),
             ("/health", "get"),
             ("/embed", "post"),
+            ("/embed_all", "post"),
+            ("/embed_sparse", "post"),
             ("/v1/embeddings", "post"),
             ("/similarity", "post"),
             ("/rerank", "post"),
@@ -176,6 +180,7 @@ mod tests {
         let schemas = &doc["components"]["schemas"];
         assert_eq!(schemas["Input"]["oneOf"].as_array().map(Vec::len), Some(2));
         assert!(schemas["EmbedRequest"]["properties"]["inputs"].is_object());
+        assert!(schemas["EmbedAllRequest"]["properties"]["truncation_direction"].is_object());
         assert!(schemas["OpenAiError"]["properties"]["type"].is_object());
     }
 }

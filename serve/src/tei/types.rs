@@ -273,6 +273,30 @@ impl Request for EmbedSparseRequest {
         r#"{"inputs": string or [string, ...], "truncate": bool, "prompt_name": string}"#;
 }
 
+/// `POST /embed_all`'s body (TEI's `EmbedAllRequest`): `/embed`'s, less
+/// what pooled vectors take (`normalize`, `dimensions`).
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct EmbedAllRequest {
+    pub(crate) inputs: Input,
+    /// Cut an input past the model's limit; absent or null: yes.
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncation_direction: TruncationDirection,
+    /// A prompt of the model's to put before each input (its tokens
+    /// among the answer's); a name the model lacks: 422.
+    pub(crate) prompt_name: Option<String>,
+}
+
+impl Request for EmbedAllRequest {
+    const SHAPE: &'static str = r#"{"inputs": string or [string, ...], "truncate": bool, "truncation_direction": "right" or "left", "prompt_name": string}"#;
+}
+
+/// `/embed_all`'s answer: for each input, every token's vector after the
+/// model's last layer (special tokens included; not pooled, not
+/// normalised).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EmbedAllResponse(pub(crate) Vec<Vec<Vec<f32>>>);
+
 /// One non-zero value of a sparse vector: its index in the vocabulary.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct SparseValue {
