@@ -49,6 +49,17 @@ pub enum ActorError {
         /// What it did.
         why: String,
     },
+    /// The policy panicked planning a job; that job fails, the runtime
+    /// goes on.
+    #[error("policy `{policy}` failed to plan job `{kernel}`: {why}")]
+    PolicyFailed {
+        /// The policy's name.
+        policy: String,
+        /// Kernel name.
+        kernel: String,
+        /// The panic.
+        why: String,
+    },
     /// The job was cancelled because the runtime shut down.
     #[error("the runtime shut down before the job finished")]
     Shutdown,

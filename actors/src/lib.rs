@@ -37,8 +37,8 @@ mod system;
 mod vtime;
 mod worker;
 
-pub use broker::JobOptions;
 pub use broker::registry::JobOrder;
+pub use broker::{INLINE_MAX, JobOptions};
 pub use device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End, MAX_WORKERS, SIM_SPEEDS};
 pub use error::ActorError;
 pub use perfmodel::{Sample, SpeedModel};

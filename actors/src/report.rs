@@ -196,6 +196,10 @@ pub struct RunReport {
     /// Every chunk, when tracing is on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<ChunkRecord>,
+    /// Whether it ran on the submitting thread, without waking a worker (a
+    /// job the CPU class's model predicts shorter than handing it over,
+    /// on an idle class: [`JobOptions::inline`](crate::JobOptions::inline)).
+    pub inline: bool,
 }
 
 impl RunReport {

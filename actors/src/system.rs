@@ -12,10 +12,10 @@ use coexec_kernels::cuda::{self, GpuInfo, HostPinning, StreamWorker};
 use crate::bind::Binding;
 use crate::broker::registry::{Event, JobOrder, Registry};
 use crate::broker::vetted::Vetted;
-use crate::broker::{Broker, JobOptions, Submit};
+use crate::broker::{Admitter, Broker, JobOptions};
 use crate::device::{ClassInfo, DeviceKind, DeviceList, DeviceSpec, End};
 use crate::policy::{Thresholds, by_name};
-use crate::profiler::{Dump, Fingerprint, Flush, ProfileFile, ProfileStore, Profiler};
+use crate::profiler::{Fingerprint, Flush, ProfileFile, ProfileStore, Profiler, Profiles};
 use crate::worker::{self, CpuExec, Executor, GpuExec, SimExec};
 use crate::{ActorError, RunReport};
 
@@ -92,8 +92,9 @@ fn bind_or_warn(cores: Option<&[usize]>) {
 
 /// The running actor system and workers.
 pub struct Engine {
-    broker: Addr<Broker>,
-    profiler: Addr<crate::profiler::Profiler>,
+    admitter: Admitter,
+    profiles: Arc<Profiles>,
+    profiler: Addr<Profiler>,
     reg: Arc<Registry>,
     system: Option<actix::System>,
     system_thread: Option<JoinHandle<()>>,
@@ -153,13 +154,22 @@ impl Engine {
             cfg.order,
             ev_tx,
         ));
+        let profiles = Arc::new(Profiles::new(store, cfg.thresholds.mu, cfg.thresholds.nu));
+        let _ = reg.profiles.set(profiles.clone());
+        let admitter = Admitter::new(
+            reg.clone(),
+            profiles.clone(),
+            cfg.thresholds,
+            policy,
+            cfg.trace,
+        );
 
         // The actor system, on its own thread: an embedding tokio runtime is
         // never asked to host actix.
         let (tx, rx) = std::sync::mpsc::channel();
         let reg2 = reg.clone();
         let reg_gone = reg.clone();
-        let (th, trace) = (cfg.thresholds, cfg.trace);
+        let profiles2 = profiles.clone();
         let host = binding.as_ref().map(|b| b.host.clone());
         let system_thread = std::thread::Builder::new()
             .name("coexec-actors".into())
@@ -170,33 +180,26 @@ impl Engine {
                 let _dead = SystemGone(reg_gone);
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
-                    let profiler = Profiler::new(store, th.mu, th.nu).start();
-                    let _ = reg2.profiler.set(profiler.clone());
-                    let broker = Broker::create(|ctx| {
+                    let profiler = Profiler::start(profiles2);
+                    // The broker hears the registry's events.
+                    Broker::create(|ctx| {
                         ctx.add_stream(ev_rx.into_stream());
-                        Broker {
-                            reg: reg2,
-                            profiler: profiler.clone(),
-                            thresholds: th,
-                            policy,
-                            trace,
-                            next_id: 0,
-                            admitted: Default::default(),
-                        }
+                        Broker { reg: reg2 }
                     });
-                    let _ = tx.send((broker, profiler, actix::System::current()));
+                    let _ = tx.send((profiler, actix::System::current()));
                 });
                 if let Err(e) = sys.run() {
                     tracing::error!("actor system stopped with an error: {e}");
                 }
             })
             .map_err(|e| ActorError::System(e.to_string()))?;
-        let (broker, profiler, system) = rx
+        let (profiler, system) = rx
             .recv_timeout(Duration::from_secs(10))
             .map_err(|e| ActorError::System(format!("did not start: {e}")))?;
 
         let mut engine = Self {
-            broker,
+            admitter,
+            profiles,
             profiler,
             reg: reg.clone(),
             system: Some(system),
@@ -313,11 +316,9 @@ impl Engine {
             reply: rx,
             answered: false,
         };
-        self.broker.do_send(Submit {
-            kernel: vetted.clone(),
-            opts,
-            reply: tx,
-        });
+        // Admitted here, on the caller's thread: the first thread to hear
+        // of the job after this is the worker that claims it.
+        self.admitter.admit(vetted.clone(), opts, tx);
         let report = match waiting.answer().await {
             Ok(r) => r?,
             Err(_) => {
@@ -337,10 +338,7 @@ impl Engine {
 
     /// Everything the profiler has stored.
     pub async fn profile(&self) -> Result<ProfileFile, ActorError> {
-        self.profiler
-            .send(Dump)
-            .await
-            .map_err(|e| ActorError::System(e.to_string()))
+        Ok(self.profiles.dump())
     }
 
     /// Waits until every submitted job is over and answered.

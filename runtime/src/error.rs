@@ -138,7 +138,9 @@ fn actor_kind(e: &ActorError) -> ErrorKind {
         | ActorError::UnknownPolicy(_)
         | ActorError::Config { .. } => ErrorKind::Config,
         ActorError::NoDevice { .. } | ActorError::Device { .. } => ErrorKind::Device,
-        ActorError::ChunkFailed { .. } | ActorError::KernelMisbehaved { .. } => ErrorKind::Failed,
+        ActorError::ChunkFailed { .. }
+        | ActorError::KernelMisbehaved { .. }
+        | ActorError::PolicyFailed { .. } => ErrorKind::Failed,
         ActorError::Shutdown | ActorError::Cancelled => ErrorKind::Closed,
         // The actor system failing, and variants added later.
         _ => ErrorKind::Internal,

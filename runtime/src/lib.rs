@@ -53,8 +53,8 @@ pub use coexec_actors::ActorError;
 pub use coexec_actors::bind::Binding;
 pub use coexec_actors::policy::Thresholds;
 pub use coexec_actors::{
-    ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, JobOptions,
-    JobOrder, Phase, ProbeReport, RunReport,
+    ChunkRecord, ClassInfo, ClassReport, DeviceKind, DeviceList, DeviceSpec, End, INLINE_MAX,
+    JobOptions, JobOrder, Phase, ProbeReport, RunReport,
 };
 pub use error::{Error, ErrorKind};
 pub use runtime::{Done, Runtime};

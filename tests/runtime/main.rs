@@ -7,6 +7,7 @@ mod cancel;
 mod gpu_twin;
 #[cfg(feature = "workloads")]
 mod in_tokio;
+mod inline;
 #[cfg(feature = "workloads")]
 mod mlp_accuracy;
 mod split_learning;

@@ -51,23 +51,8 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
     } = req;
     let policy = opts.policy.as_deref().unwrap_or(default_policy);
     let grain = kernel.grain().max(1);
-    let able: Vec<bool> = classes
-        .iter()
-        .map(|c| match c.kind {
-            DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
-            DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
-        })
-        .collect();
-    let eligible: Vec<bool> = classes
-        .iter()
-        .zip(&able)
-        .map(|(c, &able)| {
-            able && opts
-                .classes
-                .as_ref()
-                .is_none_or(|only| only.contains(&c.index))
-        })
-        .collect();
+    let able = able(kernel, classes);
+    let eligible = eligible(&able, opts, classes);
     let learns_split = able.iter().zip(&eligible).all(|(a, e)| a == e);
     let Stored {
         models,
@@ -99,10 +84,12 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         thresholds,
         history: &history,
     };
-    let mut adm = policy.admit(&ctx);
-    if let Some(n) = opts.chunk {
-        adm = Admission::pool(&speeds, Chunking::Fixed(n.max(1)));
-    }
+    // Chunks of a size asked for replace the policy's plan: it is not made.
+    let adm = match opts.chunk {
+        Some(n) => Admission::pool(&speeds, Chunking::Fixed(n.max(1))),
+        None => policy.admit(&ctx),
+    };
+    let mut adm = adm;
     let mut remeasured = vec![false; classes.len()];
     if adm.remeasure && seen.is_multiple_of(REMEASURE_EVERY) {
         let given = remeasure(&mut adm, &speeds, ctx.items, grain);
@@ -127,6 +114,31 @@ pub(crate) fn admit(req: Request<'_>) -> Admitted {
         remeasured,
         trace: trace || opts.trace,
     }
+}
+
+/// Per class, whether it can run `kernel` (a CUDA class only with a twin).
+pub(crate) fn able(kernel: &dyn Kernel, classes: &[ClassInfo]) -> Vec<bool> {
+    classes
+        .iter()
+        .map(|c| match c.kind {
+            DeviceKind::Cpu | DeviceKind::Sim { .. } => true,
+            DeviceKind::Cuda { .. } => kernel.cuda().is_some(),
+        })
+        .collect()
+}
+
+/// Per class, whether it can and may (`opts`' classes) run the kernel.
+pub(crate) fn eligible(able: &[bool], opts: &JobOptions, classes: &[ClassInfo]) -> Vec<bool> {
+    classes
+        .iter()
+        .zip(able)
+        .map(|(c, &able)| {
+            able && opts
+                .classes
+                .as_ref()
+                .is_none_or(|only| only.contains(&c.index))
+        })
+        .collect()
 }
 
 /// Gives every eligible class in service that `adm` leaves out a region of

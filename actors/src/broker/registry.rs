@@ -6,12 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use actix::Addr;
-
 use super::job::JobCore;
 use crate::device::ClassInfo;
 use crate::metrics as m;
-use crate::profiler::{Observe, Profiler};
+use crate::profiler::{Observe, Profiles};
 use crate::{ActorError, RunReport};
 
 /// Which job a free worker serves first.
@@ -54,6 +52,8 @@ pub(crate) struct Job {
     /// can claim, then those that stand by for its retries (rung, but not
     /// kept polling).
     pub(crate) wake: Box<[usize]>,
+    /// Whether it runs on its submitter's thread (`Admitter::run_inline`).
+    pub(crate) inline: bool,
 }
 
 impl Job {
@@ -84,6 +84,11 @@ impl Job {
     }
 }
 
+/// How long an idle worker spins, looking for a ring, before it sleeps:
+/// about a thread wake's cost, so a worker that finds nothing to do loses
+/// that much CPU at most, and a job that comes sooner costs no wake.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
 /// A counter alone on its cache line, so workers do not contend for it.
 #[derive(Default)]
 #[repr(align(64))]
@@ -105,17 +110,28 @@ struct Bell {
     count: AtomicU64,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Workers of the class asleep on `cv`, or about to be.
+    sleepers: AtomicUsize,
     /// Live jobs this class can claim from.
     live: AtomicUsize,
 }
 
 impl Bell {
+    /// Counts a ring, and wakes the sleepers if there are any: a ring with
+    /// every worker awake (busy, or spinning after its last chunk) costs
+    /// two atomic operations, no lock and no system call.
+    ///
+    /// A sleeper counts itself before it looks at the count, and a ring
+    /// counts before it looks for sleepers (both sequentially consistent):
+    /// either the sleeper sees the ring and does not sleep, or the ring
+    /// sees the sleeper and notifies under the lock the sleeper holds
+    /// until it waits.
     fn ring(&self) {
-        // Increment under the lock so a waiter between its check and its
-        // wait cannot miss the ring.
-        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.count.fetch_add(1, Ordering::AcqRel);
-        self.cv.notify_all();
+        self.count.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
     }
 }
 
@@ -127,8 +143,8 @@ pub(crate) struct Registry {
     generation: AtomicU64,
     bells: Box<[Bell]>,
     closed: AtomicBool,
-    /// The profiler, once the actor system is up.
-    pub(crate) profiler: std::sync::OnceLock<Addr<Profiler>>,
+    /// The profile store runs are learned into, once the engine has one.
+    pub(crate) profiles: std::sync::OnceLock<Arc<Profiles>>,
     /// Submitters still waiting for a reply; `idle` rings when none are.
     owed: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -169,7 +185,7 @@ impl Registry {
             generation: AtomicU64::new(0),
             bells: classes.iter().map(|_| Bell::default()).collect(),
             closed: AtomicBool::new(false),
-            profiler: std::sync::OnceLock::new(),
+            profiles: std::sync::OnceLock::new(),
             owed: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             order,
@@ -222,11 +238,18 @@ impl Registry {
         drop(jobs);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.ring_for(&job);
-        // Abandoned between the broker's look and the push: the submitter's
-        // scan (`cancel_abandoned`) may have run before the push, but its
-        // closing of the reply happened before that scan, so it shows here.
+        // Abandoned before the push: the submitter's scan
+        // (`cancel_abandoned`) may have run before the push, but its closing
+        // of the reply happened before that scan, so it shows here.
         if job.abandoned() {
             self.cancel(&job);
+        }
+        // Closed meanwhile: `close` marks the registry closed before it
+        // scans the jobs, so a job pushed after its scan sees the mark here
+        // and is not left to workers that have gone.
+        if self.is_closed() {
+            job.core().cancel(ActorError::Shutdown);
+            self.finish(&job);
         }
     }
 
@@ -279,15 +302,21 @@ impl Registry {
         let mut jobs = self.jobs.write().unwrap_or_else(|e| e.into_inner());
         let before = jobs.len();
         jobs.retain(|j| j.id != job.id);
-        if jobs.len() < before {
+        let listed = jobs.len() < before;
+        if listed {
             for bell in self.bells_for(job) {
                 bell.live.fetch_sub(1, Ordering::AcqRel);
             }
+            m::jobs_in_flight(jobs.len());
         }
-        m::jobs_in_flight(jobs.len());
         drop(jobs);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.ring_for(job);
+        if listed {
+            // Workers look again (a job standing by for this one's retries
+            // may claim now). A job no worker saw (run inline, or over at
+            // admission) wakes nobody.
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.ring_for(job);
+        }
         let (result, samples) = {
             let mut core = job.core();
             core.release_kernel();
@@ -311,16 +340,23 @@ impl Registry {
                     efficiency_est = report.ideal_s / report.makespan_s, imbalance = report.imbalance,
                     policy = %report.policy, "run finished"
                 );
-                // First into the profiler's mailbox, then the answer: the
-                // submitter's next run looks its models up behind this. A
-                // run not learned from leaves the profile as it was.
-                if let Some(p) = self.profiler.get().filter(|_| job.learn) {
-                    p.do_send(Observe::of(
+                // Learned first, then the answer: the submitter's next run
+                // looks its models up after this. A run not learned from
+                // leaves the profile as it was.
+                report.inline = job.inline;
+                if let Some(p) = self.profiles.get().filter(|_| job.learn) {
+                    let mut run = Observe::of(
                         job.profile_key.clone(),
                         self.classes.iter().map(|c| c.profile_key.clone()).collect(),
                         &report,
                         samples,
-                    ));
+                    );
+                    if job.inline {
+                        // No hand-off was paid: the class's start stays
+                        // the one measured when a worker was woken.
+                        run.forget_starts();
+                    }
+                    p.learn(&run);
                 }
                 self.reply(job, Ok(report));
             }
@@ -400,6 +436,8 @@ impl Registry {
 
     /// Stops the workers; with `cancel`, fails every live job.
     pub(crate) fn close(&self, cancel: bool) {
+        // First: a job admitted from now on fails itself (`admit`).
+        self.closed.store(true, Ordering::SeqCst);
         if cancel {
             let mut jobs = Vec::new();
             self.snapshot(&mut jobs);
@@ -409,7 +447,6 @@ impl Registry {
                 self.finish(&job);
             }
         }
-        self.closed.store(true, Ordering::Release);
         self.ring();
     }
 
@@ -419,7 +456,9 @@ impl Registry {
 
     /// Class `c`'s bell count, to wait on without missing a ring.
     pub(crate) fn bell(&self, c: usize) -> u64 {
-        self.bells[c].count.load(Ordering::Acquire)
+        // Sequentially consistent: `wait`'s look after it counts itself a
+        // sleeper pairs with `Bell::ring`'s.
+        self.bells[c].count.load(Ordering::SeqCst)
     }
 
     /// Wakes every idle worker.
@@ -433,16 +472,31 @@ impl Registry {
         job.wake.iter().for_each(|&c| self.bells[c].ring());
     }
 
-    /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`.
+    /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`:
+    /// first spinning for up to [`SPIN`] (a job that follows the last within
+    /// that time is claimed with no wake), then asleep.
     pub(crate) fn wait(&self, c: usize, seen: u64, timeout: Duration) {
         let bell = &self.bells[c];
-        let g = bell.lock.lock().unwrap_or_else(|e| e.into_inner());
-        if self.bell(c) != seen || self.is_closed() {
-            return;
+        let spin = Instant::now();
+        loop {
+            if self.bell(c) != seen || self.is_closed() {
+                return;
+            }
+            if spin.elapsed() >= SPIN.min(timeout) {
+                break;
+            }
+            // Lets a thread that is ready run first (a submitter woken by
+            // the answer, on a machine with no core to spare).
+            std::thread::yield_now();
         }
-        let _ = bell
-            .cv
-            .wait_timeout_while(g, timeout, |_| self.bell(c) == seen && !self.is_closed());
+        let g = bell.lock.lock().unwrap_or_else(|e| e.into_inner());
+        bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        if self.bell(c) == seen && !self.is_closed() {
+            let _ = bell
+                .cv
+                .wait_timeout_while(g, timeout, |_| self.bell(c) == seen && !self.is_closed());
+        }
+        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -534,6 +588,7 @@ mod tests {
             closed: Default::default(),
             claimable,
             wake,
+            inline: false,
         })
     }
 

@@ -7,9 +7,11 @@ mod saver;
 mod store;
 mod validity;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use actix::{Actor, AsyncContext, Context, Handler, Message};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, Message};
 
 use history::ClassEnd;
 pub use history::{Pace, RunHistory, RunTime};
@@ -26,11 +28,78 @@ use store::SaveDone;
 /// How often the profile file is rewritten at most while runs stream in.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
-/// The actor around a [`ProfileStore`].
+/// The profile store, shared: a submitter looks its kernel up under the
+/// lock ([`Profiles::lookup`]) and the worker that finishes a run folds the
+/// run in ([`Profiles::learn`]) before it answers, both on their own
+/// threads with no message; the [`Profiler`] actor only schedules and
+/// writes the saves. A run's submitter thus starts its next run from what
+/// the last one taught, with no hop to wait for.
+pub(crate) struct Profiles {
+    store: Mutex<ProfileStore>,
+    /// Whether the store has a file to save to (an in-memory one asks the
+    /// actor for nothing).
+    saved: bool,
+    mu: f64,
+    nu: f64,
+    /// Set when a save was asked for and not yet taken in hand: the runs
+    /// learned from meanwhile ask no more (one message per save, not per
+    /// run).
+    asked: AtomicBool,
+    actor: OnceLock<Addr<Profiler>>,
+}
+
+impl Profiles {
+    pub(crate) fn new(store: ProfileStore, mu: f64, nu: f64) -> Self {
+        Self {
+            saved: store.path().is_some(),
+            store: Mutex::new(store),
+            mu,
+            nu,
+            asked: AtomicBool::new(false),
+            actor: OnceLock::new(),
+        }
+    }
+
+    /// The store. No kernel code runs under this lock, and none of its
+    /// holders panics with it held (the store's updates are arithmetic);
+    /// should one, the store is still usable.
+    fn store(&self) -> MutexGuard<'_, ProfileStore> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stored models, split and history of kernel `key` for the
+    /// classes of profile keys `classes`.
+    pub(crate) fn lookup(&self, key: &str, classes: &[String]) -> Stored {
+        let store = self.store();
+        Stored {
+            models: store.models(key, classes),
+            split: store.split(key, classes),
+            history: store.history(key),
+        }
+    }
+
+    /// Folds a finished run in, and asks the actor for a save unless one
+    /// is already asked for.
+    pub(crate) fn learn(&self, run: &Observe) {
+        run.apply(&mut self.store(), self.mu, self.nu);
+        if self.saved && !self.asked.swap(true, Ordering::AcqRel) {
+            match self.actor.get() {
+                Some(actor) => actor.do_send(SaveSoon),
+                // No actor (yet, or any more): the next ask tries again.
+                None => self.asked.store(false, Ordering::Release),
+            }
+        }
+    }
+
+    /// A copy of everything stored.
+    pub(crate) fn dump(&self) -> ProfileFile {
+        self.store().file().clone()
+    }
+}
+
+/// The actor that saves the shared [`Profiles`]' store.
 pub(crate) struct Profiler {
-    pub(crate) store: ProfileStore,
-    pub(crate) mu: f64,
-    pub(crate) nu: f64,
+    pub(crate) profiles: Arc<Profiles>,
     /// Whether a save is already scheduled.
     save_due: bool,
     /// The thread that writes the file, from the first save on.
@@ -43,16 +112,18 @@ pub(crate) struct Profiler {
 }
 
 impl Profiler {
-    pub(crate) fn new(store: ProfileStore, mu: f64, nu: f64) -> Self {
-        Self {
-            store,
-            mu,
-            nu,
+    /// The actor of `profiles`, which it asks for saves from then on.
+    pub(crate) fn start(profiles: Arc<Profiles>) -> Addr<Self> {
+        let me = Self {
+            profiles: profiles.clone(),
             save_due: false,
             saver: None,
             saving: false,
             failed: None,
         }
+        .start();
+        let _ = profiles.actor.set(me.clone());
+        me
     }
 
     /// Saves what was learned at most once per [`SAVE_EVERY`] (at a
@@ -63,7 +134,8 @@ impl Profiler {
         if self.save_due || self.saving {
             return;
         }
-        match self.store.save_wait(SAVE_EVERY) {
+        let wait = self.profiles.store().save_wait(SAVE_EVERY);
+        match wait {
             Duration::ZERO => self.start_save(ctx),
             wait => {
                 self.save_due = true;
@@ -78,7 +150,9 @@ impl Profiler {
     /// Hands the save to the writer thread (started here the first time);
     /// writes it on this thread only if no thread could be had.
     fn start_save(&mut self, ctx: &mut Context<Self>) {
-        let Some(job) = self.store.take_save() else {
+        // Taken in hand: what is learned from now on asks again.
+        self.profiles.asked.store(false, Ordering::Release);
+        let Some(job) = self.profiles.store().take_save() else {
             return;
         };
         if self.saver.is_none() {
@@ -107,7 +181,8 @@ impl Profiler {
 
     /// Records a save's outcome; the kind of its error, if it failed.
     fn finish(&mut self, done: SaveDone) -> Option<std::io::ErrorKind> {
-        match self.store.finish_save(done) {
+        let done = self.profiles.store().finish_save(done);
+        match done {
             Ok(()) => {
                 self.failed = None;
                 None
@@ -131,37 +206,16 @@ impl Actor for Profiler {
     type Context = Context<Self>;
 }
 
-/// The stored models and split of a kernel for the given classes.
-#[derive(Message)]
-#[rtype(result = "Stored")]
-pub(crate) struct Lookup {
-    pub(crate) key: String,
-    pub(crate) classes: Vec<String>,
-}
-
-/// What [`Lookup`] answers.
+/// What [`Profiles::lookup`] answers.
 pub(crate) struct Stored {
     pub(crate) models: Vec<SpeedModel>,
     pub(crate) split: Vec<f64>,
     pub(crate) history: RunHistory,
 }
 
-impl Handler<Lookup> for Profiler {
-    type Result = actix::MessageResult<Lookup>;
-    fn handle(&mut self, m: Lookup, _: &mut Context<Self>) -> Self::Result {
-        actix::MessageResult(Stored {
-            models: self.store.models(&m.key, &m.classes),
-            split: self.store.split(&m.key, &m.classes),
-            history: self.store.history(&m.key),
-        })
-    }
-}
-
-/// A finished run's samples. Sent by the worker that finished the run before
-/// it answers the run's submitter, so the submitter's next run (whose
-/// [`Lookup`] queues behind it in this mailbox) starts from them.
-#[derive(Message)]
-#[rtype(result = "Learned")]
+/// A finished run's samples, folded in ([`Profiles::learn`]) by the worker
+/// that finished the run before it answers the run's submitter, so the
+/// submitter's next run starts from them.
 pub(crate) struct Observe {
     pub(crate) key: String,
     pub(crate) classes: Vec<String>,
@@ -216,6 +270,11 @@ impl Observe {
         }
     }
 
+    /// Learns nothing of the classes' starts from this run.
+    pub(crate) fn forget_starts(&mut self) {
+        self.outcome.starts.iter_mut().for_each(|s| *s = None);
+    }
+
     /// Folds it into `store` (`mu`, `nu`: the seed's μ and ν).
     pub(crate) fn apply(&self, store: &mut ProfileStore, mu: f64, nu: f64) -> Learned {
         store.observe_outcome(&self.key, &self.classes, &self.outcome, mu);
@@ -229,12 +288,16 @@ impl Observe {
     }
 }
 
-impl Handler<Observe> for Profiler {
-    type Result = actix::MessageResult<Observe>;
-    fn handle(&mut self, m: Observe, ctx: &mut Context<Self>) -> Self::Result {
-        let learned = m.apply(&mut self.store, self.mu, self.nu);
+/// Something was learned: save it soon ([`Profiles::learn`] sends it once
+/// per save).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SaveSoon;
+
+impl Handler<SaveSoon> for Profiler {
+    type Result = ();
+    fn handle(&mut self, _: SaveSoon, ctx: &mut Context<Self>) {
         self.save_soon(ctx);
-        actix::MessageResult(learned)
     }
 }
 
@@ -260,8 +323,11 @@ impl Handler<Flush> for Profiler {
         }
         if held {
             tracing::warn!("the final save is skipped: the profile's lock is still held");
-        } else if let Some(job) = self.store.take_save() {
-            self.finish(job.write());
+        } else {
+            let job = self.profiles.store().take_save();
+            if let Some(job) = job {
+                self.finish(job.write());
+            }
         }
         let _ = m.done.send(());
     }
@@ -285,20 +351,8 @@ impl Handler<Saved> for Profiler {
         // retried every second for nothing.
         let written = matches!(done, SaveDone::Written(_));
         self.finish(done);
-        if written && self.store.dirty() {
+        if written && self.profiles.store().dirty() {
             self.save_soon(ctx);
         }
-    }
-}
-
-/// A copy of everything stored.
-#[derive(Message)]
-#[rtype(result = "ProfileFile")]
-pub(crate) struct Dump;
-
-impl Handler<Dump> for Profiler {
-    type Result = actix::MessageResult<Dump>;
-    fn handle(&mut self, _: Dump, _: &mut Context<Self>) -> Self::Result {
-        actix::MessageResult(self.store.file().clone())
     }
 }

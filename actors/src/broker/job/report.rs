@@ -104,6 +104,7 @@ impl JobCore {
             prediction_imbalance,
             classes,
             chunks: self.trace.take(),
+            inline: false,
         })
     }
 
