@@ -39,6 +39,12 @@
 //! pooling and the modules after it applied) before any normalisation the
 //! caller asks for.
 //!
+//! A batch too small to keep every CPU worker busy as one kernel (a single
+//! long sentence is one tile, so one worker) runs as [`Encoder::phased`]
+//! instead: the same pass as a [`coexec_kernels::Workload`] of about two
+//! jobs per layer, over token rows and over attention heads, each shared by
+//! every CPU worker ([`EncoderPhases`]; not for SPLADE).
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use coexec_models::encoder::{EncoderWeights, Encoder};
@@ -61,6 +67,7 @@ mod config;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod gpu;
+mod phased;
 #[cfg(test)]
 mod tests;
 mod weights;
@@ -69,10 +76,12 @@ pub use crate::modules::{DenseActivation, Pooling};
 pub use config::{
     ATTENTION_COST, Activation, EncoderConfig, Family, NormKind, RelativeBias, Rotary,
 };
+pub use phased::{EncoderPhases, EncoderStep, ROW_BLOCK};
 pub use weights::EncoderWeights;
 
 thread_local! {
-    /// Each worker thread's activations, kept between chunks.
+    /// Each worker thread's activations, kept between chunks (of the
+    /// one-kernel pass and the phased steps alike).
     static SCRATCH: RefCell<cpu::Scratch> = RefCell::new(cpu::Scratch::default());
 }
 
