@@ -127,8 +127,9 @@ pub(crate) enum Step {
 #[derive(Debug)]
 pub(crate) struct Modules {
     pub(crate) pooling: Pooling,
-    /// `SpladePooling`'s `embedding_dimension`: the vocabulary it pools.
-    pub(crate) splade_width: Option<usize>,
+    /// `SpladePooling`'s `embedding_dimension` (the vocabulary it pools)
+    /// and the file that gives it.
+    pub(crate) splade_width: Option<(usize, std::path::PathBuf)>,
     pub(crate) steps: Vec<Step>,
     /// The named prompts (`config_sentence_transformers.json`'s `prompts`).
     pub(crate) prompts: BTreeMap<String, String>,
@@ -278,7 +279,7 @@ impl Modules {
                             ));
                         }
                     }
-                    splade_width = c.embedding_dimension.map(|d| d.0);
+                    splade_width = c.embedding_dimension.map(|d| (d.0, path.clone()));
                     pooling = Some(Pooling::Splade);
                 }
                 (_, "Dense") if pooling.is_some() && pooling != Some(Pooling::Splade) => {

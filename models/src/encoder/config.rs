@@ -454,10 +454,23 @@ struct ModernBertJson {
     global_attn_every_n_layers: Option<Dim>,
     local_attention: Option<Dim>,
     global_rope_theta: Option<f64>,
-    local_rope_theta: Option<f64>,
+    /// Absent: 10 000; `null`: the global base (as Transformers 4's
+    /// ModernBERT takes it, which sets a local layer's base only where
+    /// this is a number).
+    #[serde(default, deserialize_with = "present")]
+    local_rope_theta: Option<Option<f64>>,
     layer_types: Option<Vec<String>>,
     rope_parameters: Option<ModernRopeJson>,
     rope_scaling: Option<serde::de::IgnoredAny>,
+}
+
+/// A field that may be absent (`None`) or `null` (`Some(None)`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 fn modernbert(
@@ -509,7 +522,7 @@ fn modernbert(
         path,
         "rope_parameters",
         rp.and_then(|r| r.sliding_attention.as_ref()),
-        j.local_rope_theta,
+        j.local_rope_theta.map(|t| t.unwrap_or(theta)),
         10_000.0,
     )?;
     Ok(EncoderConfig {

@@ -516,3 +516,36 @@ fn mpnet_buckets_are_transformers_own() {
         assert_eq!(cpu::bucket(rb, rel), want, "relative position {rel}");
     }
 }
+
+/// ModernBERT's local base under the Hub's fields: absent 10 000, `null`
+/// the global base (Transformers 4 sets a local layer's base only from a
+/// number), a number itself.
+#[test]
+fn modernbert_s_local_base_follows_the_hub_s_fields() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/families");
+    let text = std::fs::read_to_string(root.join("modernbert-mean/config.json")).unwrap();
+    let mut j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let o = j.as_object_mut().unwrap();
+    o.remove("rope_parameters");
+    o.remove("layer_types");
+    o.insert("global_rope_theta".into(), 160_000.0.into());
+    let dir = std::env::temp_dir().join(format!("coexec-modernbert-theta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (local, want) in [
+        (None, 10_000.0),
+        (Some(serde_json::Value::Null), 160_000.0),
+        (Some(5_000.0.into()), 5_000.0),
+    ] {
+        let mut j = j.clone();
+        if let Some(v) = local.clone() {
+            j.as_object_mut()
+                .unwrap()
+                .insert("local_rope_theta".into(), v);
+        }
+        std::fs::write(dir.join("config.json"), j.to_string()).unwrap();
+        let c = EncoderConfig::load_with(&dir, Pooling::Mean).unwrap();
+        let r = c.rotary.unwrap();
+        assert_eq!((r.theta, r.local_theta), (160_000.0, want), "{local:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

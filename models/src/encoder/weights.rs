@@ -618,9 +618,11 @@ impl EncoderWeights {
                             ),
                         ));
                     }
-                    if let Some(w) = m.splade_width.filter(|&w| w != cfg.vocab) {
+                    if let Some((w, path)) =
+                        m.splade_width.as_ref().filter(|(w, _)| *w != cfg.vocab)
+                    {
                         return Err(config_err(
-                            &dir.join("1_SpladePooling/config.json"),
+                            path,
                             "embedding_dimension",
                             format!("{w}, but the vocabulary has {} words", cfg.vocab),
                         ));
