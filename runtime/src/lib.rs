@@ -3,11 +3,11 @@
 //! moment.
 //!
 //! ```text
-//!  your tokio task ──run(kernel)──▶ Broker actor ──admits──▶ item space [cpu ▶▶ ...... ◀◀ gpu]
-//!        ▲                              │                     ▲ claim/complete (no messages)
-//!        │ Done{kernel, report}         ▼                     │
-//!        └──────────────────────── Profiler actor ◀── workers: cpu:0 cpu:1 … cuda:0/s0 cuda:0/s1
-//!                                  (speed models, profile JSON)
+//!  your tokio task ──run(kernel)──▶ broker admits, on your thread ──▶ item space [cpu ▶▶ ...... ◀◀ gpu]
+//!        ▲                              │ plans from                     ▲ claim/complete (no messages)
+//!        │ Done{kernel, report}         ▼                                │
+//!        └──────────────────────── profile store ◀── learned by workers: cpu:0 cpu:1 … cuda:0/s0 cuda:0/s1
+//!                                  (speed models; the Profiler actor saves its JSON)
 //! ```
 //!
 //! A job is a [`Kernel`](kernels::Kernel) over items `0..n`. The default
