@@ -45,4 +45,6 @@ pub mod encoder;
 mod folder;
 mod modules;
 
-pub use embedder::{Embedder, Token, TokenizeError, TruncationDirection, normalize};
+pub use embedder::{
+    Embedder, PHASED_MIN_TOKENS, Token, TokenizeError, TruncationDirection, normalize,
+};

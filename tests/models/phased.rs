@@ -289,3 +289,67 @@ async fn phased_minilm_one_sentence_on_two_cores() {
         halves / one
     );
 }
+
+/// Through a stream on `cpu:2`: a single sequence of at least
+/// `PHASED_MIN_TOKENS` tokens runs in phases (the runtime counts far more
+/// items than its one job would: the phases' rows and heads) and answers
+/// the one-kernel vector; a short one runs as one job.
+#[test]
+fn a_stream_runs_a_lone_long_sequence_in_phases() {
+    use std::sync::Arc;
+
+    use coexec::stream::{Model, Stream, StreamConfig};
+
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio.block_on(async {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tiny-bert");
+        let model = Arc::new(Embedder::load(&dir).unwrap());
+        let rt = Arc::new(
+            coexec::Runtime::builder()
+                .devices("cpu:2")
+                .unwrap()
+                .in_memory_profiles()
+                .build()
+                .unwrap(),
+        );
+        let stream = Stream::start(rt.clone(), model.clone(), StreamConfig::new()).unwrap();
+        let items = || rt.progress().iter().map(|(_, n)| n).sum::<u64>();
+        let long = model.tokenize(&long_text(), true).unwrap();
+        assert!(long.len() >= coexec_models::PHASED_MIN_TOKENS);
+        let short = long[..4].to_vec();
+        for (ids, phased) in [(long, true), (short, false)] {
+            let before = items();
+            let got = stream.infer(ids.clone()).await.unwrap();
+            let ran = items() - before;
+            let one = model.build(vec![ids.clone()]).unwrap();
+            let one_items = one.items() as u64;
+            let want = run_sequential(OneShot::new(one)).unwrap().unwrap();
+            let want = model.outputs(want).unwrap().remove(0);
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(diff < 1e-5, "{} tokens: differs by {diff}", ids.len());
+            if phased {
+                // Every row in each of layers + 1 row steps, and every
+                // head in each layer's attention step.
+                let c = model.weights().config();
+                let (t, l) = (ids.len() as u64, c.layers as u64);
+                assert_eq!(
+                    ran,
+                    t * (l + 1) + c.heads as u64 * l,
+                    "{} tokens",
+                    ids.len()
+                );
+            } else {
+                assert_eq!(ran, one_items, "a short sequence is one job");
+            }
+        }
+        stream.shutdown().await;
+    });
+}

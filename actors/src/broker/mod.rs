@@ -124,6 +124,12 @@ impl JobOptions {
         self
     }
 
+    /// The device classes the job is kept to ([`JobOptions::classes`]);
+    /// `None`: every class.
+    pub fn only_classes(&self) -> Option<&[usize]> {
+        self.classes.as_deref()
+    }
+
     /// Whether a policy or device classes are set: the job chooses where
     /// it runs (a stream then leaves its batches' placement to them).
     pub fn restricts_placement(&self) -> bool {

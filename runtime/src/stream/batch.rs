@@ -246,6 +246,45 @@ impl<M: Model> BatchJob<M> {
         }
     }
 
+    /// Runs the kernel of a batch of `size` inputs: in phases that every
+    /// CPU worker shares where it has fewer inputs than the CPU workers,
+    /// only CPU classes may run it and the model cuts it
+    /// ([`Model::phased`]); else as one job. The kernel back, and the
+    /// job's report (none for phases).
+    async fn run_kernel(
+        &self,
+        k: M::Kernel,
+        size: usize,
+        opts: JobOptions,
+    ) -> Result<(M::Kernel, Option<crate::RunReport>), Error> {
+        let classes = self.rt.classes();
+        let eligible: Vec<&crate::ClassInfo> = classes
+            .iter()
+            .filter(|c| c.workers > 0)
+            .filter(|c| {
+                opts.only_classes()
+                    .is_none_or(|only| only.contains(&c.index))
+            })
+            .collect();
+        let cpu_only = eligible
+            .iter()
+            .all(|c| matches!(c.kind, crate::DeviceKind::Cpu));
+        let workers: usize = eligible.iter().map(|c| c.workers).sum();
+        let k = if cpu_only && size < workers {
+            match self.model.phased(k, workers) {
+                Ok(phases) => {
+                    let (k, _) = phases.run(&self.rt, opts).await?;
+                    return Ok((k, None));
+                }
+                Err(k) => k,
+            }
+        } else {
+            k
+        };
+        let d = self.rt.run_with(k, opts).await?;
+        Ok((d.kernel, Some(d.report)))
+    }
+
     /// Runs `batch`, closed at `closed` by the batcher (so the task's start
     /// counts in the stream's cost, not in the requests' queueing).
     async fn run(self, batch: Vec<Request<M>>, closed: Instant, backlog: usize) {
@@ -301,12 +340,14 @@ impl<M: Model> BatchJob<M> {
                     ticket,
                     epoch: self.epoch,
                 };
-                let done = self.rt.run_with(k, opts).await;
+                let done = self.run_kernel(k, size, opts).await;
                 let (run, delivering) = (started.elapsed(), Instant::now());
-                place.learn(done.as_ref().ok().map(|d| &d.report));
+                // A batch run in phases teaches the placer nothing: its
+                // reports are its phases', not the batch's.
+                place.learn(done.as_ref().ok().and_then(|d| d.1.as_ref()));
                 let outs = match done {
-                    Ok(d) => {
-                        let (model, kernel) = (self.model.clone(), d.kernel);
+                    Ok((kernel, _)) => {
+                        let model = self.model.clone();
                         // Each output checked where it is taken out: a
                         // refused one fails its own request only.
                         self.calls

@@ -95,7 +95,7 @@ pub use error::{Rejected, StreamError};
 #[cfg(feature = "workloads")]
 pub use mlp::{Classification, MlpModel};
 use model::check_input;
-pub use model::{Checked, Model};
+pub use model::{Checked, Model, Phased};
 pub use place::Placement;
 use place::Placer;
 use request::{Enqueued, Request};

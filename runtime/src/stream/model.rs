@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use coexec_kernels::{Kernel, KernelError};
+use coexec_kernels::{Kernel, KernelError, Workload};
 
 use super::StreamError;
-use crate::Error;
+use crate::{Error, JobOptions, Runtime};
 
 /// How to serve a model over coexec: one kernel per batch of inputs.
 ///
@@ -60,6 +60,23 @@ pub trait Model: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The batch's kernel cut into phases that every CPU worker shares, for
+    /// a batch too small to keep `workers` CPU workers busy as one job (a
+    /// single long sentence): the stream runs it so, phase after phase
+    /// ([`Runtime::drive`](crate::Runtime::drive)), where the batch has
+    /// fewer inputs than the CPU class has workers and only CPU classes
+    /// may run it (an accelerator's batch is never cut). `Err(kernel)`
+    /// (the default): the batch runs as one job. Called on the batch's
+    /// task: keep it cheap.
+    fn phased(
+        &self,
+        kernel: Self::Kernel,
+        workers: usize,
+    ) -> Result<Phased<Self::Kernel>, Self::Kernel> {
+        let _ = workers;
+        Err(kernel)
+    }
+
     /// What an input weighs against [`StreamConfig::max_batch_cost`](super::StreamConfig::max_batch_cost)
     /// (a text's tokens, for an encoder). Called by the batcher on each
     /// input as it joins a batch: keep it cheap. Default: 1.
@@ -95,6 +112,61 @@ impl<M: Model + ?Sized> Model for Arc<M> {
 
     fn cost(&self, input: &Self::Input) -> usize {
         (**self).cost(input)
+    }
+
+    fn phased(
+        &self,
+        kernel: Self::Kernel,
+        workers: usize,
+    ) -> Result<Phased<Self::Kernel>, Self::Kernel> {
+        (**self).phased(kernel, workers)
+    }
+}
+
+/// A batch's work as a [`Workload`] of phases, whose output is the batch's
+/// kernel with every output computed ([`Model::phased`]).
+pub struct Phased<K> {
+    run: RunPhases<K>,
+}
+
+/// Runs the phases on a runtime under the batch's options.
+type RunPhases<K> = Box<dyn for<'a> FnOnce(&'a Runtime, JobOptions) -> PhasesRun<'a, K> + Send>;
+
+type PhasesRun<'a, K> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(K, usize), Error>> + Send + 'a>>;
+
+impl<K: Send + 'static> Phased<K> {
+    /// The phases of `w`, whose output is the kernel back.
+    pub fn new<W: Workload<Output = K> + 'static>(w: W) -> Self {
+        Self {
+            run: Box::new(move |rt: &Runtime, opts: JobOptions| -> PhasesRun<'_, K> {
+                Box::pin(async move {
+                    let (k, reports) = rt.drive(w, opts).await?;
+                    Ok((k, reports.len()))
+                })
+            }),
+        }
+    }
+
+    /// A batch that cannot run (the model found out while cutting it):
+    /// its requests fail with `err` ([`StreamError::Failed`]).
+    pub fn failed(err: KernelError) -> Self {
+        Self {
+            run: Box::new(move |_: &Runtime, _: JobOptions| -> PhasesRun<'_, K> {
+                Box::pin(async move { Err(Error::Kernel(err)) })
+            }),
+        }
+    }
+
+    /// Runs every phase; the kernel and how many jobs it took.
+    pub(super) async fn run(self, rt: &Runtime, opts: JobOptions) -> Result<(K, usize), Error> {
+        (self.run)(rt, opts).await
+    }
+}
+
+impl<K> std::fmt::Debug for Phased<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Phased").finish_non_exhaustive()
     }
 }
 
