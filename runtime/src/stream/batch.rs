@@ -271,7 +271,10 @@ impl<M: Model> BatchJob<M> {
             .all(|c| matches!(c.kind, crate::DeviceKind::Cpu));
         let workers: usize = eligible.iter().map(|c| c.workers).sum();
         let k = if cpu_only && size < workers {
-            match self.model.phased(k, workers) {
+            // User code: a panic in it fails this batch, not the stream.
+            let model = &self.model;
+            let cut = catch_in("Model::phased", || Ok(model.phased(k, workers)))?;
+            match cut {
                 Ok(phases) => {
                     let (k, _) = phases.run(&self.rt, opts).await?;
                     return Ok((k, None));
