@@ -3,6 +3,7 @@
 //! close the jobs they finish; nobody messages the broker per job or chunk.
 
 pub(crate) mod admission;
+mod bell;
 pub(crate) mod job;
 pub(crate) mod registry;
 pub(crate) mod space;
@@ -391,11 +392,8 @@ impl Admitter {
             let chunk = Chunk::claim(&claims, info.range.clone());
             drop(claims);
             let res = match &chunk {
-                Some(chunk) => KernelError::catch(|| kernel.run_cpu(chunk)),
-                None => Err(KernelError::Failed(format!(
-                    "items {:?} overlap a live claim of the job",
-                    info.range
-                ))),
+                Some(chunk) => crate::worker::guarded(|| kernel.run_cpu(chunk)),
+                None => Err(crate::worker::overlap(&info.range)),
             };
             let t1 = job.start.elapsed().as_secs_f64();
             drop(chunk);

@@ -1,11 +1,12 @@
 //! The jobs workers claim from. The broker owns it; workers read it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::bell::Bell;
 use super::job::JobCore;
 use crate::device::ClassInfo;
 use crate::metrics as m;
@@ -84,11 +85,6 @@ impl Job {
     }
 }
 
-/// How long an idle worker spins, looking for a ring, before it sleeps:
-/// about a thread wake's cost, so a worker that finds nothing to do loses
-/// that much CPU at most, and a job that comes sooner costs no wake.
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
-
 /// A counter alone on its cache line, so workers do not contend for it.
 #[derive(Default)]
 #[repr(align(64))]
@@ -102,37 +98,6 @@ pub(crate) enum Event {
         class: usize,
         why: String,
     },
-}
-
-/// What the idle workers of one class wait on.
-#[derive(Default)]
-struct Bell {
-    count: AtomicU64,
-    lock: Mutex<()>,
-    cv: Condvar,
-    /// Workers of the class asleep on `cv`, or about to be.
-    sleepers: AtomicUsize,
-    /// Live jobs this class can claim from.
-    live: AtomicUsize,
-}
-
-impl Bell {
-    /// Counts a ring, and wakes the sleepers if there are any: a ring with
-    /// every worker awake (busy, or spinning after its last chunk) costs
-    /// two atomic operations, no lock and no system call.
-    ///
-    /// A sleeper counts itself before it looks at the count, and a ring
-    /// counts before it looks for sleepers (both sequentially consistent):
-    /// either the sleeper sees the ring and does not sleep, or the ring
-    /// sees the sleeper and notifies under the lock the sleeper holds
-    /// until it waits.
-    fn ring(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.cv.notify_all();
-        }
-    }
 }
 
 /// Every live job, and the bells idle workers wait on: one per class, so a
@@ -456,9 +421,7 @@ impl Registry {
 
     /// Class `c`'s bell count, to wait on without missing a ring.
     pub(crate) fn bell(&self, c: usize) -> u64 {
-        // Sequentially consistent: `wait`'s look after it counts itself a
-        // sleeper pairs with `Bell::ring`'s.
-        self.bells[c].count.load(Ordering::SeqCst)
+        self.bells[c].count()
     }
 
     /// Wakes every idle worker.
@@ -472,31 +435,10 @@ impl Registry {
         job.wake.iter().for_each(|&c| self.bells[c].ring());
     }
 
-    /// Waits for a ring of class `c`'s bell after `seen`, at most `timeout`:
-    /// first spinning for up to [`SPIN`] (a job that follows the last within
-    /// that time is claimed with no wake), then asleep.
+    /// Waits for a ring of class `c`'s bell after `seen` (or the close), at
+    /// most `timeout` ([`Bell::wait`]).
     pub(crate) fn wait(&self, c: usize, seen: u64, timeout: Duration) {
-        let bell = &self.bells[c];
-        let spin = Instant::now();
-        loop {
-            if self.bell(c) != seen || self.is_closed() {
-                return;
-            }
-            if spin.elapsed() >= SPIN.min(timeout) {
-                break;
-            }
-            // Lets a thread that is ready run first (a submitter woken by
-            // the answer, on a machine with no core to spare).
-            std::thread::yield_now();
-        }
-        let g = bell.lock.lock().unwrap_or_else(|e| e.into_inner());
-        bell.sleepers.fetch_add(1, Ordering::SeqCst);
-        if self.bell(c) == seen && !self.is_closed() {
-            let _ = bell
-                .cv
-                .wait_timeout_while(g, timeout, |_| self.bell(c) == seen && !self.is_closed());
-        }
-        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.bells[c].wait(seen, timeout, || self.is_closed());
     }
 }
 

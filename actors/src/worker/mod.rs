@@ -47,6 +47,12 @@ pub(crate) trait Executor: Send {
     }
 }
 
+/// A chunk whose items the claim space refused: they overlap a live claim
+/// (never handed out so; failed like any error should it happen).
+pub(crate) fn overlap(range: &std::ops::Range<usize>) -> KernelError {
+    KernelError::Failed(format!("items {range:?} overlap a live claim of the job"))
+}
+
 /// Runs `f`, turning a panic into [`KernelError::Panicked`].
 pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, KernelError>) -> Result<T, KernelError> {
     KernelError::catch(f)
@@ -117,13 +123,7 @@ pub(crate) fn work(reg: Arc<Registry>, w: usize, mut exec: Box<dyn Executor>) {
         drop(claims);
         exec.begin(&job.profile_key, info.cpu_secs);
         let (t0, res) = match &chunk {
-            None => (
-                t0,
-                Err(KernelError::Failed(format!(
-                    "items {:?} overlap a live claim of the job",
-                    info.range
-                ))),
-            ),
+            None => (t0, Err(overlap(&info.range))),
             Some(chunk) => match exec.prepare(&*kernel, job.id) {
                 Ok(false) => (t0, exec.run(&*kernel, chunk)),
                 Ok(true) => {

@@ -75,7 +75,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::{Error, Runtime};
 
@@ -396,24 +396,7 @@ impl<M: Model> Stream<M> {
         if let Err(e) = check_input(&*self.model, &input, 0) {
             return Err(Rejected::new(input, e));
         }
-        Ok(Self::request_at(input, deadline, now))
-    }
-
-    /// A request enqueued at `now` (its deadline already checked).
-    fn request_at(input: M::Input, deadline: Option<Instant>, now: Instant) -> Enqueued<M> {
-        let (reply, rx) = oneshot::channel();
-        let pending = Pending {
-            rx,
-            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
-            enqueued: now,
-        };
-        let req = Request {
-            input,
-            enqueued: now,
-            deadline,
-            reply,
-        };
-        (req, pending)
+        Ok(Request::at(input, deadline, now))
     }
 
     async fn enqueue(
@@ -497,7 +480,7 @@ impl<M: Model> Stream<M> {
         };
         let mut pending = Vec::with_capacity(inputs.len());
         for (permit, input) in permits.zip(inputs) {
-            let (req, p) = Self::request_at(input, deadline, now);
+            let (req, p) = Request::at(input, deadline, now);
             permit.send(req);
             pending.push(p);
         }

@@ -19,6 +19,25 @@ pub(super) struct Request<M: Model> {
     pub(super) reply: oneshot::Sender<Reply<M::Output>>,
 }
 
+impl<M: Model> Request<M> {
+    /// A request enqueued at `now` (its deadline already checked).
+    pub(super) fn at(input: M::Input, deadline: Option<Instant>, now: Instant) -> Enqueued<M> {
+        let (reply, rx) = oneshot::channel();
+        let pending = Pending {
+            rx,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
+            enqueued: now,
+        };
+        let req = Request {
+            input,
+            enqueued: now,
+            deadline,
+            reply,
+        };
+        (req, pending)
+    }
+}
+
 /// An answer, and when its batch's job started.
 pub(super) type Reply<O> = Result<(O, Instant), StreamError>;
 
